@@ -1,0 +1,3 @@
+from sweep.cli import main
+
+raise SystemExit(main())

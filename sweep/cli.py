@@ -1,0 +1,132 @@
+"""`sweep`: the command-line interface, a thin layer over the package's functions.
+
+Every subcommand parses its arguments and calls one function; user mistakes surface as
+`trainer.errors.UserError` and are printed as a single line with exit code 2 (no traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from trainer.errors import UserError
+
+
+def _cmd_data_fetch(args: argparse.Namespace) -> int:
+    from sweep.fetch import fetch_data
+
+    fetch_data(source=args.source, dest=args.dest, corpus=args.corpus)
+    return 0
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    from trainer.evaluation import eval_command
+
+    return eval_command(
+        model=args.model, pooler=args.pooler, data_dir=args.data_dir, tasks=args.tasks,
+        as_json=args.json, batch_size=args.batch_size, device=args.device,
+    )
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from sweep.spec import load_study
+
+    spec = load_study(args.study)
+    if args.dry_run:
+        from sweep.spec import print_dry_run
+
+        print_dry_run(spec)
+        return 0
+    from sweep.runner import run_study
+
+    return run_study(spec, address=args.address, max_concurrent=args.max_concurrent)
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    from sweep.status import show_status
+
+    return show_status(args.study)
+
+
+def _cmd_dashboard(args: argparse.Namespace) -> int:
+    from sweep.dashboard import serve_dashboard
+
+    return serve_dashboard(args.study, host=args.host, port=args.port)
+
+
+def _cmd_analyze(args: argparse.Namespace) -> int:
+    from sweep.analyze import analyze_command
+
+    return analyze_command(args.target, attach=not args.no_attach)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="sweep",
+        description="Sweeps and ablations for unsupervised contrastive sentence embeddings "
+        "(SimCSE, MoCoSE, GS-InfoNCE, MixCSE).",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    data = sub.add_parser("data", help="manage the evaluation data and training corpus")
+    data_sub = data.add_subparsers(dest="data_command", required=True, metavar="ACTION")
+    fetch = data_sub.add_parser("fetch", help="install SentEval data and a training corpus into the data directory")
+    fetch.add_argument("--from", dest="source", metavar="DIR",
+                       help="a local mirror laid out like shared/data (default: download the public archives)")
+    fetch.add_argument("--dest", metavar="DIR",
+                       help="data directory (default: $SWEEP_DATA_DIR or ~/.cache/contrastive-sweep/data)")
+    fetch.add_argument("--corpus", choices=["auto", "full", "sample", "none"], default="auto",
+                       help="training corpus: full wiki1m (download), the mirror's sample, or none (default: auto = "
+                       "the sample from a mirror, the full corpus when downloading)")
+    fetch.set_defaults(func=_cmd_data_fetch)
+
+    ev = sub.add_parser("eval", help="evaluate a model on the seven STS tasks exactly as SentEval does")
+    ev.add_argument("--model", required=True, help="HF model id, local path, or 'embedded'")
+    ev.add_argument("--pooler", default="cls_before_pooler",
+                    choices=["cls", "cls_before_pooler", "avg", "avg_first_last", "avg_top2"])
+    ev.add_argument("--data-dir", help="data directory (default: $SWEEP_DATA_DIR or the default data directory)")
+    ev.add_argument("--tasks", nargs="+", metavar="TASK",
+                    help="subset of STS12 STS13 STS14 STS15 STS16 STSBenchmark SICKRelatedness")
+    ev.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    ev.add_argument("--batch-size", type=int, default=128)
+    ev.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
+    ev.set_defaults(func=_cmd_eval)
+
+    run = sub.add_parser("run", help="run (or resume) a study through Ray Tune")
+    run.add_argument("study", help="path to the study YAML file")
+    run.add_argument("--address", help="address of an existing Ray cluster (default: start Ray locally)")
+    run.add_argument("--max-concurrent", type=int, help="at most N trials at once")
+    run.add_argument("--dry-run", action="store_true", help="print the trial table and exit without starting Ray")
+    run.set_defaults(func=_cmd_run)
+
+    st = sub.add_parser("status", help="show the trials of a study and their states")
+    st.add_argument("study", help="study YAML file or its results folder")
+    st.set_defaults(func=_cmd_status)
+
+    dash = sub.add_parser("dashboard", help="serve optuna-dashboard on the study's storage")
+    dash.add_argument("study", help="study YAML file or its results folder")
+    dash.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1: this machine only)")
+    dash.add_argument("--port", type=int, default=8080)
+    dash.set_defaults(func=_cmd_dashboard)
+
+    an = sub.add_parser("analyze", help="draw the figures and tables of a study's results")
+    an.add_argument("target", help="results folder, or the study YAML file")
+    an.add_argument("--no-attach", action="store_true", help="do not attach figures to the Optuna study")
+    an.set_defaults(func=_cmd_analyze)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except UserError as exc:
+        print(f"sweep: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("sweep: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

