@@ -1,0 +1,246 @@
+"""FGSM (exact and lagged) on a tiny embedding model, and the shape-preserving augmentations."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from trainer.augment import FGSM, feature_cutoff, shuffle_token_positions, token_cutoff
+
+EPS = 2.0**-6  # a power of two: with weights on a 2^-8 grid, x + eps*sign and its difference are exact
+
+
+def tiny_embedding(vocab=20, dim=8, seed=0):
+    torch.manual_seed(seed)
+    embedding = nn.Embedding(vocab, dim)
+    with torch.no_grad():
+        embedding.weight.copy_(torch.round(embedding.weight * 256) / 256)
+    return embedding
+
+
+def make_loss(dim, seed=1):
+    """A non-linear loss of the embedding output, so the gradient depends on where it is taken."""
+    generator = torch.Generator().manual_seed(seed)
+    weight = torch.randn(dim, dim, generator=generator)
+
+    def loss_fn(x):
+        return torch.tanh(x @ weight).pow(2).sum() + x[..., 0].sum()
+
+    return loss_fn
+
+
+def reference_sign(loss_fn, x):
+    """sign(grad_x L) computed on a plain leaf tensor, independently of the hooks."""
+    x = x.detach().clone().requires_grad_(True)
+    loss_fn(x).backward()
+    return x.grad.sign()
+
+
+def lookup(embedding, ids):
+    return embedding.weight.detach()[ids]
+
+
+@pytest.mark.parametrize("batch,length,dim", [(1, 1, 2), (2, 5, 8), (4, 9, 16)])
+def test_exact_mode_moves_embeddings_by_eps_sign_grad(batch, length, dim):
+    embedding = tiny_embedding(dim=dim)
+    loss_fn = make_loss(dim)
+    ids = torch.randint(0, 20, (batch, length), generator=torch.Generator().manual_seed(batch))
+    fgsm = FGSM(EPS, mode="exact").attach(embedding)
+
+    with fgsm.capture():
+        loss = loss_fn(embedding(ids))
+    assert not fgsm.has_sign  # stored by the backward, not the forward
+    loss.backward()
+    expected_sign = reference_sign(loss_fn, lookup(embedding, ids))
+    assert fgsm.has_sign and torch.equal(fgsm.sign, expected_sign)
+
+    embedding.zero_grad()
+    with fgsm.perturb():
+        perturbed = embedding(ids)
+    assert torch.equal(perturbed - lookup(embedding, ids), EPS * expected_sign)
+    rows = expected_sign.reshape(-1, dim).abs().sum(dim=1).sqrt() * EPS
+    assert fgsm.last_perturbation_norm == pytest.approx(rows.mean().item(), rel=1e-6)
+
+    # the second backward sees the perturbed input: its gradient is the loss gradient at x + eps*sign
+    loss_fn(perturbed).backward()
+    x = (lookup(embedding, ids) + EPS * expected_sign).requires_grad_(True)
+    loss_fn(x).backward()
+    expected_weight_grad = torch.zeros_like(embedding.weight).index_add_(0, ids.flatten(), x.grad.reshape(-1, dim))
+    torch.testing.assert_close(embedding.weight.grad, expected_weight_grad)
+
+    # outside perturb() nothing changes; the stored sign stays for the next step
+    assert torch.equal(embedding(ids), lookup(embedding, ids))
+    fgsm.detach()
+
+
+def test_exact_mode_rejects_a_different_batch():
+    embedding = tiny_embedding()
+    fgsm = FGSM(EPS, mode="exact").attach(embedding)
+    with fgsm.capture():
+        embedding(torch.zeros(2, 4, dtype=torch.long)).sum().backward()
+    with fgsm.perturb(), pytest.raises(RuntimeError):
+        embedding(torch.zeros(2, 5, dtype=torch.long))
+
+
+def test_lagged_mode_applies_previous_sign_to_both_branches_with_crop_and_pad():
+    dim = 8
+    embedding = tiny_embedding(dim=dim)
+    loss_fn = make_loss(dim)
+    generator = torch.Generator().manual_seed(0)
+    fgsm = FGSM(EPS, mode="lagged").attach(embedding)
+
+    def step(ids):
+        """One lagged step: online forward with grad, target forward without, backward."""
+        with fgsm.perturb(), fgsm.capture():
+            online = embedding(ids)
+            with torch.no_grad():
+                target = embedding(ids)
+        loss_fn(online).backward()
+        return online.detach(), target
+
+    # step 1: no sign yet, nothing applied; the backward stores sign(grad) of step 1's input
+    ids1 = torch.randint(0, 20, (3, 5), generator=generator)
+    online, target = step(ids1)
+    assert torch.equal(online, lookup(embedding, ids1)) and fgsm.last_perturbation_norm is None
+    sign1 = reference_sign(loss_fn, lookup(embedding, ids1))
+    assert torch.equal(fgsm.sign, sign1)
+
+    # step 2: shorter batch -> step 1's sign cropped, applied to online and target alike
+    ids2 = torch.randint(0, 20, (3, 3), generator=generator)
+    online, target = step(ids2)
+    assert torch.equal(online - lookup(embedding, ids2), EPS * sign1[:, :3])
+    assert torch.equal(target - lookup(embedding, ids2), EPS * sign1[:, :3])
+    # the new sign is the gradient at step 2's (perturbed) input
+    sign2 = reference_sign(loss_fn, lookup(embedding, ids2) + EPS * sign1[:, :3])
+    assert torch.equal(fgsm.sign, sign2)
+
+    # step 3: longer batch -> step 2's sign zero-padded along the sequence
+    ids3 = torch.randint(0, 20, (3, 6), generator=generator)
+    online, _ = step(ids3)
+    moved = online - lookup(embedding, ids3)
+    assert torch.equal(moved[:, :3], EPS * sign2) and torch.equal(moved[:, 3:], torch.zeros(3, 3, dim))
+
+    # step 4: a different batch size (the last, smaller batch) -> not perturbed
+    ids4 = torch.randint(0, 20, (2, 6), generator=generator)
+    online, target = step(ids4)
+    assert torch.equal(online, lookup(embedding, ids4)) and torch.equal(target, lookup(embedding, ids4))
+    assert fgsm.skipped_forwards == 2
+
+
+def test_capture_records_only_the_first_forward():
+    dim = 4
+    embedding = tiny_embedding(dim=dim)
+    fgsm = FGSM(EPS).attach(embedding)
+    first = torch.tensor([[1, 2]])
+    with fgsm.capture():
+        a = embedding(first)
+        b = embedding(torch.tensor([[3, 4]]))
+    (a.sum() - 5 * b.sum()).backward()
+    assert torch.equal(fgsm.sign, torch.ones(1, 2, dim))  # from a (+1), not b (-5)
+
+
+def test_detach_and_zero_eps_leave_embeddings_alone():
+    embedding = tiny_embedding()
+    ids = torch.tensor([[1, 2, 3]])
+    fgsm = FGSM(EPS).attach(embedding)
+    with fgsm.capture():
+        embedding(ids).sum().backward()
+    fgsm.detach()
+    with fgsm.perturb():
+        assert torch.equal(embedding(ids), lookup(embedding, ids))
+    zero = FGSM(0.0).attach(embedding)
+    zero.sign = torch.ones(1, 3, 8)
+    with zero.perturb():
+        assert torch.equal(embedding(ids), lookup(embedding, ids))
+    with pytest.raises(ValueError):
+        FGSM(-1.0)
+    with pytest.raises(ValueError):
+        FGSM(1.0, mode="other")
+
+
+def test_paper_eps_is_measured_not_assumed():
+    """eps = 5e-9 is below bf16 resolution of typical embedding values: the measured norm says so."""
+    embedding = nn.Embedding(10, 16).to(torch.bfloat16)
+    with torch.no_grad():
+        embedding.weight.normal_(0.0, 0.02)
+    fgsm = FGSM(5e-9).attach(embedding)
+    fgsm.sign = torch.ones(1, 3, 16, dtype=torch.bfloat16)
+    with fgsm.perturb():
+        embedding(torch.tensor([[1, 2, 3]]))
+    assert fgsm.last_perturbation_norm == 0.0
+
+
+# ---- token shuffle / cutoff -------------------------------------------------------------------
+def random_mask(batch, length, seed):
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(1, length + 1, size=batch)
+    lengths[0] = length  # one full row
+    return torch.tensor((np.arange(length)[None, :] < lengths[:, None]).astype(np.int64)), lengths
+
+
+@pytest.mark.parametrize("batch,length", [(1, 1), (3, 5), (16, 32)])
+@pytest.mark.parametrize("ids_shape", ["batch", "single", "flat"])
+def test_shuffle_token_positions_permutes_real_tokens_only(batch, length, ids_shape):
+    mask, lengths = random_mask(batch, length, seed=batch + length)
+    positions = torch.arange(length)
+    given = {"batch": positions.expand(batch, length), "single": positions[None], "flat": positions}[ids_shape]
+    shuffled = shuffle_token_positions(given, mask, generator=torch.Generator().manual_seed(0))
+    assert shuffled.shape == (batch, length)
+    for row, n in zip(shuffled.tolist(), lengths):
+        assert row[0] == 0  # [CLS]
+        assert sorted(row[:n]) == list(range(n))
+        assert row[n:] == list(range(n, length))  # pads keep their positions
+
+
+def test_shuffle_actually_shuffles_and_is_reproducible():
+    mask = torch.ones(8, 32, dtype=torch.long)
+    positions = torch.arange(32).expand(8, 32)
+    first = shuffle_token_positions(positions, mask, torch.Generator().manual_seed(5))
+    again = shuffle_token_positions(positions, mask, torch.Generator().manual_seed(5))
+    assert torch.equal(first, again)
+    assert not torch.equal(first, positions)
+
+
+@pytest.mark.parametrize("batch,length,dim", [(2, 4, 3), (16, 32, 8)])
+@pytest.mark.parametrize("rate", [0.1, 0.5])
+def test_token_cutoff_zeroes_whole_real_tokens_but_never_cls_or_pads(batch, length, dim, rate):
+    mask, lengths = random_mask(batch, length, seed=7)
+    embeddings = torch.rand(batch, length, dim) + 1.0  # no zero values of its own
+    out = token_cutoff(embeddings, mask, rate, generator=torch.Generator().manual_seed(0))
+    assert out.shape == embeddings.shape
+    dropped = (out == 0).all(dim=-1)
+    assert torch.equal((out == 0).any(dim=-1), dropped)  # whole rows or nothing
+    assert torch.equal(out[~dropped], embeddings[~dropped])
+    assert not dropped[:, 0].any()
+    assert not (dropped & (mask == 0)).any()
+
+
+def test_token_cutoff_rate_and_gradient():
+    embeddings = torch.ones(64, 64, 4, requires_grad=True)
+    out = token_cutoff(embeddings, torch.ones(64, 64), 0.3, generator=torch.Generator().manual_seed(1))
+    fraction = (out[:, 1:] == 0).all(dim=-1).float().mean().item()
+    assert fraction == pytest.approx(0.3, abs=0.03)
+    out.sum().backward()
+    assert embeddings.grad is not None
+    same = torch.randn(2, 3, 4)
+    assert token_cutoff(same, torch.ones(2, 3), 0.0) is same
+
+
+@pytest.mark.parametrize("batch,length,dim", [(2, 4, 3), (16, 32, 64)])
+@pytest.mark.parametrize("rate", [0.01, 0.1, 0.5])
+def test_feature_cutoff_drops_the_same_columns_for_every_token(batch, length, dim, rate):
+    embeddings = torch.rand(batch, length, dim) + 1.0
+    out = feature_cutoff(embeddings, rate, generator=torch.Generator().manual_seed(2))
+    assert out.shape == embeddings.shape
+    dropped = out == 0
+    assert torch.equal(dropped, dropped[:, :1].expand_as(dropped))
+    assert torch.equal(out[~dropped], embeddings[~dropped])
+
+
+def test_feature_cutoff_rate():
+    out = feature_cutoff(torch.ones(128, 2, 256), 0.1, generator=torch.Generator().manual_seed(3))
+    assert (out[:, 0] == 0).float().mean().item() == pytest.approx(0.1, abs=0.01)
+    same = torch.randn(2, 3, 4)
+    assert feature_cutoff(same, 0.0) is same

@@ -1,0 +1,203 @@
+"""Embedding-level augmentations for MoCoSE (methods.md section 2): FGSM (eq. 1), token shuffle,
+token cutoff, feature cutoff. Dropout, the other augmentation, lives in the encoder.
+
+FGSM perturbs the output of the word-embedding lookup:  x' = x + eps * sign(grad_x L).
+
+Two ways to get grad_x L (config `fgsm.mode`):
+- exact (paper): the gradient of the current step's loss. Per step:
+      with fgsm.capture(): loss = step_loss(batch)      # clean forward, records where to attach
+      loss.backward()                                    # stores sign(grad_x L)
+      optimizer.zero_grad()
+      with fgsm.perturb(): loss = step_loss(batch)      # same batch, x' = x + eps * sign
+      loss.backward(); optimizer.step()
+- lagged (released code): the sign captured in the previous step's backward, applied to both branches
+  of the next step; no extra pass. Per step:
+      with fgsm.perturb(), fgsm.capture(): loss = step_loss(batch)
+      loss.backward(); optimizer.step()
+  Batches differ in length between steps (dynamic padding): the stored sign is cropped or zero-padded
+  along the sequence; a forward whose batch size differs from the stored one is not perturbed.
+
+eps = 5e-9 is tiny next to embedding values (~1e-2): in float32 most of it is rounded away, in bf16 all
+of it. `last_perturbation_norm` measures what was actually added (mean L2 norm per token row).
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterator, Literal
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+FGSMMode = Literal["exact", "lagged"]
+
+
+class FGSM:
+    """x' = x + eps * sign(grad_x L) on the word-embedding output, through hooks; see the module docstring.
+
+    >>> embedding = nn.Embedding(10, 4)
+    >>> fgsm = FGSM(eps=0.1, mode="exact").attach(embedding)
+    >>> ids = torch.tensor([[1, 2, 3]])
+    >>> with fgsm.capture():
+    ...     loss = embedding(ids).sum()
+    >>> loss.backward()
+    >>> with fgsm.perturb():
+    ...     moved = embedding(ids) - embedding.weight[ids]
+    >>> torch.allclose(moved, torch.full((1, 3, 4), 0.1))  # grad of a sum is +1 everywhere
+    True
+    >>> fgsm.detach()
+    """
+
+    def __init__(self, eps: float, mode: FGSMMode = "lagged"):
+        if eps < 0:
+            raise ValueError(f"eps must be >= 0, got {eps}")
+        if mode not in ("exact", "lagged"):
+            raise ValueError(f"mode must be 'exact' or 'lagged', got {mode!r}")
+        self.eps = eps
+        self.mode = mode
+        self.sign: Tensor | None = None  # sign(grad_x L), shape (B, L, d) of the captured forward
+        self.skipped_forwards = 0  # lagged: forwards left unperturbed because the batch size differed
+        self._handle = None
+        self._capturing = False
+        self._hooked_this_capture = False
+        self._perturbing = False
+        self._last_norm: Tensor | None = None  # kept as a tensor: reading it syncs the device
+
+    def attach(self, embedding_module: nn.Module) -> "FGSM":
+        """Hook the word-embedding module, e.g. `model.get_input_embeddings()`. Returns self."""
+        if self._handle is not None:
+            raise RuntimeError("FGSM is already attached; call detach() first")
+        self._handle = embedding_module.register_forward_hook(self._on_forward)
+        return self
+
+    def detach(self) -> None:
+        """Remove the hook (the stored sign is kept)."""
+        if self._handle is not None:
+            self._handle.remove()
+            self._handle = None
+
+    @property
+    def has_sign(self) -> bool:
+        return self.sign is not None
+
+    @property
+    def last_perturbation_norm(self) -> float | None:
+        """Mean L2 norm per token row of the perturbation last applied (as stored, after rounding)."""
+        return None if self._last_norm is None else float(self._last_norm)
+
+    @contextmanager
+    def capture(self) -> Iterator["FGSM"]:
+        """Record sign(grad) of the embedding output of the first forward in this block that needs grad.
+
+        The sign is stored when backward reaches that output (the backward may run after the block).
+        Later forwards in the block (e.g. the target branch) are not recorded.
+        """
+        self._capturing, self._hooked_this_capture = True, False
+        try:
+            yield self
+        finally:
+            self._capturing = False
+
+    @contextmanager
+    def perturb(self) -> Iterator["FGSM"]:
+        """Add eps * stored sign to the embedding output of every forward in this block."""
+        self._perturbing = True
+        try:
+            yield self
+        finally:
+            self._perturbing = False
+
+    def _on_forward(self, module: nn.Module, inputs: tuple, output: Tensor) -> Tensor:
+        if self._perturbing and self.sign is not None and self.eps > 0:
+            sign = self._fit_sign(output.shape)
+            if sign is not None:
+                perturbed = output + self.eps * sign.to(output.dtype)
+                # measure what survived the rounding, not the nominal eps * sqrt(d)
+                self._last_norm = (perturbed - output).detach().float().norm(dim=-1).mean()
+                output = perturbed
+        if self._capturing and not self._hooked_this_capture and output.requires_grad:
+            self._hooked_this_capture = True
+            output.register_hook(self._store_sign)
+        return output
+
+    def _store_sign(self, grad: Tensor) -> None:
+        self.sign = grad.detach().sign()
+
+    def _fit_sign(self, shape: torch.Size) -> Tensor | None:
+        """The stored sign cropped / zero-padded along the sequence to `shape`; None to skip this forward."""
+        sign = self.sign
+        if sign.shape == shape:
+            return sign
+        if self.mode == "exact":
+            raise RuntimeError(
+                f"exact FGSM: the perturbed forward has shape {tuple(shape)} but the captured one had "
+                f"{tuple(sign.shape)}; run both passes on the same batch"
+            )
+        if len(shape) != 3 or sign.shape[0] != shape[0] or sign.shape[2] != shape[2]:
+            self.skipped_forwards += 1
+            return None
+        length = shape[1]
+        if sign.shape[1] >= length:
+            return sign[:, :length]
+        return F.pad(sign, (0, 0, 0, length - sign.shape[1]))
+
+
+def shuffle_token_positions(
+    position_ids: Tensor, attention_mask: Tensor, generator: torch.Generator | None = None
+) -> Tensor:
+    """Token shuffle (ConSERT): permute the position ids among the real tokens of each row.
+
+    [CLS] (index 0) keeps position 0 and pads keep theirs. Assumes right padding (BERT's), i.e. the
+    real tokens are the first `attention_mask.sum(1)` of each row. position_ids: (B, L), (1, L) or (L,);
+    returns (B, L). The generator must live on the mask's device.
+
+    >>> ids = shuffle_token_positions(torch.arange(6), torch.tensor([[1, 1, 1, 1, 0, 0]]))
+    >>> ids[0, 0].item(), sorted(ids[0, 1:4].tolist()), ids[0, 4:].tolist()
+    (0, [1, 2, 3], [4, 5])
+    """
+    mask = attention_mask.bool()
+    position_ids = position_ids.expand(mask.shape)
+    batch, length = mask.shape
+    # sort keys: [CLS] first (-1), real tokens in random order (0..1), pads last in their order (2+j)
+    keys = torch.rand(batch, length, generator=generator, device=mask.device)
+    keys = torch.where(mask, keys, 2.0 + torch.arange(length, device=mask.device, dtype=keys.dtype))
+    keys[:, 0] = -1.0
+    order = keys.argsort(dim=1)
+    return position_ids.gather(1, order)
+
+
+def token_cutoff(
+    embeddings: Tensor, attention_mask: Tensor, rate: float, generator: torch.Generator | None = None
+) -> Tensor:
+    """Token cutoff: zero whole token rows of (B, L, d) embeddings, each real token with probability `rate`.
+
+    Never [CLS] (index 0); pads are left as they are. No rescaling (as ConSERT).
+
+    >>> out = token_cutoff(torch.ones(2, 5, 3), torch.ones(2, 5), rate=0.5, generator=torch.Generator().manual_seed(0))
+    >>> out.shape, bool((out[:, 0] == 1).all())
+    (torch.Size([2, 5, 3]), True)
+    """
+    if rate <= 0:
+        return embeddings
+    drop = torch.rand(attention_mask.shape, generator=generator, device=embeddings.device) < rate
+    drop &= attention_mask.bool()
+    drop[:, 0] = False
+    return embeddings.masked_fill(drop.unsqueeze(-1), 0.0)
+
+
+def feature_cutoff(embeddings: Tensor, rate: float, generator: torch.Generator | None = None) -> Tensor:
+    """Feature cutoff: zero the same feature columns for every token of a row, each with probability `rate`.
+
+    embeddings: (B, ..., d). No rescaling (as ConSERT).
+
+    >>> out = feature_cutoff(torch.ones(2, 4, 8), rate=0.5, generator=torch.Generator().manual_seed(0))
+    >>> bool((out == out[:, :1]).all())  # every token of a row lost the same columns
+    True
+    """
+    if rate <= 0:
+        return embeddings
+    batch, dim = embeddings.shape[0], embeddings.shape[-1]
+    drop = torch.rand(batch, dim, generator=generator, device=embeddings.device) < rate
+    drop = drop.view(batch, *([1] * (embeddings.dim() - 2)), dim)
+    return embeddings.masked_fill(drop, 0.0)
