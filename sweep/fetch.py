@@ -1,0 +1,196 @@
+"""`sweep data fetch`: install the SentEval data and a training corpus into the data directory.
+
+Sources: the public archives SimCSE uses (`senteval.tar`, `wiki1m_for_simcse.txt`) or, with
+`--from DIR`, a local mirror laid out like shared/data. Every file in the project's manifest
+(trainer/data_manifest.tsv) is checked for size and sha256; a file is written under a temporary name
+and moved into place only once verified, so a half-written or corrupted file is never left where a
+reader would use it. Files already installed and verified are skipped (the command is idempotent).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tarfile
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from trainer.data import FULL_CORPUS, SAMPLE_CORPUS, data_dir, file_problem, manifest, sha256_file
+from trainer.errors import UserError
+
+SENTEVAL_URL = "https://huggingface.co/datasets/princeton-nlp/datasets-for-simcse/resolve/main/senteval.tar"
+WIKI1M_URL = "https://huggingface.co/datasets/princeton-nlp/datasets-for-simcse/resolve/main/wiki1m_for_simcse.txt"
+# Top-level SentEval task folders; an archive member is mapped to senteval/<folder>/... by the first of these
+# names in its path (SimCSE's tar nests them under downstream/).
+_TASK_FOLDERS = ("STS", "SICK", "MR", "CR", "SUBJ", "MPQA", "SST", "TREC", "MRPC")
+
+
+def fetch_data(source: str | None = None, dest: str | None = None, corpus: str = "auto") -> Path:
+    """Install the evaluation data (and a corpus) into `dest`; returns the data directory."""
+    root = data_dir(dest)
+    root.mkdir(parents=True, exist_ok=True)
+    senteval_files = sorted(p for p in manifest() if p.startswith("senteval/"))
+    todo = [p for p in senteval_files if file_problem(root / p, p) is not None]
+    _log(f"data directory: {root} ({len(senteval_files) - len(todo)}/{len(senteval_files)} SentEval files already installed)")
+
+    if source:
+        mirror = Path(source).expanduser()
+        if not (mirror / "senteval").is_dir():
+            raise UserError(f"--from {mirror}: no senteval/ folder there; pass a mirror laid out like shared/data")
+        for i, relative in enumerate(todo, 1):
+            _install_file(mirror / relative, root, relative)
+            _progress(f"copied {i}/{len(todo)} files")
+        if todo:
+            _log("")
+        corpus_files = {"auto": [SAMPLE_CORPUS, FULL_CORPUS], "sample": [SAMPLE_CORPUS], "full": [FULL_CORPUS], "none": []}[corpus]
+        installed_corpus = False
+        for relative in corpus_files:
+            if (mirror / relative).is_file():
+                if file_problem(root / relative, relative) is not None:
+                    _install_file(mirror / relative, root, relative)
+                installed_corpus = True
+        if corpus in ("sample", "full") and not installed_corpus:
+            raise UserError(f"--from {mirror}: no {corpus_files[0]} there; choose --corpus with one the mirror has")
+    else:
+        if todo:
+            _install_senteval_archive(root, todo)
+        if corpus in ("auto", "full") and not (root / FULL_CORPUS).is_file():
+            _download(WIKI1M_URL, root / FULL_CORPUS, verify=lambda path: _check_nonempty(path))
+        if corpus == "sample" and file_problem(root / SAMPLE_CORPUS, SAMPLE_CORPUS) is not None:
+            raise UserError("--corpus sample comes from a mirror only: add `--from DIR` (e.g. ../shared/data)")
+
+    missing = [p for p in senteval_files if file_problem(root / p, p) is not None]
+    if missing:  # pragma: no cover - every path above verifies what it installs
+        raise UserError(f"{len(missing)} files could not be installed, e.g. {missing[0]}; run the command again")
+    _log(f"ok: {len(senteval_files)} SentEval files verified (size and sha256) in {root / 'senteval'}")
+    for relative in (FULL_CORPUS, SAMPLE_CORPUS):
+        if (root / relative).is_file():
+            _log(f"ok: corpus {root / relative} ({_count_lines(root / relative):,} sentences)")
+    return root
+
+
+# ---- installing one file ----------------------------------------------------------------------
+def _install_file(src: Path, root: Path, relative: str) -> None:
+    if not src.is_file():
+        raise UserError(f"mirror file {src} is missing: the mirror is incomplete; fix it or fetch without --from")
+    target = root / relative
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _temp_beside(target)
+    try:
+        shutil.copyfile(src, tmp)
+        _verify_or_raise(tmp, relative, origin=str(src))
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _verify_or_raise(path: Path, relative: str, origin: str) -> None:
+    expected = manifest().get(relative)
+    if expected is None:
+        return
+    size, sha = expected
+    if path.stat().st_size != size:
+        raise UserError(f"{origin} has {path.stat().st_size} bytes, expected {size}: the source is truncated or altered")
+    if sha256_file(path) != sha:
+        raise UserError(f"{origin} fails its sha256 check: the source is altered or corrupted")
+
+
+def _temp_beside(target: Path) -> Path:
+    fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)
+    os.close(fd)
+    return Path(name)
+
+
+# ---- downloads --------------------------------------------------------------------------------
+def _install_senteval_archive(root: Path, todo: list[str]) -> None:
+    wanted = set(todo)
+    with tempfile.TemporaryDirectory(dir=root) as tmpdir:
+        archive = Path(tmpdir) / "senteval.tar"
+        _download(SENTEVAL_URL, archive, verify=_check_nonempty)
+        try:
+            with tarfile.open(archive) as tar:
+                for member in tar:
+                    relative = _senteval_relative(member.name)
+                    if not member.isfile() or relative not in wanted:
+                        continue
+                    target = root / relative
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    tmp = _temp_beside(target)
+                    try:
+                        with tar.extractfile(member) as src, open(tmp, "wb") as out:
+                            shutil.copyfileobj(src, out)
+                        _verify_or_raise(tmp, relative, origin=f"senteval.tar:{member.name}")
+                        os.replace(tmp, target)
+                    finally:
+                        tmp.unlink(missing_ok=True)
+                    wanted.discard(relative)
+        except tarfile.TarError as exc:
+            raise UserError(f"downloaded senteval.tar is not a valid archive ({exc}); run the command again") from None
+    if wanted:
+        raise UserError(f"senteval.tar lacks {len(wanted)} expected files, e.g. {sorted(wanted)[0]}; use --from DIR with a mirror")
+
+
+def _senteval_relative(member_name: str) -> str | None:
+    parts = Path(member_name).parts
+    for i, part in enumerate(parts):
+        if part in _TASK_FOLDERS:
+            return "/".join(("senteval",) + parts[i:])
+    return None
+
+
+def _download(url: str, target: Path, verify) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = _temp_beside(target)
+    try:
+        try:
+            response = urllib.request.urlopen(url, timeout=30)
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise UserError(
+                f"cannot download {url} ({reason}): check the network, or install from a local mirror with "
+                "`sweep data fetch --from DIR`"
+            ) from None
+        total = int(response.headers.get("Content-Length") or 0)
+        done, started = 0, time.monotonic()
+        try:
+            with response, open(tmp, "wb") as out:
+                while block := response.read(1 << 20):
+                    out.write(block)
+                    done += len(block)
+                    rate = done / max(time.monotonic() - started, 1e-6) / 1e6
+                    pct = f"{100 * done / total:5.1f}% of {total / 1e6:.1f} MB" if total else f"{done / 1e6:.1f} MB"
+                    _progress(f"downloading {target.name}: {pct} ({rate:.1f} MB/s)")
+        except (urllib.error.URLError, OSError) as exc:
+            raise UserError(f"download of {url} broke off ({exc}); run the command again (it resumes from scratch)") from None
+        _log("")
+        if total and done != total:
+            raise UserError(f"download of {url} is incomplete ({done} of {total} bytes); run the command again")
+        verify(tmp)
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _check_nonempty(path: Path) -> None:
+    if path.stat().st_size == 0:
+        raise UserError(f"downloaded file {path.name} is empty; run the command again")
+
+
+# ---- output -----------------------------------------------------------------------------------
+def _count_lines(path: Path) -> int:
+    with open(path, "rb") as handle:
+        return sum(block.count(b"\n") for block in iter(lambda: handle.read(1 << 20), b""))
+
+
+def _progress(text: str) -> None:
+    if sys.stderr.isatty():
+        print(f"\r{text}", end="", file=sys.stderr, flush=True)
+
+
+def _log(text: str) -> None:
+    if text or sys.stderr.isatty():
+        print(text, file=sys.stderr, flush=True)

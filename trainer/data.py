@@ -1,0 +1,116 @@
+"""Where the data lives and whether it can be trusted.
+
+The data directory holds the SentEval layout used by SimCSE and the three papers:
+
+    <data dir>/senteval/STS/STS12-en-test/ ... STSBenchmark/, senteval/SICK/, transfer-task folders
+    <data dir>/corpus/wiki1m_for_simcse.txt (full corpus) and/or corpus/wiki1m_sample.txt
+
+It is `$SWEEP_DATA_DIR` if set, else `~/.cache/contrastive-sweep/data`; every command that reads data
+takes an explicit directory that overrides both. `sweep data fetch` fills it. Every file we know is
+listed with its size and sha256 in `data_manifest.tsv`; readers verify the files they open, so a
+truncated or altered file is reported instead of silently changing the numbers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from functools import lru_cache
+from pathlib import Path
+
+from trainer.errors import UserError
+
+DEFAULT_DATA_DIR = Path("~/.cache/contrastive-sweep/data")
+FULL_CORPUS = "corpus/wiki1m_for_simcse.txt"
+SAMPLE_CORPUS = "corpus/wiki1m_sample.txt"
+_MANIFEST = Path(__file__).with_name("data_manifest.tsv")
+
+
+def data_dir(explicit: str | os.PathLike | None = None) -> Path:
+    """The data directory: `explicit`, else $SWEEP_DATA_DIR, else ~/.cache/contrastive-sweep/data."""
+    if explicit:
+        return Path(explicit).expanduser()
+    env = os.environ.get("SWEEP_DATA_DIR")
+    return Path(env).expanduser() if env else DEFAULT_DATA_DIR.expanduser()
+
+
+@lru_cache(maxsize=1)
+def manifest() -> dict[str, tuple[int, str]]:
+    """relative path -> (size in bytes, sha256) for every file the project knows."""
+    entries = {}
+    for line in _MANIFEST.read_text().splitlines():
+        if line.strip():
+            path, size, sha = line.split("\t")
+            entries[path] = (int(size), sha)
+    return entries
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def file_problem(path: Path, relative: str) -> str | None:
+    """Why `path` is not the manifest's `relative` file (missing / wrong size / wrong checksum), or None."""
+    expected = manifest().get(relative)
+    if not path.is_file():
+        return "missing"
+    if expected is None:
+        return None
+    size, sha = expected
+    actual = path.stat().st_size
+    if actual != size:
+        return f"{actual} bytes, expected {size} (truncated or altered)"
+    if sha256_file(path) != sha:
+        return "checksum mismatch (altered or corrupted)"
+    return None
+
+
+_verified: set[tuple[str, float, int]] = set()
+
+
+def verified_path(root: Path, relative: str) -> Path:
+    """`root/relative`, checked against the manifest; raises a one-line UserError when it is not right.
+
+    A file is hashed once per process (keyed by path, mtime and size), so repeated evaluations during
+    training pay nothing.
+    """
+    path = root / relative
+    if not root.is_dir():
+        raise UserError(
+            f"data directory {root} does not exist: run `sweep data fetch` (or `sweep data fetch --from DIR` "
+            "with a local mirror), or point --data-dir / SWEEP_DATA_DIR at your data"
+        )
+    if path.is_file():
+        stat = path.stat()
+        stamp = (str(path), stat.st_mtime, stat.st_size)
+        if stamp in _verified:
+            return path
+    problem = file_problem(path, relative)
+    if problem:
+        raise UserError(
+            f"data file {path} is {problem}: re-install it with `sweep data fetch --dest {root}` "
+            "(add `--from DIR` to copy from a local mirror)"
+        )
+    stat = path.stat()
+    _verified.add((str(path), stat.st_mtime, stat.st_size))
+    return path
+
+
+def corpus_path(root: Path, corpus: str | None) -> Path:
+    """The training corpus: an explicit path, else the full wiki1m corpus, else the mirror's sample."""
+    if corpus:
+        path = Path(corpus).expanduser()
+        if not path.is_file():
+            raise UserError(f"training corpus {path} not found: fix data.corpus or run `sweep data fetch`")
+        return path
+    for relative in (FULL_CORPUS, SAMPLE_CORPUS):
+        if (root / relative).is_file():
+            return verified_path(root, relative) if relative in manifest() else root / relative
+    raise UserError(
+        f"no training corpus in {root / 'corpus'}: run `sweep data fetch` (full wiki1m) or "
+        "`sweep data fetch --from DIR` (a mirror's sample), or set data.corpus"
+    )

