@@ -1,0 +1,294 @@
+"""Read a study's results folder into one pandas DataFrame, one row per trial.
+
+Input contract: results/README.md. `trials.csv` is the primary source; when it is missing (a sweep
+that crashed before writing it, or a folder copied by hand) the rows are rebuilt from
+`trials/*/summary.json`. Either way each row gets:
+
+- the trial's columns (key, seed, state, status, swept parameters, scores, align/uniform, ...);
+- `queue.slices` as a canonical label ("all", "0-512", "0-256+768-1024") so slices group and sort;
+- `mtd`: MoCoSE's d_trace recomputed by `analysis.mtd.config_traceable_distance` with the caller's
+  explicit `eta_choice` / `k_choice` (NaN for methods without EMA and queue); the value the trainer
+  recorded, if any, is kept as `mtd_recorded`; the measured `age_mean` / `age_max` stay beside it;
+- `gaussian.m_per_batch`: the number of Gaussian negatives as a multiple of the batch size.
+
+The config that MTD needs comes from the trial's summary.json "config" when that file exists (it
+holds everything, e.g. `ema.schedule_steps`), else from the CSV's columns.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from analysis.mtd import ETA_CHOICES, K_CHOICES, config_traceable_distance
+
+TASKS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness")
+SCORES = TASKS + ("avg",)
+
+# Columns that are never swept parameters (bookkeeping, measurements, per-trial paths).
+NOT_PARAMETERS = {
+    "key", "seed", "state", "status", "reason", "steps", "mtd", "mtd_recorded", "age_mean", "age_max",
+    "best_step", "dev_stsb", "align", "uniform", "align_uniform_split", "sentences_per_s", "wall_time_s",
+    "output_dir", "device", "save_model", "data.data_dir", "data.cache_dir", "data.corpus", "eval.batch_size",
+    "gaussian.m_per_batch", "error",
+    *SCORES,
+}
+# Top-level config keys without a dot that may be swept.
+UNDOTTED_CONFIG_KEYS = {
+    "model", "method", "pooler", "batch_size", "max_steps", "epochs", "temperature", "dropout", "precision",
+    "collapse_threshold",
+}
+
+
+class ResultsError(ValueError):
+    """A results folder that cannot be analysed; the message says what to do."""
+
+
+def load_results(
+    study_dir: str | Path,
+    eta_choice: str = "mean",
+    k_choice: str = "oldest",
+    include_failed: bool = False,
+) -> pd.DataFrame:
+    """One row per trial of `study_dir`; by default only COMPLETE trials with status ok.
+
+    `include_failed=True` keeps every row (FAIL, PRUNED, RUNNING, diverged, collapsed ...), e.g. to
+    count failures; their scores are whatever was recorded (often NaN).
+    """
+    if eta_choice not in ETA_CHOICES:
+        raise ValueError(f"eta_choice must be one of {ETA_CHOICES}, got {eta_choice!r}")
+    if k_choice not in K_CHOICES:
+        raise ValueError(f"k_choice must be one of {K_CHOICES}, got {k_choice!r}")
+    study_dir = Path(study_dir)
+    if not study_dir.is_dir():
+        raise ResultsError(f"{study_dir}: no such results folder; pass results/<study name> or run the study first")
+    summaries = _read_summaries(study_dir)
+    csv_path = study_dir / "trials.csv"
+    if csv_path.is_file():
+        try:
+            # keys are hex strings: read as text so "0123e4..." is neither an int nor a float
+            table = pd.read_csv(csv_path, dtype={"key": str})
+        except pd.errors.EmptyDataError:
+            table = pd.DataFrame()
+    else:
+        table = pd.DataFrame([_row_from_summary(key, s) for key, s in summaries.items()])
+    if table.empty:
+        raise ResultsError(
+            f"{study_dir}: no trials found (no rows in trials.csv and no trials/*/summary.json); "
+            "run the study with `sweep run` first"
+        )
+
+    table = _normalise(table)
+    if not include_failed:
+        finished = table[(table["state"] == "COMPLETE") & (table["status"] == "ok")]
+        if finished.empty:
+            counts = ", ".join(f"{n} {s}" for s, n in _state_counts(table).items())
+            raise ResultsError(
+                f"{study_dir}: no COMPLETE trials with status ok yet ({counts}); "
+                "wait for the sweep (`sweep status`) or look at the failed trials' summary.json"
+            )
+        table = finished.copy()
+
+    table["mtd"] = [
+        _trial_mtd(row, summaries.get(str(row["key"])), eta_choice, k_choice) for _, row in table.iterrows()
+    ]
+    table["gaussian.m_per_batch"] = [_gaussian_ratio(row) for _, row in table.iterrows()]
+    return table.reset_index(drop=True)
+
+
+def read_study_spec(study_dir: str | Path) -> dict[str, Any]:
+    """The resolved spec the sweep wrote as <study_dir>/study.yaml, or {} when absent or unreadable."""
+    path = Path(study_dir) / "study.yaml"
+    if not path.is_file():
+        return {}
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def swept_parameters(table: pd.DataFrame, declared: Iterable[str] | None = None) -> list[str]:
+    """Parameter columns that take more than one value in `table` (seed excluded).
+
+    `declared` (the study's `parameters` keys) narrows the candidates; without it every config-like
+    column (dotted names and top-level config keys) is a candidate.
+    """
+    if declared:
+        candidates = [c for c in declared if c in table.columns]
+    else:
+        candidates = [c for c in table.columns if ("." in c or c in UNDOTTED_CONFIG_KEYS)]
+    candidates = [c for c in candidates if c not in NOT_PARAMETERS]
+    return [c for c in candidates if table[c].nunique(dropna=False) > 1]
+
+
+def slices_label(value: Any, size: Any = None) -> str:
+    """Canonical text of a queue.slices value: "all", or ranges joined by "+", e.g. "0-256+768-1024"."""
+    parts = _slices_list(value)
+    if not parts or parts == ["all"]:
+        return "all"
+    if size is not None and not _is_missing(size) and parts == [f"0-{int(size)}"]:
+        return "all"  # one slice covering the whole queue is the whole queue
+    return "+".join(parts)
+
+
+# ---- internals ----------------------------------------------------------------------------------
+def _read_summaries(study_dir: Path) -> dict[str, dict[str, Any]]:
+    summaries = {}
+    for path in sorted(study_dir.glob("trials/*/summary.json")):
+        try:
+            summaries[path.parent.name] = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue  # a summary being written right now; trials.csv still has the row
+    return summaries
+
+
+def _row_from_summary(key: str, summary: dict[str, Any]) -> dict[str, Any]:
+    """A trials.csv-like row from one summary.json (its config flattened to dotted columns)."""
+    config = summary.get("config") or {}
+    mtd = summary.get("mtd") or {}
+    row: dict[str, Any] = {"key": key, "seed": config.get("seed"), "state": summary.get("state", "COMPLETE")}
+    row["status"] = summary.get("status")
+    row["reason"] = summary.get("reason")
+    row.update(_flatten(config))
+    row["steps"] = summary.get("steps")
+    row["mtd_recorded"] = mtd.get("formula")
+    row["age_mean"] = mtd.get("age_mean")
+    row["age_max"] = mtd.get("age_max")
+    row["best_step"] = summary.get("best_step")
+    row["dev_stsb"] = summary.get("best_dev_stsb")
+    row.update(summary.get("test") or {})
+    for name in ("align", "uniform", "align_uniform_split", "sentences_per_s", "wall_time_s"):
+        row[name] = summary.get(name)
+    return row
+
+
+def _flatten(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    flat = {}
+    for name, value in config.items():
+        if isinstance(value, dict):
+            flat.update(_flatten(value, f"{prefix}{name}."))
+        elif isinstance(value, (list, tuple)):
+            flat[prefix + name] = json.dumps(value)  # lists become one hashable cell
+        else:
+            flat[prefix + name] = value
+    return flat
+
+
+def _normalise(table: pd.DataFrame) -> pd.DataFrame:
+    table = table.copy()
+    if "mtd" in table.columns:
+        table = table.rename(columns={"mtd": "mtd_recorded"})
+    for name, default in (("key", None), ("seed", np.nan), ("state", "COMPLETE"), ("status", "ok"), ("method", None)):
+        if name not in table.columns:
+            table[name] = default
+    if table["key"].isna().all():
+        table["key"] = [f"row{i}" for i in range(len(table))]
+    table["key"] = table["key"].astype(str)
+    if "queue.slices" in table.columns:
+        sizes = table["queue.size"] if "queue.size" in table.columns else [None] * len(table)
+        table["queue.slices"] = [slices_label(v, s) for v, s in zip(table["queue.slices"], sizes)]
+    for name in SCORES + ("align", "uniform", "age_mean", "age_max", "dev_stsb"):
+        if name in table.columns:
+            table[name] = pd.to_numeric(table[name], errors="coerce")
+    return table
+
+
+def _state_counts(table: pd.DataFrame) -> dict[str, int]:
+    labels = [state if state != "COMPLETE" else f"COMPLETE/{status}" for state, status in zip(table["state"], table["status"])]
+    return pd.Series(labels).value_counts().to_dict()
+
+
+def _trial_mtd(row: pd.Series, summary: dict[str, Any] | None, eta_choice: str, k_choice: str) -> float:
+    config = (summary or {}).get("config") or _config_from_row(row)
+    if config is None or config.get("method") != "mocose":
+        return math.nan
+    steps = row.get("steps")
+    if _is_missing(steps) and summary:
+        steps = summary.get("steps")
+    total_steps = None if _is_missing(steps) else int(steps)
+    try:
+        value = config_traceable_distance(config, total_steps=total_steps, eta_choice=eta_choice, k_choice=k_choice)
+    except (KeyError, TypeError, ValueError):
+        return math.nan  # a config without (valid) EMA/queue fields: MTD unknown for this trial
+    return math.nan if value is None else float(value)
+
+
+def _config_from_row(row: pd.Series) -> dict[str, Any] | None:
+    """The part of the trainer config MTD needs, rebuilt from trials.csv columns."""
+    if row.get("method") != "mocose":
+        return {"method": row.get("method")}
+    needed = ("batch_size", "ema.schedule", "ema.decay", "queue.size")
+    if any(_is_missing(row.get(name)) for name in needed):
+        return None
+    return {
+        "method": "mocose",
+        "batch_size": int(row["batch_size"]),
+        "max_steps": _int_or_none(row.get("max_steps")),
+        "ema": {
+            "schedule": row["ema.schedule"],
+            "decay": float(row["ema.decay"]),
+            "decay_end": float(row.get("ema.decay_end")) if not _is_missing(row.get("ema.decay_end")) else float(row["ema.decay"]),
+            "schedule_steps": _int_or_none(row.get("ema.schedule_steps")),
+        },
+        "queue": {
+            "size": int(row["queue.size"]),
+            "initial_size": _int_or_none(row.get("queue.initial_size")),
+            "slices": _slices_list(row.get("queue.slices")) or None,
+        },
+    }
+
+
+def _gaussian_ratio(row: pd.Series) -> float:
+    """Gaussian negatives M / batch size N (GS-InfoNCE Table 3's unit); NaN when unknown."""
+    per_batch = row.get("gaussian.count_per_batch")
+    if not _is_missing(per_batch):
+        return float(per_batch)
+    count, batch = row.get("gaussian.count"), row.get("batch_size")
+    if not _is_missing(count) and not _is_missing(batch):
+        return float(count) / float(batch)
+    if row.get("method") == "gs":
+        return 3.0  # the trainer's default for method gs (paper: M = 3 x batch size)
+    return math.nan
+
+
+def _slices_list(value: Any) -> list[str]:
+    """queue.slices as a list of range strings from a list, a JSON/Python list text, or "a-b+c-d"."""
+    if value is None or _is_missing(value):
+        return []
+    if isinstance(value, (list, tuple)):
+        items = list(value)
+    else:
+        text = str(value).strip()
+        if text in ("", "None", "null", "nan"):
+            return []
+        if text.startswith("["):
+            try:
+                items = json.loads(text)
+            except json.JSONDecodeError:
+                items = ast.literal_eval(text)
+            if not items:
+                return []
+        else:
+            items = text.replace(",", "+").split("+")
+    return [str(item).strip() for item in items if str(item).strip()]
+
+
+def _is_missing(value: Any) -> bool:
+    if value is None:
+        return True
+    try:
+        return bool(pd.isna(value))
+    except (TypeError, ValueError):
+        return False  # lists and other containers are values
+
+
+def _int_or_none(value: Any) -> int | None:
+    return None if _is_missing(value) else int(value)

@@ -1,0 +1,119 @@
+"""Per-task score tables like the papers' Table 1, mean ± std over seeds, as Markdown and LaTeX.
+
+Rows are the combinations of the swept parameters (seeds pooled); columns are STS12..STS16, STS-B,
+SICK-R and Avg (test Spearman x100 of the best-dev state), then n (trials). A cell is "mean ± std"
+with the sample std (ddof=1) over seeds, both to 2 decimals; a row with one trial shows the mean
+only. The papers' bert-base main results follow as reference rows for the methods in the study.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from analysis import paper_values
+from analysis.load import SCORES, swept_parameters
+
+HEADERS = {
+    "STS12": "STS12", "STS13": "STS13", "STS14": "STS14", "STS15": "STS15", "STS16": "STS16",
+    "STSBenchmark": "STS-B", "SICKRelatedness": "SICK-R", "avg": "Avg",
+}
+
+
+def score_table(table: pd.DataFrame, by: Sequence[str] | None = None) -> pd.DataFrame:
+    """Numbers behind the table: the `by` columns, then `<task>_mean` and `<task>_std` per task, then n."""
+    by = swept_parameters(table) if by is None else [c for c in by if c in table.columns]
+    scores = [s for s in SCORES if s in table.columns]
+    if not scores:
+        raise ValueError("the results have no test score columns (STS12 ... avg)")
+    if by:
+        grouped = table.groupby(by, dropna=False, sort=True)
+        out = grouped.size().rename("n").reset_index()
+        for score in scores:
+            out[f"{score}_mean"] = grouped[score].mean().to_numpy()
+            out[f"{score}_std"] = grouped[score].std(ddof=1).to_numpy()
+    else:
+        out = pd.DataFrame({"n": [len(table)]})
+        for score in scores:
+            out[f"{score}_mean"] = [table[score].mean()]
+            out[f"{score}_std"] = [table[score].std(ddof=1)]
+    return out[list(by) + [f"{s}_{k}" for s in scores for k in ("mean", "std")] + ["n"]]
+
+
+def format_mean_std(mean: float, std: float, digits: int = 2, latex: bool = False) -> str:
+    """'76.25 ± 0.41' (or '76.25 $\\pm$ 0.41'); the mean alone when std is missing; '-' when mean is."""
+    if mean is None or pd.isna(mean):
+        return "-"
+    if std is None or pd.isna(std):
+        return f"{mean:.{digits}f}"
+    sign = " $\\pm$ " if latex else " ± "
+    return f"{mean:.{digits}f}{sign}{std:.{digits}f}"
+
+
+def markdown_table(table: pd.DataFrame, by: Sequence[str] | None = None, paper: bool = True) -> str:
+    header, rows = _rows(table, by, paper, latex=False)
+    lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines) + "\n\n" + f"Test Spearman x100 of the best STS-B-dev state; cells: mean ± std over seeds (ddof=1).\n"
+
+
+def latex_table(table: pd.DataFrame, by: Sequence[str] | None = None, paper: bool = True,
+                caption: str = "STS test Spearman x100, mean $\\pm$ std over seeds.", label: str = "tab:sts") -> str:
+    header, rows = _rows(table, by, paper, latex=True)
+    align = "l" * (len(header) - len(HEADERS) - 1) + "c" * len(HEADERS) + "r"
+    lines = [
+        "\\begin{table}[t]",
+        "\\centering",
+        "\\small",
+        f"\\begin{{tabular}}{{{align}}}",
+        "\\toprule",
+        " & ".join(_latex_escape(h) for h in header) + " \\\\",
+        "\\midrule",
+    ]
+    lines += [" & ".join(row) + " \\\\" for row in rows]
+    lines += ["\\bottomrule", "\\end{tabular}", f"\\caption{{{caption}}}", f"\\label{{{label}}}", "\\end{table}"]
+    return "\n".join(lines) + "\n"
+
+
+# ---- internals ----------------------------------------------------------------------------------
+def _rows(table: pd.DataFrame, by: Sequence[str] | None, paper: bool, latex: bool) -> tuple[list[str], list[list[str]]]:
+    numbers = score_table(table, by)
+    by_columns = [c for c in numbers.columns if not (c.endswith("_mean") or c.endswith("_std") or c == "n")]
+    label_columns = by_columns or ["setting"]
+    header = label_columns + list(HEADERS.values()) + ["n"]
+    escape = _latex_escape if latex else (lambda text: text)
+
+    rows = []
+    for _, record in numbers.iterrows():
+        labels = [escape(_format_key(record[c])) for c in by_columns] or ["this study"]
+        cells = [format_mean_std(record.get(f"{s}_mean", np.nan), record.get(f"{s}_std", np.nan), latex=latex) for s in HEADERS]
+        rows.append(labels + cells + [str(int(record["n"]))])
+    if paper:
+        methods = table["method"].dropna().unique() if "method" in table.columns else []
+        known = [m for m in paper_values.MAIN_RESULTS if m in set(methods)]  # in the papers' order
+        for method in known:
+            values = paper_values.MAIN_RESULTS[method]
+            spread = paper_values.MAIN_RESULTS_STD.get(method, {})
+            name = f"{paper_values.METHOD_NAMES[method]} (paper, bert-base)"
+            labels = [escape(name)] + [""] * (len(label_columns) - 1)
+            cells = [format_mean_std(values[s], spread.get(s), latex=latex) for s in HEADERS]
+            rows.append(labels + cells + [""])
+    return header, rows
+
+
+def _format_key(value: Any) -> str:
+    if value is None or (isinstance(value, float) and np.isnan(value)):
+        return "default"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    if isinstance(value, (float, np.floating)):
+        return f"{value:g}"
+    return str(value)
+
+
+def _latex_escape(text: str) -> str:
+    for char, replacement in (("\\", "\\textbackslash{}"), ("_", "\\_"), ("&", "\\&"), ("%", "\\%"), ("#", "\\#"), ("$", "\\$")):
+        text = text.replace(char, replacement)
+    return text

@@ -1,0 +1,119 @@
+"""`sweep analyze TARGET`: draw a study's figures and tables, and attach them to its Optuna study.
+
+TARGET is a results folder (results/<study>) or a study YAML, from which `name` and `results_dir`
+(default "results", relative to the working directory as for `sweep run`) give the folder.
+
+Attaching: when the study's Optuna storage exists (the `storage` key of <study_dir>/study.yaml, else
+sqlite:///<study_dir>/optuna.db), every PNG is uploaded as a study-level artifact into a
+FileSystemArtifactStore at <study_dir>/artifacts, so that
+
+    optuna-dashboard sqlite:///<study_dir>/optuna.db --artifact-dir <study_dir>/artifacts
+
+shows them. A figure already attached with the same file name and the same bytes is not uploaded
+again, so re-running analyze on unchanged results adds nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from trainer.errors import UserError
+
+
+def analyze_command(target: str, attach: bool = True) -> int:
+    from analysis.load import ResultsError, read_study_spec
+    from analysis.report import analyze
+
+    study_dir, spec = _study_dir(target)
+    try:
+        written = analyze(study_dir)
+    except ResultsError as exc:
+        raise UserError(str(exc)) from None
+    print(f"wrote {len(written)} files to {written[0].parent if written else study_dir}:")
+    for path in written:
+        print(f"  {path.name}")
+
+    if attach:
+        study_spec = read_study_spec(study_dir) or spec
+        storage = study_spec.get("storage") or f"sqlite:///{(study_dir / 'optuna.db').resolve()}"
+        name = study_spec.get("name") or study_dir.name
+        pngs = [p for p in written if p.suffix == ".png"]
+        attach_figures(pngs, storage, name, study_dir / "artifacts")
+    return 0
+
+
+def attach_figures(pngs: list[Path], storage: str, study_name: str, artifact_dir: Path) -> int:
+    """Upload PNGs to the Optuna study as study artifacts; returns how many were uploaded."""
+    if not pngs:
+        return 0
+    if storage.startswith("sqlite:///") and not Path(storage[len("sqlite:///"):]).is_file():
+        print(f"no Optuna storage at {storage}; figures not attached (the files above are complete)")
+        return 0
+    import optuna
+    from optuna.artifacts import FileSystemArtifactStore, get_all_artifact_meta, upload_artifact
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        study = optuna.load_study(study_name=study_name, storage=storage)
+    except KeyError:
+        print(f"no Optuna study {study_name!r} in {storage}; figures not attached")
+        return 0
+    except Exception as exc:  # an unreachable database must not hide the figures already written
+        print(f"could not open Optuna storage {storage} ({' '.join(str(exc).split())[:200]}); figures not attached",
+              file=sys.stderr)
+        return 0
+
+    artifact_dir.mkdir(parents=True, exist_ok=True)
+    store = FileSystemArtifactStore(base_path=str(artifact_dir))
+    attached = _attached_digests(store, get_all_artifact_meta(study))
+    uploaded = 0
+    for png in pngs:
+        if _digest(png.read_bytes()) in attached.get(png.name, set()):
+            continue
+        upload_artifact(artifact_store=store, file_path=str(png), study_or_trial=study, mimetype="image/png")
+        uploaded += 1
+    print(f"attached {uploaded} new figure(s) to Optuna study {study_name!r} "
+          f"({len(pngs) - uploaded} unchanged); view with: optuna-dashboard {storage} --artifact-dir {artifact_dir}")
+    return uploaded
+
+
+def _study_dir(target: str) -> tuple[Path, dict[str, Any]]:
+    """The results folder of a target (folder or study YAML) and the YAML's keys, if any."""
+    path = Path(target)
+    if path.is_dir():
+        return path, {}
+    if not path.is_file():
+        raise UserError(f"{target} not found: pass a results folder (results/<study>) or a study YAML file")
+    if path.suffix not in (".yaml", ".yml"):
+        raise UserError(f"{target}: expected a results folder or a study YAML file (.yaml)")
+    try:
+        spec = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise UserError(f"{target}: not valid YAML ({' '.join(str(exc).split())})") from None
+    if not isinstance(spec, dict) or not spec.get("name"):
+        raise UserError(f"{target}: a study YAML needs a 'name' key (the results go to <results_dir>/<name>)")
+    study_dir = Path(str(spec.get("results_dir") or "results")) / str(spec["name"])
+    if not study_dir.is_dir():
+        raise UserError(f"{study_dir}: no results yet for study {spec['name']!r}; run `sweep run {target}` first")
+    return study_dir, spec
+
+
+def _attached_digests(store: Any, metas: list[Any]) -> dict[str, set[str]]:
+    """File name -> digests of the artifacts already attached under that name."""
+    digests: dict[str, set[str]] = {}
+    for meta in metas:
+        try:
+            with store.open_reader(meta.artifact_id) as reader:
+                digests.setdefault(meta.filename, set()).add(_digest(reader.read()))
+        except Exception:  # an artifact whose file was removed by hand: upload again
+            continue
+    return digests
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()

@@ -1,0 +1,97 @@
+"""MTD (MoCoSE eq. 4) against values computed by hand and with numpy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from analysis.mtd import config_traceable_distance, cosine_eta, effective_eta, traceable_distance
+
+
+def mocose(schedule="constant", decay=0.85, decay_end=0.95, schedule_steps=None, size=512, slices=None, batch=64, max_steps=None):
+    return {
+        "method": "mocose", "batch_size": batch, "max_steps": max_steps,
+        "ema": {"schedule": schedule, "decay": decay, "decay_end": decay_end, "schedule_steps": schedule_steps},
+        "queue": {"size": size, "initial_size": 128, "slices": slices},
+    }
+
+
+def test_paper_best_point():
+    # 1/(1-0.85) + 512/64 = 6.666... + 8 = 14.67 (MoCoSE section 5.7)
+    assert round(traceable_distance(0.85, 512, 64), 2) == 14.67
+    assert round(config_traceable_distance(mocose()), 2) == 14.67
+
+
+def test_slices_use_the_oldest_position():
+    # the loss uses positions up to 1024, so K = 1024: 6.667 + 1024/256 = 10.667
+    assert traceable_distance(0.85, 1024, 256, slices=[(0, 256), (768, 1024)]) == pytest.approx(1 / 0.15 + 4.0)
+    # a slice ending before the queue's end: K is its end, not the queue size
+    assert traceable_distance(0.85, 1024, 256, slices=[(0, 512)]) == pytest.approx(1 / 0.15 + 2.0)
+    config = mocose(size=1024, batch=256, slices=["0-256", "768-1024"])
+    assert config_traceable_distance(config) == pytest.approx(1 / 0.15 + 4.0)
+    assert config_traceable_distance(mocose(size=1024, batch=256, slices="0-256+768-1024")) == pytest.approx(1 / 0.15 + 4.0)
+
+
+def test_k_choice_size_ignores_slices():
+    assert traceable_distance(0.85, 2048, 256, slices=[(0, 512)], k_choice="size") == pytest.approx(1 / 0.15 + 8.0)
+    config = mocose(size=2048, batch=256, slices=["0-512"])
+    assert config_traceable_distance(config, k_choice="size") == pytest.approx(1 / 0.15 + 8.0)
+    assert config_traceable_distance(config, k_choice="oldest") == pytest.approx(1 / 0.15 + 2.0)
+
+
+def test_cosine_schedule_initial_final_mean():
+    config = mocose(schedule="cosine", decay=0.75, decay_end=0.95)
+    assert config_traceable_distance(config, total_steps=200, eta_choice="initial") == pytest.approx(1 / 0.25 + 8.0)
+    assert config_traceable_distance(config, total_steps=200, eta_choice="final") == pytest.approx(1 / 0.05 + 8.0)
+    # "mean": eta averaged over steps 1..T, then 1/(1 - mean eta); independent numpy computation
+    t = np.arange(1, 201) / 200
+    eta = 0.95 - (0.95 - 0.75) * (np.cos(np.pi * t) + 1) / 2
+    expected = 1 / (1 - eta.mean()) + 8.0
+    assert config_traceable_distance(config, total_steps=200, eta_choice="mean") == pytest.approx(expected, rel=1e-12)
+    # max_steps stands in for the run length when none is passed
+    assert config_traceable_distance(mocose(schedule="cosine", decay=0.75, max_steps=200)) == pytest.approx(expected)
+
+
+def test_cosine_schedule_shorter_than_the_run_stays_at_the_end_value():
+    config = mocose(schedule="cosine", decay=0.75, decay_end=0.95, schedule_steps=100)
+    steps = np.arange(1, 201)
+    t = np.minimum(steps, 100) / 100
+    eta = 0.95 - 0.2 * (np.cos(np.pi * t) + 1) / 2
+    assert config_traceable_distance(config, total_steps=200) == pytest.approx(1 / (1 - eta.mean()) + 8.0)
+    assert cosine_eta(0, 0.75, 0.95, 100) == pytest.approx(0.75)
+    assert cosine_eta(50, 0.75, 0.95, 100) == pytest.approx(0.85)
+    assert cosine_eta(150, 0.75, 0.95, 100) == pytest.approx(0.95)
+
+
+def test_constant_schedule_ignores_eta_choice():
+    for choice in ("initial", "final", "mean"):
+        assert effective_eta("constant", 0.9, 0.99, None, None, choice) == 0.9
+
+
+def test_unknown_run_length_falls_back_to_final_eta():
+    # documented behaviour of config_traceable_distance: without steps, "mean" cannot be computed
+    config = mocose(schedule="cosine", decay=0.75, decay_end=0.95)
+    assert config_traceable_distance(config) == pytest.approx(1 / 0.05 + 8.0)
+
+
+def test_methods_without_ema_and_queue_have_none():
+    for method in ("simcse", "gs", "mix"):
+        assert config_traceable_distance({"method": method, "batch_size": 64}) is None
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: traceable_distance(1.0, 512, 64),
+        lambda: traceable_distance(-0.1, 512, 64),
+        lambda: traceable_distance(0.85, 512, 0),
+        lambda: traceable_distance(0.85, 512, 64, k_choice="newest"),
+        lambda: effective_eta("linear", 0.8, 0.9, 100),
+        lambda: effective_eta("cosine", 0.8, 0.9, 100, eta_choice="median"),
+        lambda: effective_eta("cosine", 0.8, 0.9, None, eta_choice="mean"),
+        lambda: config_traceable_distance(mocose(slices=["0-256-512"])),
+    ],
+)
+def test_bad_inputs_raise(call):
+    with pytest.raises(ValueError):
+        call()
