@@ -68,7 +68,7 @@ class QueueConfig:
 
 @dataclass
 class FGSMConfig:
-    eps: float = 5e-9  # 0 disables FGSM
+    eps: float | None = None  # method default: MoCoSE 5e-9 (Table 9), others 0 (off)
     mode: Literal["exact", "lagged"] = "lagged"
 
 
@@ -184,6 +184,8 @@ class RunConfig:
             data["optim"]["weight_decay"] = 1e-6 if mocose else 0.0
         if data["eval"]["eval_steps"] is None:
             data["eval"]["eval_steps"] = 100 if mocose else 125
+        if data["fgsm"]["eps"] is None:
+            data["fgsm"]["eps"] = 5e-9 if mocose else 0.0
         if data["mix"]["enabled"] is None:
             data["mix"]["enabled"] = self.method == "mix"
         if self.method == "gs" and data["gaussian"]["count"] is None and data["gaussian"]["count_per_batch"] is None:
@@ -245,7 +247,7 @@ class RunConfig:
                 parse_slices(self.queue.slices, self.queue.size)
             except ValueError as exc:
                 bad("queue.slices", str(exc))
-        if self.fgsm.eps < 0:
+        if self.fgsm.eps is not None and self.fgsm.eps < 0:
             bad("fgsm.eps", "a number >= 0 (0 disables FGSM)")
         if self.heads.projection_layers < 0 or self.heads.predictor_layers < 0:
             bad("heads", "projection_layers and predictor_layers >= 0")

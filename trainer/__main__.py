@@ -1,0 +1,52 @@
+"""`python -m trainer RUN.yaml [key=value ...]`: one training run alone, with progress on the terminal."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m trainer", description="Train one model from a run config.")
+    parser.add_argument("config", help="YAML run config (keys of trainer.config.RunConfig); '-' for the defaults")
+    parser.add_argument("overrides", nargs="*", help="dotted overrides, e.g. queue.size=1024 ema.decay=0.9")
+    args = parser.parse_args(argv)
+    from trainer.config import RunConfig
+    from trainer.errors import UserError
+
+    try:
+        config = RunConfig() if args.config == "-" else RunConfig.from_yaml(args.config)
+        config = config.override(args.overrides)
+        from trainer.train import train
+
+        def progress(metrics: dict) -> None:
+            parts = [f"step {metrics['step']}", f"loss {metrics['loss']:.4f}"]
+            if metrics.get("dev_stsb") is not None:
+                parts.append(f"STS-B dev {metrics['dev_stsb']:.2f}")
+            if metrics.get("eta") is not None:
+                parts.append(f"eta {metrics['eta']:.4f}")
+            if metrics.get("queue_fill") is not None:
+                parts.append(f"queue {metrics['queue_fill']}")
+            parts.append(f"{metrics['elapsed_s']:.0f} s")
+            print("  ".join(parts), flush=True)
+
+        print(f"training {config.method} on {config.model} (batch {config.batch_size})", flush=True)
+        summary = train(config, report=progress)
+    except UserError as exc:
+        print(f"trainer: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("trainer: interrupted", file=sys.stderr)
+        return 130
+    test = summary.get("test") or {}
+    print(f"status: {summary['status']}" + (f" ({summary['reason']})" if summary.get("reason") else ""))
+    if test:
+        print("test: " + "  ".join(f"{k} {v:.2f}" for k, v in test.items()))
+    brief = {k: summary[k] for k in ("best_step", "best_dev_stsb", "align", "uniform", "mtd", "sentences_per_s", "wall_time_s")}
+    print(json.dumps(brief))
+    return 0 if summary["status"] == "ok" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
