@@ -15,6 +15,7 @@ Load from YAML and override with dotted keys:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import types
 import typing
 from dataclasses import dataclass, field
@@ -303,6 +304,12 @@ def parse_slices(slices: list[str] | str | None, size: int) -> list[tuple[int, i
 
 
 # ---- generic dataclass <-> dict machinery ---------------------------------------------------
+@functools.lru_cache(maxsize=None)
+def _hints(cls: type) -> dict[str, Any]:
+    # typing.get_type_hints re-evaluates string annotations on every call; sweeps build thousands of configs
+    return typing.get_type_hints(cls)
+
+
 def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())
 
@@ -339,7 +346,7 @@ def field_names(cls: type = RunConfig, prefix: str = "") -> list[str]:
         if dataclasses.is_dataclass(f.type) or (isinstance(f.type, type) and dataclasses.is_dataclass(f.type)):
             names += field_names(f.type, f"{prefix}{f.name}.")
         else:
-            hint = typing.get_type_hints(cls)[f.name]
+            hint = _hints(cls)[f.name]
             if dataclasses.is_dataclass(hint):
                 names += field_names(hint, f"{prefix}{f.name}.")
             else:
@@ -351,10 +358,10 @@ def field_type(key: str, cls: type = RunConfig) -> Any:
     """The type hint of a dotted key (raises KeyError when unknown)."""
     *sections, last = key.split(".")
     for section in sections:
-        cls = typing.get_type_hints(cls)[section]
+        cls = _hints(cls)[section]
         if not dataclasses.is_dataclass(cls):
             raise KeyError(key)
-    hints = typing.get_type_hints(cls)
+    hints = _hints(cls)
     if last not in hints or dataclasses.is_dataclass(hints[last]):
         raise KeyError(key)
     return hints[last]
@@ -426,7 +433,7 @@ def _describe(hint: Any) -> str:
 def _build(cls: type, data: dict[str, Any], prefix: str) -> Any:
     if not isinstance(data, dict):
         raise UserError(f"config key '{prefix.rstrip('.')}': expected a mapping")
-    hints = typing.get_type_hints(cls)
+    hints = _hints(cls)
     known = {f.name for f in dataclasses.fields(cls)}
     for key in data:
         if key not in known:

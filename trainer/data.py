@@ -100,16 +100,35 @@ def verified_path(root: Path, relative: str) -> Path:
     return path
 
 
+CORPUS_NAMES = {"wiki1m": FULL_CORPUS, "wiki1m_sample": SAMPLE_CORPUS}
+
+
 def corpus_path(root: Path, corpus: str | None) -> Path:
-    """The training corpus: an explicit path, else the full wiki1m corpus, else the mirror's sample."""
+    """The training corpus.
+
+    `wiki1m` (the full corpus, required) or `wiki1m_sample` (the mirror's 11,914 sentences) inside the
+    data directory; any other value is a file path; None takes the full corpus when installed, else the
+    sample, and says so on stderr (paper-scale studies name `wiki1m` so they never train on the sample).
+    """
+    if corpus in CORPUS_NAMES:
+        relative = CORPUS_NAMES[corpus]
+        if not (root / relative).is_file():
+            how = "`sweep data fetch --corpus full`" if corpus == "wiki1m" else "`sweep data fetch --from DIR`"
+            raise UserError(f"corpus '{corpus}' is not installed in {root}: run {how}")
+        return verified_path(root, relative) if relative in manifest() else root / relative
     if corpus:
         path = Path(corpus).expanduser()
         if not path.is_file():
             raise UserError(f"training corpus {path} not found: fix data.corpus or run `sweep data fetch`")
         return path
-    for relative in (FULL_CORPUS, SAMPLE_CORPUS):
-        if (root / relative).is_file():
-            return verified_path(root, relative) if relative in manifest() else root / relative
+    if (root / FULL_CORPUS).is_file():
+        return root / FULL_CORPUS
+    if (root / SAMPLE_CORPUS).is_file():
+        import sys
+
+        print(f"note: training on the corpus sample {root / SAMPLE_CORPUS} (the full wiki1m is not installed)",
+              file=sys.stderr)
+        return verified_path(root, SAMPLE_CORPUS)
     raise UserError(
         f"no training corpus in {root / 'corpus'}: run `sweep data fetch` (full wiki1m) or "
         "`sweep data fetch --from DIR` (a mirror's sample), or set data.corpus"
