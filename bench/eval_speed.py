@@ -1,0 +1,90 @@
+"""Time the full seven-task STS evaluation of the embedded model, ours vs SentEval's procedure.
+
+    python bench/eval_speed.py [--data-dir DIR] [--poolers cls_before_pooler avg] [--skip-reference]
+
+Ours: `trainer.evaluation.evaluate_sts` (each distinct sentence once, length-sorted batches, only the
+reported splits). Reference: SentEval's procedure as SimCSE runs it, re-implemented here for timing and
+for a second opinion on the numbers: per task, every split is loaded (STS-B and SICK train/dev/test),
+pairs sorted by (len s1, len s2, score), batches of 128 pairs, each side encoded separately (padding
+within the batch, no truncation), cosine per pair, Spearman. Both print the seven figures and Avg.
+Results go to stdout as JSON lines; copy them into bench/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+
+import numpy as np
+import torch
+from scipy.stats import spearmanr
+
+from trainer.data import data_dir
+from trainer.evaluation import TASKS, SentenceEncoder, average, evaluate_sts, format_score, load_task
+from trainer.models import load_encoder
+
+
+def senteval_procedure(model, tokenizer, pooler: str, root) -> dict[str, float]:
+    """SentEval's STSEval.run over all splits, with SimCSE's batcher; returns the reported figures."""
+    encoder = SentenceEncoder(model, tokenizer, pooler, "cpu", batch_size=10**9)  # pooling only
+
+    def batcher(sentences):
+        batch = tokenizer(list(sentences), return_tensors="pt", padding=True)
+        with torch.inference_mode():
+            out = model(**batch, output_hidden_states=pooler in ("avg_first_last", "avg_top2"), return_dict=True)
+            return encoder.pool(out, batch["attention_mask"]).numpy()
+
+    scores = {}
+    for task in TASKS:
+        splits = ["test"] if task.startswith("STS1") else ["train", "dev", "test"]
+        reported = None
+        for split in splits:
+            all_sys, all_gold = [], []
+            for pairs in load_task(root, task, split):
+                rows = sorted(zip(pairs.sent1, pairs.sent2, pairs.gold),
+                              key=lambda z: (len(z[0].split()), len(z[1].split()), z[2]))
+                for i in range(0, len(rows), 128):
+                    chunk = rows[i:i + 128]
+                    e1 = batcher([r[0] for r in chunk])
+                    e2 = batcher([r[1] for r in chunk])
+                    for a, b, r in zip(e1, e2, chunk):
+                        a, b = np.nan_to_num(a), np.nan_to_num(b)
+                        all_sys.append(np.nan_to_num(np.dot(a, b) / (np.sqrt(np.dot(a, a)) * np.sqrt(np.dot(b, b)))))
+                        all_gold.append(r[2])
+            if split == "test":
+                reported = spearmanr(all_sys, all_gold)[0]
+        scores[task] = format_score(reported)
+    scores["avg"] = average([scores[t] for t in TASKS])
+    return scores
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--data-dir")
+    parser.add_argument("--poolers", nargs="+", default=["cls_before_pooler", "avg"])
+    parser.add_argument("--skip-reference", action="store_true")
+    args = parser.parse_args()
+    root = data_dir(args.data_dir)
+    model, tokenizer = load_encoder("embedded")
+    model.eval()
+    env = {"torch": torch.__version__, "threads": torch.get_num_threads(), "cpus": os.cpu_count(),
+           "cpu": platform.processor() or platform.machine()}
+    for pooler in args.poolers:
+        encoder = SentenceEncoder(model, tokenizer, pooler, "cpu", 128)
+        t0 = time.perf_counter()
+        ours = evaluate_sts(encoder.encode, root, align_uniform_split=None)
+        t_ours = time.perf_counter() - t0
+        line = {"pooler": pooler, "ours_seconds": round(t_ours, 1), "ours": {**ours.scores, "avg": ours.avg}, **env}
+        if not args.skip_reference:
+            t0 = time.perf_counter()
+            ref = senteval_procedure(model, tokenizer, pooler, root)
+            line.update(reference_seconds=round(time.perf_counter() - t0, 1), reference=ref,
+                        max_abs_diff=max(abs(ref[k] - line["ours"][k]) for k in ref))
+        print(json.dumps(line), flush=True)
+
+
+if __name__ == "__main__":
+    main()

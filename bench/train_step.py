@@ -1,0 +1,101 @@
+"""Training-step speed, measured side by side in one process on the same batches.
+
+    python bench/train_step.py [--steps 20] [--batch-size 64] [--model embedded] [--device cpu]
+
+1. minimal: a hand-written SimCSE loop (2N rows in one forward, [CLS] -> Linear+Tanh, InfoNCE,
+   backward, grad clip, AdamW step) — the floor our loop is compared with;
+2. our train() for simcse, mocose (lagged FGSM, K 512, K0 128), gs (M = 3N) and mix.
+Each of ours runs `steps` optimiser steps; its time is the loop's own training time (evaluation
+excluded); the minimal loop is timed the same way (all steps, batch building included). Prints one JSON line per
+method with seconds per step and sentences per second; the ratios asked for in the issue are printed
+at the end. Copy the lines into bench/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+import torch
+import torch.nn.functional as F
+
+from trainer.config import RunConfig
+from trainer.corpus import load_corpus
+from trainer.data import corpus_path, data_dir
+from trainer.models import load_encoder
+from trainer.train import train
+
+
+def minimal_simcse(model_name: str, steps: int, batch: int, warmup: int, device: str) -> float:
+    """Seconds per step of the smallest correct SimCSE loop we could write."""
+    torch.manual_seed(0)
+    model, tokenizer = load_encoder(model_name, dropout=0.1)
+    model.to(device).train()
+    dim = model.config.hidden_size
+    mlp = torch.nn.Sequential(torch.nn.Linear(dim, dim), torch.nn.Tanh()).to(device)
+    params = list(model.parameters()) + list(mlp.parameters())
+    opt = torch.optim.AdamW(params, lr=3e-5, weight_decay=0.0)
+    root = data_dir(None)
+    corpus = load_corpus(corpus_path(root, "wiki1m_sample"), tokenizer, 32, None, root / "cache")
+    order = torch.randperm(len(corpus), generator=torch.Generator().manual_seed(42)).tolist()
+    labels = torch.arange(batch, device=device)
+    timed = 0.0
+    for step in range(warmup + steps):
+        t0 = time.perf_counter()  # batch building is timed, as it is inside train()
+        ids, mask = corpus.batch(order[step * batch:(step + 1) * batch], tokenizer.pad_token_id)
+        ids, mask = ids.to(device), mask.to(device)
+        out = model(input_ids=torch.cat([ids, ids]), attention_mask=torch.cat([mask, mask]))
+        z = mlp(out.last_hidden_state[:, 0])
+        z = F.normalize(z, dim=-1)
+        logits = z[:batch] @ z[batch:].T / 0.05
+        loss = F.cross_entropy(logits, labels)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        if step >= warmup:
+            timed += time.perf_counter() - t0
+    return timed / steps
+
+
+def ours(method: str, model_name: str, steps: int, batch: int, device: str, extra: dict) -> dict:
+    cfg = {"model": model_name, "method": method, "batch_size": batch, "max_steps": steps, "device": device,
+           "data": {"corpus": "wiki1m_sample"},
+           "eval": {"eval_steps": 10**6, "final_tasks": ["STSBenchmark"], "align_uniform_split": "dev"}, **extra}
+    summary = train(RunConfig.from_dict(cfg))
+    return {"seconds_per_step": summary["train_seconds"] / summary["steps"], "sentences_per_s": summary["sentences_per_s"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=0, help="untimed first steps of the minimal loop (ours times all)")
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--model", default="embedded")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--methods", nargs="+", default=["simcse", "mocose", "gs", "mix"])
+    args = parser.parse_args()
+    env = {"torch": torch.__version__, "threads": torch.get_num_threads(), "cpus": os.cpu_count(),
+           "device": args.device, "batch": args.batch_size, "steps": args.steps, "model": args.model}
+    results = {}
+    sec = minimal_simcse(args.model, args.steps, args.batch_size, args.warmup, args.device)
+    results["minimal_simcse"] = {"seconds_per_step": sec, "sentences_per_s": args.batch_size / sec}
+    print(json.dumps({"method": "minimal_simcse", **results["minimal_simcse"], **env}), flush=True)
+    extras = {"mocose": {"queue": {"size": 512, "initial_size": 128}, "fgsm": {"eps": 5e-9, "mode": "lagged"},
+                         "ema": {"schedule": "constant", "decay": 0.85}}}
+    for method in args.methods:
+        results[method] = ours(method, args.model, args.steps, args.batch_size, args.device, extras.get(method, {}))
+        print(json.dumps({"method": method, **results[method], **env}), flush=True)
+    base = results["minimal_simcse"]["seconds_per_step"]
+    if "simcse" in results:
+        print(f"simcse / minimal step time: {results['simcse']['seconds_per_step'] / base:.3f} (target <= 1.10)")
+        if "mocose" in results:
+            print(f"mocose / simcse step time: {results['mocose']['seconds_per_step'] / results['simcse']['seconds_per_step']:.3f} (target <= 0.80)")
+
+
+if __name__ == "__main__":
+    main()
