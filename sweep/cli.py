@@ -82,8 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     ev = sub.add_parser("eval", help="evaluate a model on the seven STS tasks exactly as SentEval does")
     ev.add_argument("--model", required=True, help="HF model id, local path, or 'embedded'")
+    # No argparse `choices`: an unknown pooler is a one-line UserError from eval_command, not a usage dump.
     ev.add_argument("--pooler", default="cls_before_pooler",
-                    choices=["cls", "cls_before_pooler", "avg", "avg_first_last", "avg_top2"])
+                    help="cls, cls_before_pooler (default), avg, avg_first_last or avg_top2")
     ev.add_argument("--data-dir", help="data directory (default: $SWEEP_DATA_DIR or the default data directory)")
     ev.add_argument("--tasks", nargs="+", metavar="TASK",
                     help="subset of STS12 STS13 STS14 STS15 STS16 STSBenchmark SICKRelatedness")

@@ -355,7 +355,9 @@ def eval_command(model: str, pooler: str = "cls_before_pooler", data_dir: str | 
         if task not in TASKS:
             raise UserError(f"unknown task '{task}': choose from {', '.join(TASKS)}")
     root = resolve_data_dir(data_dir)
-    load_task(root, "STSBenchmark", "dev")  # fail on missing/altered data before the model loads
+    for task in list(tasks or TASKS):  # fail on missing/altered data before the model loads
+        load_task(root, task, "test")
+    load_task(root, "STSBenchmark", "dev")
     torch_device = pick_device(device)
     encoder_model, tokenizer = load_encoder(model)
     encoder = SentenceEncoder(encoder_model.to(torch_device), tokenizer, pooler, torch_device, batch_size)
