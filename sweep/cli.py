@@ -60,16 +60,23 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     return analyze_command(args.target, attach=not args.no_attach)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line usage errors (exit 2), like every other user mistake."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="sweep",
         description="Sweeps and ablations for unsupervised contrastive sentence embeddings "
         "(SimCSE, MoCoSE, GS-InfoNCE, MixCSE).",
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
 
     data = sub.add_parser("data", help="manage the evaluation data and training corpus")
-    data_sub = data.add_subparsers(dest="data_command", required=True, metavar="ACTION")
+    data_sub = data.add_subparsers(dest="data_command", required=True, metavar="ACTION", parser_class=_Parser)
     fetch = data_sub.add_parser("fetch", help="install SentEval data and a training corpus into the data directory")
     fetch.add_argument("--from", dest="source", metavar="DIR",
                        help="a local mirror laid out like shared/data (default: download the public archives)")

@@ -35,7 +35,8 @@ def fetch_data(source: str | None = None, dest: str | None = None, corpus: str =
     root.mkdir(parents=True, exist_ok=True)
     senteval_files = sorted(p for p in manifest() if p.startswith("senteval/"))
     todo = [p for p in senteval_files if file_problem(root / p, p) is not None]
-    _log(f"data directory: {root} ({len(senteval_files) - len(todo)}/{len(senteval_files)} SentEval files already installed)")
+    if todo:
+        _progress(f"installing {len(todo)} of {len(senteval_files)} SentEval files into {root}")
 
     if source:
         mirror = Path(source).expanduser()
@@ -94,9 +95,11 @@ def _verify_or_raise(path: Path, relative: str, origin: str) -> None:
         return
     size, sha = expected
     if path.stat().st_size != size:
-        raise UserError(f"{origin} has {path.stat().st_size} bytes, expected {size}: the source is truncated or altered")
+        raise UserError(f"{origin} has {path.stat().st_size} bytes, expected {size}: the source is truncated or "
+                        "altered; repair the mirror (or fetch from the public archives without --from)")
     if sha256_file(path) != sha:
-        raise UserError(f"{origin} fails its sha256 check: the source is altered or corrupted")
+        raise UserError(f"{origin} fails its sha256 check: the source is altered or corrupted; repair the mirror "
+                        "(or fetch from the public archives without --from)")
 
 
 def _temp_beside(target: Path) -> Path:

@@ -149,19 +149,24 @@ def seed_everything(seed: int) -> None:
 
 
 def _autocast(device: torch.device, precision: str):
-    if device.type != "cuda" or precision in ("fp32", "auto") and device.type != "cuda":
-        return contextlib.nullcontext()
+    """fp32 on the CPU; on CUDA, bf16 autocast for "auto"/"bf16", fp16 for "fp16", none for "fp32"."""
     dtype = {"auto": torch.bfloat16, "bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
-    return torch.autocast("cuda", dtype=dtype) if dtype else contextlib.nullcontext()
+    if device.type != "cuda" or dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast("cuda", dtype=dtype)
 
 
 def _param_groups(model: ContrastiveModel, weight_decay: float) -> list[dict]:
     # As HF's Trainer (used by SimCSE and MoCoSE): no weight decay on biases and LayerNorm weights.
+    # LayerNorms are found by module type (as HF's ALL_LAYERNORM_LAYERS), not only by name: the MoCoSE
+    # heads' LayerNorms sit in nn.Sequential and are named e.g. "projection.1.weight".
+    norm_params = {id(p) for m in model.modules() if isinstance(m, nn.LayerNorm) for p in m.parameters(recurse=False)}
     decay, no_decay = [], []
     for name, param in model.named_parameters():
         if not param.requires_grad:
             continue
-        (no_decay if name.endswith("bias") or "LayerNorm" in name or "layer_norm" in name else decay).append(param)
+        is_norm = id(param) in norm_params or "LayerNorm" in name or "layer_norm" in name
+        (no_decay if name.endswith("bias") or is_norm else decay).append(param)
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
@@ -351,7 +356,10 @@ def train(config: RunConfig, report: Report | None = None) -> dict[str, Any]:
         loss_window += 1
 
         last = step == total_steps
-        if step % eval_steps == 0 or last or (step % 25 == 0 and not torch.isfinite(loss_sum)):
+        # A NaN/inf loss is looked for every step on the CPU (free) and every 25 steps on a GPU, where
+        # reading it back is a host sync that would stall the inner loop.
+        check_every = 25 if device.type == "cuda" else 1
+        if step % eval_steps == 0 or last or (step % check_every == 0 and not torch.isfinite(loss_sum)):
             train_seconds += time.perf_counter() - tick
             mean_loss = (loss_sum / loss_window).item()
             loss_sum.zero_()
@@ -376,12 +384,13 @@ def train(config: RunConfig, report: Report | None = None) -> dict[str, Any]:
                     handle.write(json.dumps(_json_safe(metrics)) + "\n")
             if report is not None:
                 report(_json_safe(metrics))
-            if math.isfinite(dev_rho) and dev_rho > best["dev"]:
-                best = {"dev": dev_rho, "step": step, "state": snapshot()}
             if not math.isfinite(dev_rho) or mean_cos > config.collapse_threshold:
+                # checked before the best-state update, so a collapsed state is never the one evaluated
                 status = "collapsed"
                 reason = f"embeddings collapsed at step {step}: mean pairwise cosine {mean_cos:.4f} on STS-B dev"
                 break
+            if dev_rho > best["dev"]:
+                best = {"dev": dev_rho, "step": step, "state": snapshot()}
             tick = time.perf_counter()
 
     if fgsm is not None:
