@@ -27,8 +27,7 @@ SWEEP = [str(_CONSOLE_SCRIPT)] if _CONSOLE_SCRIPT.exists() else [sys.executable,
 
 # study file -> (trials, lowest MTD, highest MTD); MTD None where no trial is MoCoSE.
 EXPECTED_STUDIES = {
-    "quickstart": (6, 3.0, 30.0),
-    "quickstart_slices": (5, 10.67, 14.67),
+    "quickstart": (8, 6.0, 18.0),
     "mtd_grid": (36, 5.0, 42.0),
     "queue_slice": (15, 22.0, 24.0),
     "queue_init": (60, 22.0, 84.0),
