@@ -1,0 +1,299 @@
+"""The Optuna mirror of a study: every trial appears live in an Optuna study (and so in optuna-dashboard).
+
+The sweep driver is the only writer. A trial is created RUNNING when it starts (`enqueue_trial` with
+its parameters + `study.ask(distributions)`, so the parameters are recorded with distributions),
+gets one intermediate value per evaluation (`trial.report(dev_stsb, step)`: learning curves), and
+ends COMPLETE (value = the study metric), FAIL (user attrs `status`, `reason`) or PRUNED.
+
+How trainer verdicts map to Optuna states (the one place this is decided):
+
+    summary status   Optuna state   value
+    ok               COMPLETE       the study metric from summary.json
+    diverged         FAIL           none (user attrs status=diverged, reason="diverged: ...")
+    collapsed        FAIL           none (user attrs status=collapsed, reason)
+    pruned           PRUNED         none (stopped by the scheduler; intermediate values kept)
+    error            FAIL           none (reason = the exception, e.g. "UserError: ...")
+    (interrupted)    FAIL           none (left RUNNING by a driver that died; reason "interrupted")
+
+Every Optuna trial carries user attr `key` (the trial key), so trials map back to results/<study>/trials/<key>.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from typing import Any
+
+import optuna
+from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
+from optuna.trial import FrozenTrial, TrialState
+
+from sweep.spec import StudySpec, Trial
+from sweep.store import TASKS, metric_value
+from trainer.errors import UserError
+
+INTERRUPTED = "interrupted"
+
+# Trainer statuses whose Optuna trial is final although not COMPLETE (re-running would not help).
+FINAL_FAIL_STATUSES = ("diverged", "collapsed")
+
+
+def open_storage(url: str) -> optuna.storages.RDBStorage:
+    """An RDB storage for `url` (sqlite:///..., postgresql://...)."""
+    engine_kwargs: dict[str, Any] = {"pool_pre_ping": True}
+    if url.startswith("sqlite"):
+        engine_kwargs = {"connect_args": {"timeout": 60}}  # the dashboard may read while we write
+    try:
+        return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
+    except Exception as exc:  # sqlalchemy: bad URL, missing driver, server down
+        raise UserError(f"cannot open Optuna storage {_hide_password(url)}: {' '.join(str(exc).split())[:300]}") from None
+
+
+def optuna_value(value: Any) -> Any:
+    """A parameter value as Optuna stores it: scalars as they are, lists joined with "+" (queue slices
+    ["0-256", "768-1024"] -> "0-256+768-1024", as `sweep.spec.search_space` offers them), dicts as JSON."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return "+".join(map(str, value))
+    return json.dumps(value, sort_keys=True)
+
+
+def infer_distributions(trials: list[Trial], names: list[str]) -> dict[str, BaseDistribution]:
+    """Distributions that hold every value a parameter takes in `trials`.
+
+    Numbers get Int/FloatDistribution(min, max), so a grid can grow later without Optuna's
+    "CategoricalDistribution does not support dynamic value space" error and the dashboard plots a
+    numeric axis; anything else (strings, booleans, lists) is categorical.
+    """
+    out: dict[str, BaseDistribution] = {}
+    for name in names:
+        values = [optuna_value(t.params[name]) for t in trials if name in t.params]
+        if not values:
+            continue
+        numbers = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        if len(numbers) == len(values) and all(math.isfinite(v) for v in numbers):
+            if all(isinstance(v, int) for v in numbers):
+                out[name] = IntDistribution(min(numbers), max(numbers))
+            else:
+                out[name] = FloatDistribution(float(min(numbers)), float(max(numbers)))
+        else:
+            out[name] = CategoricalDistribution(list(dict.fromkeys(values)))
+    return out
+
+
+class OptunaMirror:
+    """One study in Optuna storage, written by the sweep driver only."""
+
+    def __init__(self, spec: StudySpec, storage_url: str, distributions: dict[str, BaseDistribution],
+                 common_attrs: dict[str, Any] | None = None):
+        self.spec = spec
+        self.distributions = distributions
+        self.common_attrs = common_attrs or {}
+        self.storage = open_storage(storage_url)
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        sampler = optuna.samplers.TPESampler(seed=spec.seeds[0] if spec.seeds else None)
+        direction = "maximize" if spec.metric.goal == "maximize" else "minimize"
+        try:
+            self.study = optuna.create_study(
+                study_name=spec.name, storage=self.storage, direction=direction, sampler=sampler,
+                load_if_exists=True,
+            )
+        except Exception as exc:
+            raise UserError(f"cannot open Optuna study '{spec.name}': {' '.join(str(exc).split())[:300]}") from None
+        if self.study.direction.name.lower() != direction:
+            raise UserError(f"Optuna study '{spec.name}' already exists with direction "
+                            f"{self.study.direction.name.lower()}; the spec's metric.goal is {spec.metric.goal}: "
+                            "rename the study or use a new storage")
+        if self.study.metric_names != [spec.metric.name]:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                self.study.set_metric_names([spec.metric.name])
+        self._check_distributions()
+        self._save_note()
+        self.running: dict[int, optuna.Trial] = {}  # Optuna trial number -> live trial
+        self._reported_steps: dict[int, set[int]] = {}
+
+    def _check_distributions(self) -> None:
+        """Fail before anything runs when the study already holds a parameter with an incompatible
+        distribution (Optuna refuses e.g. new categorical choices within one study)."""
+        from optuna.distributions import check_distribution_compatibility
+
+        unchecked = dict(self.distributions)
+        for frozen in self.study.get_trials(deepcopy=False):
+            for name in [n for n in unchecked if n in frozen.distributions]:
+                try:
+                    check_distribution_compatibility(frozen.distributions[name], unchecked.pop(name))
+                except ValueError as exc:
+                    raise UserError(
+                        f"parameter '{name}' of study '{self.spec.name}' changed in a way the existing Optuna "
+                        f"study cannot hold ({exc}); give the study a new name (or a new storage) to run it"
+                    ) from None
+            if not unchecked:
+                return
+
+    def _save_note(self) -> None:
+        from optuna_dashboard import get_note, save_note
+
+        text = self.spec.source_text.strip() or f"name: {self.spec.name}"
+        note = f"## {self.spec.name}\n\n{self.spec.description or ''}\n\n```yaml\n{text}\n```\n"
+        if get_note(self.study) != note:
+            save_note(self.study, note)
+
+    # ---- resume ---------------------------------------------------------------------------------
+    def fail_interrupted(self) -> list[FrozenTrial]:
+        """Mark trials a previous driver left RUNNING (or WAITING) as FAIL, reason "interrupted"."""
+        stale = self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING))
+        for frozen in stale:
+            self.storage.set_trial_user_attr(frozen._trial_id, "status", INTERRUPTED)
+            self.storage.set_trial_user_attr(frozen._trial_id, "reason", INTERRUPTED)
+            try:
+                self.storage.set_trial_state_values(frozen._trial_id, TrialState.FAIL)
+            except optuna.exceptions.UpdateFinishedTrialError:
+                pass
+        return stale
+
+    def trials_by_key(self) -> dict[str, list[FrozenTrial]]:
+        """Every Optuna trial of the study grouped by its `key` user attr, oldest first."""
+        out: dict[str, list[FrozenTrial]] = {}
+        for frozen in self.study.get_trials(deepcopy=False):
+            key = frozen.user_attrs.get("key")
+            if key:
+                out.setdefault(key, []).append(frozen)
+        return out
+
+    @staticmethod
+    def is_final(frozen: FrozenTrial) -> bool:
+        """True when this attempt ended the key for good (not re-run on resume)."""
+        if frozen.state in (TrialState.COMPLETE, TrialState.PRUNED):
+            return True
+        return frozen.state == TrialState.FAIL and frozen.user_attrs.get("status") in FINAL_FAIL_STATUSES
+
+    # ---- live trials ----------------------------------------------------------------------------
+    def start(self, trial: Trial, attrs: dict[str, Any] | None = None) -> int:
+        """Create the trial RUNNING with its parameters; return its Optuna number."""
+        params = {name: optuna_value(trial.params[name]) for name in self.distributions if name in trial.params}
+        self.study.enqueue_trial(params, user_attrs=self._start_attrs(trial, attrs))
+        live = self.study.ask({n: d for n, d in self.distributions.items() if n in params})
+        self.running[live.number] = live
+        return live.number
+
+    def ask(self, attrs: dict[str, Any] | None = None) -> tuple[int, dict[str, Any]]:
+        """A new trial with parameters sampled from the distributions (method tpe)."""
+        live = self.study.ask(self.distributions)
+        for name, value in {**self.common_attrs, **(attrs or {})}.items():
+            live.set_user_attr(name, value)
+        self.running[live.number] = live
+        return live.number, dict(live.params)
+
+    def set_attrs(self, number: int, attrs: dict[str, Any]) -> None:
+        live = self.running[number]
+        for name, value in attrs.items():
+            live.set_user_attr(name, _attr_value(value))
+
+    def report(self, number: int, step: int, value: float) -> None:
+        live = self.running.get(number)
+        if live is None or not isinstance(value, (int, float)):
+            return
+        steps = self._reported_steps.setdefault(number, set())
+        if int(step) in steps:
+            return  # the same step twice (a re-sent result): Optuna would only warn
+        steps.add(int(step))
+        live.report(float(value), int(step))
+
+    def finish(self, number: int, summary: dict[str, Any]) -> str:
+        """End a live trial from its summary; return the Optuna state name it got."""
+        live = self.running.pop(number)
+        self._reported_steps.pop(number, None)
+        self._set_summary_attrs(live._trial_id, summary)
+        state, value = self.state_for(summary)
+        if state == TrialState.COMPLETE:
+            self.study.tell(live, value)
+        else:
+            self.study.tell(live, state=state)
+        return state.name
+
+    def fail(self, number: int, reason: str, status: str = "error") -> None:
+        self.finish(number, {"status": status, "reason": reason})
+
+    def add_finished(self, trial: Trial, summary: dict[str, Any], metrics: list[dict[str, Any]],
+                     attrs: dict[str, Any] | None = None) -> tuple[int, str]:
+        """Record a trial that ended on disk but never reached Optuna (the driver died in between)."""
+        state, value = self.state_for(summary)
+        params = {name: optuna_value(trial.params[name]) for name in self.distributions if name in trial.params}
+        user_attrs = self._start_attrs(trial, attrs)
+        user_attrs.update({k: _attr_value(v) for k, v in summary_attrs(summary).items()})
+        intermediate = {int(m["step"]): float(m["dev_stsb"]) for m in metrics
+                        if isinstance(m.get("step"), (int, float)) and isinstance(m.get("dev_stsb"), (int, float))}
+        frozen = optuna.trial.create_trial(
+            state=state, value=value if state == TrialState.COMPLETE else None, params=params,
+            distributions={n: d for n, d in self.distributions.items() if n in params},
+            user_attrs=user_attrs, intermediate_values=intermediate,
+        )
+        self.study.add_trial(frozen)
+        number = self.study.get_trials(deepcopy=False)[-1].number
+        return number, state.name
+
+    def state_for(self, summary: dict[str, Any]) -> tuple[TrialState, float | None]:
+        status = summary.get("status")
+        if status == "ok":
+            value = metric_value(summary, self.spec.metric.name)
+            return (TrialState.COMPLETE, value) if value is not None else (TrialState.FAIL, None)
+        if status == "pruned":
+            return TrialState.PRUNED, None
+        return TrialState.FAIL, None
+
+    # ---- internals ------------------------------------------------------------------------------
+    def _start_attrs(self, trial: Trial, attrs: dict[str, Any] | None) -> dict[str, Any]:
+        out = {"key": trial.key, "seed": trial.seed}
+        if trial.mtd is not None and math.isfinite(trial.mtd):
+            out["mtd"] = trial.mtd
+        out.update(self.common_attrs)
+        out.update(attrs or {})
+        return {k: _attr_value(v) for k, v in out.items()}
+
+    def _set_summary_attrs(self, trial_id: int, summary: dict[str, Any]) -> None:
+        for name, value in summary_attrs(summary).items():
+            self.storage.set_trial_user_attr(trial_id, name, _attr_value(value))
+
+
+def summary_attrs(summary: dict[str, Any]) -> dict[str, Any]:
+    """User attributes recorded from a summary.json: status, reason, scores, MTD, alignment, ..."""
+    attrs: dict[str, Any] = {"status": summary.get("status"), "reason": summary.get("reason")}
+    for name in ("steps", "best_step", "best_dev_stsb", "align", "uniform", "sentences_per_s", "wall_time_s"):
+        if summary.get(name) is not None:
+            attrs[name] = summary[name]
+    test = summary.get("test") or {}
+    for name in (*TASKS, "avg"):
+        if test.get(name) is not None:
+            attrs[name] = test[name]
+    mtd = summary.get("mtd") or {}
+    if mtd.get("formula") is not None:
+        attrs["mtd"] = mtd["formula"]
+    for name in ("age_mean", "age_max", "eta"):
+        if mtd.get(name) is not None:
+            attrs[f"mtd_{name}"] = mtd[name]
+    return attrs
+
+
+def _attr_value(value: Any) -> Any:
+    """User attrs are stored as JSON: keep them finite and plain."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    try:
+        return json.loads(json.dumps(value, default=str))
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def _hide_password(url: str) -> str:
+    """The URL with its password replaced by ***, for printing."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:
+        return url.split("@")[-1] if "@" in url else url

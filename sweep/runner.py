@@ -1,0 +1,665 @@
+"""`sweep run`: run (or resume) a study through Ray Tune, mirrored live to Optuna and results/<study>/.
+
+    run_study(spec, address=None, max_concurrent=None) -> exit code (0: every trial ended, 130: Ctrl-C)
+
+One Tune trial = one trainer run in a fresh worker process (`reuse_actors=False`: a new Ray actor,
+hence a new process, per trial). The driver is the only writer of the Optuna study and of
+trials.csv; workers write only their own trials/<key>/ folder (the trainer's metrics.jsonl and
+summary.json, and log.txt with the trial's stdout/stderr).
+
+Resume (no Ray restore; the same command again after Ctrl-C, kill -9 or a crashed node):
+- Optuna trials left RUNNING/WAITING by a dead driver become FAIL with reason "interrupted".
+- A key is done, and skipped, when Optuna holds a final attempt for it: COMPLETE, PRUNED, or FAIL with
+  status diverged/collapsed (a deterministic verdict that a re-run would repeat).
+- A key whose summary.json holds a final verdict (ok, diverged, collapsed, pruned) that never reached
+  Optuna (the driver died between the two) is recorded from disk, not re-run.
+- Every other key (never run, interrupted, or failed with an error) runs (again) as a new Optuna trial;
+  the stale attempt stays FAIL. So each key ends final exactly once.
+A lock file (flock on results/<study>/.driver.lock) stops two drivers from running one study at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import importlib
+import json
+import logging
+import math
+import os
+import socket
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+from ray import tune
+from ray.tune.search import Searcher
+
+from sweep.progress import Progress
+from sweep.spec import StudySpec, Trial
+from sweep.store import FINAL_STATUSES, StudyFolder, TrialsTable, metric_value, to_jsonable
+from trainer.errors import UserError
+
+DEFAULT_TRAIN_FN = "trainer.train:train"
+# Environment variables a trial needs where it runs (forwarded to the workers through runtime_env).
+FORWARDED_ENV = ("SWEEP_DATA_DIR", "HF_HOME", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HUB_CACHE")
+# Tune reports results; the trainer's report() keys that become Optuna intermediate values.
+STEP_KEY, CURVE_KEY = "step", "dev_stsb"
+SUMMARY_KEY, ERROR_KEY = "sweep_summary", "sweep_error"
+_MAX_DROPPED_ASKS = 100
+
+
+def run_study(spec: StudySpec, address: str | None = None, max_concurrent: int | None = None,
+              *, _train_fn: str | None = None) -> int:
+    """Run every trial of `spec` that has not ended yet; return 0, or 130 when interrupted (Ctrl-C).
+
+    `address`: an existing Ray cluster ("host:port" or "auto"); None starts Ray on this machine.
+    `_train_fn` ("module:function", also $SWEEP_TRAIN_FN) replaces trainer.train, for development.
+    """
+    if max_concurrent is not None and max_concurrent < 1:
+        raise UserError("--max-concurrent: expected a positive integer")
+    train_fn = _train_fn or os.environ.get("SWEEP_TRAIN_FN") or DEFAULT_TRAIN_FN
+    run = _StudyRun(spec, train_fn)
+    with run.locked():
+        return run.execute(address, max_concurrent)
+
+
+# ---- the trial process ------------------------------------------------------------------------------
+def _run_trial(job: dict[str, Any]) -> None:
+    """The Tune trainable: one trainer run in this (fresh) worker process."""
+    trial_dir = Path(job["trial_dir"])
+    trial_dir.mkdir(parents=True, exist_ok=True)
+    if os.path.isdir(job["cwd"]):
+        os.chdir(job["cwd"])  # relative paths in the spec mean what they meant where `sweep run` ran
+    _redirect_output(trial_dir / "log.txt")
+    entered = time.time()
+    print(f"=== trial {job['key']} pid {os.getpid()} host {socket.gethostname()} "
+          f"{time.strftime('%Y-%m-%d %H:%M:%S')} t={entered:.3f}", flush=True)
+
+    def report(metrics: dict[str, Any]) -> None:
+        tune.report({k: _plain(v) for k, v in metrics.items()})
+
+    try:
+        from trainer.config import RunConfig
+
+        train = _import_function(job["train_fn"])
+        config = RunConfig.from_dict(job["config"])
+        started = time.time()
+        print(f"=== train function imported in {started - entered:.2f}s t={started:.3f}", flush=True)
+        summary = train(config, report=report)
+        ended = time.time()
+        print(f"=== train returned after {ended - started:.2f}s t={ended:.3f}", flush=True)
+    except Exception as exc:
+        traceback.print_exc()
+        reason = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+        from sweep.store import write_json_atomic
+
+        write_json_atomic(trial_dir / "summary.json", {"status": "error", "reason": reason, "config": job["config"]})
+        tune.report({ERROR_KEY: reason})
+        return
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    tune.report({SUMMARY_KEY: to_jsonable(summary)})
+
+
+def _redirect_output(path: Path) -> None:
+    """Send this process's stdout and stderr (Python and C level) to the trial's log file."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+def _import_function(path: str) -> Callable[..., Any]:
+    module_name, _, name = path.partition(":")
+    try:
+        return getattr(importlib.import_module(module_name), name or "train")
+    except (ImportError, AttributeError) as exc:
+        raise RuntimeError(f"cannot import the train function {path!r}: {exc}") from None
+
+
+def _plain(value: Any) -> Any:
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        try:
+            return value.item()
+        except (TypeError, ValueError):
+            return value
+    return value
+
+
+# ---- the driver -------------------------------------------------------------------------------------
+class _StudyRun:
+    """Everything one `sweep run` does: plan, resume, run under Tune, mirror, finish."""
+
+    def __init__(self, spec: StudySpec, train_fn: str):
+        self.spec = spec
+        self.train_fn = train_fn
+        self.folder = StudyFolder(spec.study_dir)
+        self.storage_url = spec.storage or self.folder.default_storage()
+        self.param_names = list(spec.parameters)
+        self.trials: dict[str, Trial] = {}  # key -> trial, every trial of this run (known so far)
+        self.to_run: list[Trial] = []
+        self.asks_left = 0  # tpe: Optuna asks still to make (each runs once per seed)
+        self.asked: dict[str, int] = {}  # tpe: key -> number of the asked Optuna trial it starts as
+        self.handed_out: set[str] = set()  # keys given to Tune and not ended yet
+        self.mirror: Any = None
+        self.table: TrialsTable | None = None
+        self.progress: Progress | None = None
+        self.interrupted = False
+
+    # ---- lock -----------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def locked(self):
+        """Hold an exclusive flock on results/<study>/.driver.lock (released by the OS if we die)."""
+        self.folder.path.mkdir(parents=True, exist_ok=True)
+        with open(self.folder.lock_file, "a+") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                handle.seek(0)
+                owner = handle.read().strip() or "another process"
+                raise UserError(f"study '{self.spec.name}' is already running ({owner}); "
+                                "wait for it or stop it first") from None
+            handle.seek(0)
+            handle.truncate()
+            handle.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
+            handle.flush()
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    # ---- plan -----------------------------------------------------------------------------------
+    def prepare(self) -> int:
+        """Write study.yaml, open the Optuna study, sort the trials into done and to run, write
+        trials.csv; return how many trials this run will run."""
+        from sweep.mirror import OptunaMirror
+
+        self.folder.write_study_yaml(self.spec)
+        planned = self._planned_trials()
+        distributions = self._distributions(planned)
+        commit = _git_commit()
+        self.mirror = OptunaMirror(self.spec, self.storage_url, distributions,
+                                   common_attrs={"git_commit": commit} if commit else {})
+        stale = self.mirror.fail_interrupted()
+        self.table = TrialsTable(self.folder, self.param_names)
+        skipped = self._resume(planned)
+        self.table.write()
+
+        total = len(self.to_run) + self.asks_left * len(self.spec.seeds)
+        self.progress = Progress(total, self.spec.metric.name, self.spec.metric.goal, skipped=skipped)
+        self._print_plan(skipped, len(stale))
+        for key, row in self.table.rows.items():
+            if row["state"] == "COMPLETE":
+                self.progress.offer_best(key, _number(row.get(self.spec.metric.name)))
+        return total
+
+    def execute(self, address: str | None, max_concurrent: int | None) -> int:
+        if self.prepare() == 0:
+            self._print_summary()
+            return 0
+        import ray
+
+        started_ray = self._init_ray(address)
+        try:
+            self._fit(max_concurrent)
+        except KeyboardInterrupt:
+            self.interrupted = True
+        finally:
+            self._finish_interrupted()
+            if started_ray:
+                ray.shutdown()
+        self._print_summary()
+        return 130 if self.interrupted else 0
+
+    def _planned_trials(self) -> list[Trial]:
+        if self.spec.method == "tpe":
+            return []
+        from sweep.spec import expand
+
+        return list(expand(self.spec))
+
+    def _distributions(self, planned: list[Trial]) -> dict[str, Any]:
+        """Optuna distributions of the swept parameters: the spec's search space (random, tpe), and
+        for grid values and derived (expr) values, ranges/choices inferred from the expanded trials."""
+        from sweep.mirror import infer_distributions
+        from sweep.spec import search_space
+
+        space = dict(search_space(self.spec)) if self.spec.method in ("tpe", "random") else {}
+        rest = [name for name in self.param_names if name not in space]
+        space.update(infer_distributions(planned, rest))
+        return space
+
+    def _resume(self, planned: list[Trial]) -> int:
+        """Sort planned trials into done (skipped) and to run; return how many were skipped."""
+        by_key = self.mirror.trials_by_key()
+        skipped = 0
+        if self.spec.method == "tpe":
+            planned = self._tpe_known_trials(by_key)
+        for trial in planned:
+            self.trials[trial.key] = trial
+            row = self.table.add(trial)
+            attempts = by_key.get(trial.key, [])
+            final = [a for a in attempts if self.mirror.is_final(a)]
+            summary = self.folder.read_summary(trial.key)
+            if final:
+                last = final[-1]
+                row.update(state=last.state.name, optuna_trial=last.number)
+                if summary is not None:
+                    self.table.set_summary(trial.key, summary)
+                else:
+                    row.update(status=last.user_attrs.get("status"), reason=last.user_attrs.get("reason"))
+                skipped += 1
+            elif summary is not None and summary.get("status") in FINAL_STATUSES:
+                number, state = self.mirror.add_finished(trial, summary, self.folder.read_metrics(trial.key))
+                row.update(state=state, optuna_trial=number)
+                self.table.set_summary(trial.key, summary)
+                skipped += 1
+            else:
+                self.to_run.append(trial)
+        if self.spec.method == "tpe":
+            asked = {t.number for ts in by_key.values() for t in ts if t.user_attrs.get("asked")}
+            self.asks_left = max(0, (self.spec.budget or 1) - len(asked))
+        return skipped
+
+    def _tpe_known_trials(self, by_key: dict[str, list[Any]]) -> list[Trial]:
+        """tpe: every seed of the parameter sets asked in earlier runs, rebuilt from Optuna."""
+        known: dict[str, Trial] = {}
+        for attempts in by_key.values():
+            first = attempts[0]
+            if not first.user_attrs.get("asked"):
+                continue
+            params = {name: first.params[name] for name in self.param_names if name in first.params}
+            for seed in self.spec.seeds:
+                trial = _make_trial(self.spec, params, seed)
+                if trial is not None:
+                    known.setdefault(trial.key, trial)
+        return list(known.values())
+
+    def _print_plan(self, skipped: int, stale: int) -> None:
+        spec = self.spec
+        parts = [f"study {spec.name}: {len(self.trials) + self.asks_left * len(spec.seeds)} trials"]
+        if skipped:
+            parts.append(f"{skipped} already ended (skipped)")
+        if stale:
+            parts.append(f"{stale} left running by an earlier driver marked FAIL (interrupted)")
+        parts.append(f"{self.progress.total} to run")
+        self.progress.say(", ".join(parts))
+        self.progress.say(f"results: {self.folder.path}  optuna: {_display_url(self.storage_url)}")
+
+    # ---- Ray ------------------------------------------------------------------------------------
+    def _init_ray(self, address: str | None) -> bool:
+        import ray
+
+        os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")  # summary/error reports lack dev_stsb
+        os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")  # metrics.jsonl is the record
+        os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # with verbose=0: Tune prints nothing; Progress does
+        # With the auto loggers off, Tune's end-of-run analysis warns that it found no result files.
+        logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)
+        env_vars = {name: os.environ[name] for name in FORWARDED_ENV if name in os.environ}
+        kwargs: dict[str, Any] = dict(log_to_driver=False, logging_level=logging.WARNING,
+                                      configure_logging=True)
+        if env_vars:
+            kwargs["runtime_env"] = {"env_vars": env_vars}
+        if ray.is_initialized():
+            return False
+        try:
+            if address:
+                ray.init(address=address, **kwargs)
+            else:
+                # "local": a new instance of our own, even when another Ray runs on this machine
+                ray.init(address="local", num_cpus=os.cpu_count() or 1, include_dashboard=False, **kwargs)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            where = f"the Ray cluster at {address}" if address else "a local Ray instance"
+            hint = ""
+            if address and "RAY_AUTH_MODE" not in os.environ:
+                hint = ("; if the cluster uses token authentication (Ray's default for `ray start`), set "
+                        "RAY_AUTH_MODE=token (the token is read from $RAY_AUTH_TOKEN or ~/.ray/auth_token)")
+            raise UserError(f"cannot start or reach {where}: {' '.join(str(exc).split())[:300]}{hint}") from None
+        return True
+
+    def _fit(self, max_concurrent: int | None) -> None:
+        resources = {"cpu": float(self.spec.resources.cpu), "gpu": float(self.spec.resources.gpu)}
+        if self.spec.method == "tpe" and max_concurrent is None:
+            import ray
+
+            cpus = ray.cluster_resources().get("CPU", 1.0)
+            max_concurrent = max(1, int(cpus // max(resources["cpu"], 1e-9)))
+        searcher = _TrialFeed(self)
+        callback = _Mirroring(self)
+        tuner = tune.Tuner(
+            tune.with_resources(_run_trial, resources),
+            tune_config=tune.TuneConfig(
+                search_alg=searcher, scheduler=self._scheduler(), num_samples=-1,
+                max_concurrent_trials=max_concurrent, reuse_actors=False,
+                trial_name_creator=lambda t: f"{t.config['key']}",
+                trial_dirname_creator=lambda t: f"{t.config['key']}-{t.trial_id}",
+            ),
+            run_config=tune.RunConfig(
+                name=time.strftime("run-%Y%m%d-%H%M%S"), storage_path=str(self.folder.ray_dir),
+                verbose=0, callbacks=[callback], failure_config=tune.FailureConfig(max_failures=0),
+            ),
+        )
+        tuner.fit()
+        # Tune ends fit() quietly on Ctrl-C (it catches SIGINT): trials still running were interrupted.
+        if self.mirror.running or self.handed_out or searcher.has_more():
+            self.interrupted = True
+
+    def _scheduler(self) -> Any:
+        sched = self.spec.scheduler
+        if sched is None:
+            return None
+        if sched.type != "asha":
+            raise UserError(f"scheduler.type '{sched.type}': expected asha")
+        from ray.tune.schedulers import ASHAScheduler
+
+        configs = [t.config for t in self.trials.values()]
+        if not configs:  # tpe before its first ask: the base config tells the run length
+            from trainer.config import RunConfig
+
+            configs = [RunConfig.from_dict(self.spec.base).resolved().to_dict()]
+        max_t = sched.max_t or max(_evaluations(c) for c in configs)
+        return ASHAScheduler(
+            time_attr="training_iteration", metric=CURVE_KEY, mode="max", max_t=max(max_t, sched.grace_period),
+            grace_period=sched.grace_period, reduction_factor=sched.reduction_factor,
+            stop_last_trials=False,  # the trainer must reach its final test evaluation
+        )
+
+    # ---- trial events (called from the Tune driver loop) -----------------------------------------
+    def next_job(self) -> dict[str, Any] | None:
+        if not self.to_run and self.asks_left > 0:
+            self._ask_tpe()
+        if not self.to_run:
+            return None
+        trial = self.to_run.pop(0)
+        self.handed_out.add(trial.key)
+        self.folder.clear_attempt(trial.key)
+        self.folder.write_trial_config(trial)
+        trial_dir = self.folder.trial_dir(trial.key)
+        config = dict(trial.config)
+        config["output_dir"] = str(trial_dir)
+        return {
+            "key": trial.key, "seed": trial.seed, "config": config, "trial_dir": str(trial_dir),
+            "cwd": os.getcwd(), "train_fn": self.train_fn,
+        }
+
+    def _ask_tpe(self) -> None:
+        """tpe: ask Optuna for a parameter set; it becomes one trial per seed (the first seed's trial is
+        the asked Optuna trial). A set the constraints drop, or one already run, is told FAIL (status
+        "dropped" / "duplicate") and asked again; after many in a row the search space is exhausted."""
+        for _ in range(_MAX_DROPPED_ASKS):
+            number, params = self.mirror.ask({"asked": True})
+            first = _make_trial(self.spec, params, self.spec.seeds[0])
+            if first is None:
+                self.mirror.fail(number, "dropped by the study's constraints", status="dropped")
+            elif first.key in self.trials:
+                self.mirror.fail(number, f"same configuration as trial {first.key}", status="duplicate")
+            else:
+                break
+        else:
+            self.progress.say(f"tpe: no new configuration in {_MAX_DROPPED_ASKS} asks; the search space "
+                              "looks exhausted, stopping early")
+            self.progress.total -= self.asks_left * len(self.spec.seeds)
+            self.asks_left = 0
+            return
+        self.asks_left -= 1
+        self.asked[first.key] = number
+        self.mirror.set_attrs(number, {"key": first.key, "seed": first.seed})
+        for seed in self.spec.seeds:
+            trial = first if seed == first.seed else _make_trial(self.spec, params, seed)
+            if trial is None or trial.key in self.trials:
+                self.progress.total -= 1
+                continue
+            self.trials[trial.key] = trial
+            self.table.add(trial)
+            self.to_run.append(trial)
+
+    def trial_started(self, key: str, tune_trial_id: str) -> int:
+        trial = self.trials[key]
+        number = self.asked.pop(key, None)
+        if number is None:
+            number = self.mirror.start(trial, {"tune_trial_id": tune_trial_id})
+        else:
+            self.mirror.set_attrs(number, {"tune_trial_id": tune_trial_id})
+        self.table.update(key, state="RUNNING", status=None, reason=None, optuna_trial=number,
+                          steps=None, best_step=None, dev_stsb=None)
+        self.table.write()
+        self.progress.trial_started(key, " ".join(f"{k}={_fmt(v)}" for k, v in trial.params.items()))
+        return number
+
+    def trial_result(self, key: str, number: int, result: dict[str, Any]) -> None:
+        step, value = result.get(STEP_KEY), result.get(CURVE_KEY)
+        if not isinstance(step, (int, float)) or not isinstance(value, (int, float)):
+            return
+        self.mirror.report(number, int(step), float(value))
+        row = self.table.rows[key]
+        best = _number(row.get("dev_stsb"))
+        row["steps"] = int(step)
+        if math.isfinite(value) and (best is None or value > best):
+            row.update(dev_stsb=float(value), best_step=int(step))
+        self.table.write()
+
+    def trial_ended(self, key: str, number: int, summary: dict[str, Any]) -> None:
+        self.handed_out.discard(key)
+        state = self.mirror.finish(number, summary)
+        self.table.set_summary(key, summary)
+        self.table.update(key, state=state)
+        self.table.write()
+        value = metric_value(summary, self.spec.metric.name) if state == "COMPLETE" else None
+        self.progress.trial_ended(key, state, summary.get("status"), value, summary.get("reason"))
+
+    def _finish_interrupted(self) -> None:
+        """Trials still running when the driver stops: FAIL (interrupted) in Optuna and trials.csv."""
+        from sweep.mirror import INTERRUPTED
+
+        if self.mirror is None:
+            return
+        for number in list(self.mirror.running):
+            key = self.mirror.running[number].user_attrs.get("key")
+            self.mirror.fail(number, INTERRUPTED, status=INTERRUPTED)
+            if key in self.table.rows:
+                self.table.update(key, state="FAIL", status=INTERRUPTED, reason=INTERRUPTED)
+                self.progress.trial_interrupted(key)
+        self.table.write()
+
+    def _print_summary(self) -> None:
+        rows = list(self.table.rows.values())
+        counts: dict[str, int] = {}
+        for row in rows:
+            label = row["state"] if row["state"] != "FAIL" else f"FAIL/{row.get('status') or 'error'}"
+            counts[label] = counts.get(label, 0) + 1
+        text = ", ".join(f"{n} {label}" for label, n in sorted(counts.items()))
+        head = "interrupted" if self.interrupted else "finished"
+        self.progress.say(f"study {self.spec.name} {head} after {self.progress.elapsed():.0f}s: {len(rows)} trials: {text}")
+        if self.progress.best is not None:
+            value, key = self.progress.best
+            self.progress.say(f"best {self.spec.metric.name}: {value:.2f} (trial {key})")
+        for row in rows:
+            if row["state"] == "FAIL" and row.get("reason"):
+                self.progress.say(f"  {row['key']} {row.get('status')}: {_short(row['reason'])}  "
+                                  f"(log: {self.folder.log_path(row['key'])})")
+        self.progress.say(f"trials.csv: {self.folder.trials_csv}")
+        if self.interrupted:
+            self.progress.say("run the same command again to resume")
+
+
+class _TrialFeed(Searcher):
+    """A Tune searcher that hands out the study's trials (grid/random list, or Optuna asks for tpe)."""
+
+    def __init__(self, run: _StudyRun):
+        super().__init__()
+        self.run = run
+
+    def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
+        job = self.run.next_job()
+        return job if job is not None else self.FINISHED
+
+    def has_more(self) -> bool:
+        return bool(self.run.to_run) or self.run.asks_left > 0
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Tune pickles its config into ray/<run>/tuner.pkl for Tuner.restore, which resume does not use;
+        # the run (open storage, terminal stream) stays out of it.
+        return {k: v for k, v in self.__dict__.items() if k != "run"}
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        pass  # the Optuna study is told by _Mirroring
+
+    def save(self, checkpoint_path: str) -> None:
+        pass  # resume does not use Tune's restore
+
+    def restore(self, checkpoint_path: str) -> None:
+        pass
+
+
+class _Mirroring(tune.Callback):
+    """Tune callback: trial start/result/end -> Optuna, trials.csv, summary.json, terminal."""
+
+    def __init__(self, run: _StudyRun):
+        self.run = run
+        self.live: dict[str, dict[str, Any]] = {}  # Tune trial id -> {key, number, metrics, summary}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"live": {}}  # see _TrialFeed.__getstate__
+
+    def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        key = trial.config["key"]
+        number = self.run.trial_started(key, trial.trial_id)
+        self.live[trial.trial_id] = {"key": key, "number": number, "metrics": [], "summary": None, "error": None}
+
+    def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info: Any) -> None:
+        live = self.live.get(trial.trial_id)
+        if live is None:
+            return
+        if SUMMARY_KEY in result:
+            live["summary"] = result[SUMMARY_KEY]
+        elif ERROR_KEY in result:
+            live["error"] = result[ERROR_KEY]
+        elif STEP_KEY in result:
+            live["metrics"].append({k: result[k] for k in ("step", "loss", "dev_stsb", "lr", "eta", "queue_fill")
+                                    if k in result})
+            self.run.trial_result(live["key"], live["number"], result)
+
+    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        live = self.live.pop(trial.trial_id, None)
+        if live is None:
+            return
+        if live["summary"] is not None:
+            summary = live["summary"]
+        elif live["error"] is not None:
+            summary = {"status": "error", "reason": live["error"]}
+        elif self.run.spec.scheduler is not None:
+            summary = self._pruned_summary(live, trial)
+        else:
+            summary = {"status": "error", "reason": "the trial ended without a summary"}
+        self._ensure_files(live, trial, summary)
+        self.run.trial_ended(live["key"], live["number"], summary)
+
+    def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        live = self.live.pop(trial.trial_id, None)
+        if live is None:
+            return
+        summary = {"status": "error", "reason": _trial_error(trial)}
+        self._ensure_files(live, trial, summary, overwrite=True)
+        self.run.trial_ended(live["key"], live["number"], summary)
+
+    def _pruned_summary(self, live: dict[str, Any], trial: Any) -> dict[str, Any]:
+        curve = [m for m in live["metrics"] if isinstance(m.get("dev_stsb"), (int, float))]
+        best = max(curve, key=lambda m: m["dev_stsb"]) if curve else {}
+        last_step = live["metrics"][-1].get("step") if live["metrics"] else 0
+        return {
+            "status": "pruned", "reason": f"stopped by the {self.run.spec.scheduler.type} scheduler at step {last_step}",
+            "steps": last_step, "best_step": best.get("step"), "best_dev_stsb": best.get("dev_stsb"),
+            "config": trial.config.get("config"),
+        }
+
+    def _ensure_files(self, live: dict[str, Any], trial: Any, summary: dict[str, Any], overwrite: bool = False) -> None:
+        """summary.json and metrics.jsonl exist for every ended trial (the worker may be on another node,
+        or killed before writing them)."""
+        folder = self.run.folder
+        key = live["key"]
+        if overwrite or folder.read_summary(key) is None:
+            if "config" not in summary:
+                summary = {**summary, "config": trial.config.get("config")}
+            folder.write_summary(key, summary)
+        if not folder.metrics_path(key).exists() and live["metrics"]:
+            folder.write_metrics(key, live["metrics"])
+
+
+def _trial_error(trial: Any) -> str:
+    """One line saying why Tune marked the trial ERROR (the worker died, ran out of memory, ...)."""
+    text = None
+    try:
+        text = trial.get_error()
+    except Exception:
+        pass
+    if not text and getattr(trial, "error_file", None):
+        try:
+            text = Path(trial.error_file).read_text()
+        except OSError:
+            text = None
+    if not text:
+        return "the trial's worker process failed (see the Ray logs)"
+    lines = [line.strip() for line in str(text).strip().splitlines() if line.strip()]
+    for line in reversed(lines):
+        if "Error" in line or "error" in line or "Killed" in line:
+            return _short(line, 300)
+    return _short(lines[-1], 300)
+
+
+def _make_trial(spec: StudySpec, params: dict[str, Any], seed: int) -> Trial | None:
+    """The Trial for sampled parameter values (tpe); None when the study's constraints drop it."""
+    from sweep.spec import trial_from_params
+
+    return trial_from_params(spec, params, seed)
+
+
+def _evaluations(config: dict[str, Any]) -> int:
+    steps = config.get("max_steps")
+    every = (config.get("eval") or {}).get("eval_steps") or 100
+    return max(1, math.ceil(steps / every)) if steps else 100
+
+
+_GIT_COMMIT: list[str | None] = []
+
+
+def _git_commit() -> str | None:
+    """The project's git commit (with "-dirty" for uncommitted changes), or None outside a checkout."""
+    if not _GIT_COMMIT:
+        repo = Path(__file__).resolve().parents[1]
+        try:
+            out = subprocess.run(["git", "-C", str(repo), "describe", "--always", "--dirty", "--abbrev=40"],
+                                 capture_output=True, text=True, timeout=10)
+            _GIT_COMMIT.append(out.stdout.strip() or None if out.returncode == 0 else None)
+        except (OSError, subprocess.SubprocessError):
+            _GIT_COMMIT.append(None)
+    return _GIT_COMMIT[0]
+
+
+def _number(value: Any) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _fmt(value: Any) -> str:
+    return json.dumps(value) if isinstance(value, (list, dict)) else str(value)
+
+
+def _short(text: Any, limit: int = 200) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _display_url(url: str) -> str:
+    from sweep.mirror import _hide_password
+
+    return _hide_password(url)

@@ -1,0 +1,150 @@
+"""`sweep status STUDY`: the trials of a study and their states, from trials.csv and the Optuna storage.
+
+STUDY is the study YAML or its results folder. Nothing is written (a missing SQLite file is not created).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import math
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from sweep.store import StudyFolder, StudyLocation, locate_study
+from trainer.errors import UserError
+
+SHOWN_RESULTS = ("dev_stsb", "avg", "mtd")
+
+
+def show_status(study: str) -> int:
+    """Print the trial table, the state counts and the Optuna study's counts; return 0."""
+    location = locate_study(study)
+    rows = location.folder.read_trials_csv()
+    optuna_trials = _optuna_trials(location)
+    if not rows and optuna_trials is None:
+        raise UserError(f"study '{location.name}' has not run yet (no {location.folder.trials_csv} and no Optuna "
+                        f"study in {_display(location.storage)}); start it with `sweep run`")
+    if not rows and optuna_trials:
+        rows = [_row_from_optuna(t) for t in optuna_trials]
+    latest = _latest_optuna_by_key(optuna_trials or [])
+
+    params = _param_columns(location.folder, rows)
+    headers = ["key", "seed", "state", "status", "optuna", *params, *SHOWN_RESULTS, "reason"]
+    table = []
+    for row in rows:
+        cells = {name: row.get(name, "") for name in headers}
+        frozen = latest.get(row.get("key"))
+        cells["optuna"] = row.get("optuna_trial") or (str(frozen.number) if frozen is not None else "")
+        if frozen is not None and cells["optuna"] == str(frozen.number) and frozen.state.name != row.get("state"):
+            cells["state"] = f"{row.get('state')} (optuna {frozen.state.name})"
+        cells["reason"] = _short(row.get("reason") or "", 60)
+        table.append([_format(cells[name]) for name in headers])
+    print(f"study {location.name}: {location.folder.path}")
+    print(_render(headers, table))
+
+    counts = Counter(row.get("state") or "?" for row in rows)
+    print(f"{len(rows)} trials: " + ", ".join(f"{n} {state}" for state, n in sorted(counts.items())))
+    if optuna_trials is not None:
+        optuna_counts = Counter(t.state.name for t in optuna_trials)
+        print(f"optuna ({_display(location.storage)}): {len(optuna_trials)} trials: "
+              + ", ".join(f"{n} {state}" for state, n in sorted(optuna_counts.items())))
+    if counts.get("RUNNING") and not _driver_running(location.folder):
+        print("no `sweep run` is running this study: its RUNNING trials were interrupted and run again "
+              "on the next `sweep run`")
+    return 0
+
+
+def _optuna_trials(location: StudyLocation) -> list[Any] | None:
+    """The study's Optuna trials, or None when the storage or the study does not exist (yet)."""
+    url = location.storage
+    if url.startswith("sqlite:///") and not Path(url[len("sqlite:///"):]).is_file():
+        return None
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    from sweep.mirror import open_storage
+
+    try:
+        storage = open_storage(url)
+        study = optuna.load_study(study_name=location.name, storage=storage)
+    except (KeyError, UserError):
+        return None
+    return study.get_trials(deepcopy=False)
+
+
+def _latest_optuna_by_key(trials: list[Any]) -> dict[str, Any]:
+    latest: dict[str, Any] = {}
+    for frozen in trials:
+        key = frozen.user_attrs.get("key")
+        if key:
+            latest[key] = frozen  # trials come in number order: the last one wins
+    return latest
+
+
+def _row_from_optuna(frozen: Any) -> dict[str, Any]:
+    row = {"key": frozen.user_attrs.get("key", f"#{frozen.number}"), "seed": frozen.user_attrs.get("seed", ""),
+           "state": frozen.state.name, "status": frozen.user_attrs.get("status", ""),
+           "reason": frozen.user_attrs.get("reason", ""), "optuna_trial": str(frozen.number),
+           "dev_stsb": frozen.user_attrs.get("best_dev_stsb", ""), "avg": frozen.user_attrs.get("avg", ""),
+           "mtd": frozen.user_attrs.get("mtd", "")}
+    row.update(frozen.params)
+    return row
+
+
+def _param_columns(folder: StudyFolder, rows: list[dict[str, Any]]) -> list[str]:
+    """The swept parameters: the study.yaml's `parameters` keys that appear in the rows."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(folder.study_yaml.read_text()) or {}
+        declared = list((data.get("parameters") or {}).keys()) if isinstance(data, dict) else []
+    except (OSError, yaml.YAMLError, AttributeError):
+        declared = []
+    present = set().union(*(row.keys() for row in rows)) if rows else set()
+    return [name for name in declared if name in present]
+
+
+def _driver_running(folder: StudyFolder) -> bool:
+    """Whether a `sweep run` holds the study's lock (on this machine)."""
+    if not folder.lock_file.exists():
+        return False
+    with open(folder.lock_file, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return True
+        fcntl.flock(handle, fcntl.LOCK_UN)
+        return False
+
+
+def _format(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return "" if math.isnan(value) else f"{value:.2f}"
+    text = str(value)
+    try:
+        number = float(text)
+    except ValueError:
+        return text
+    if "." in text and math.isfinite(number):
+        return f"{number:.4g}" if abs(number) < 1 else f"{number:.2f}"
+    return text
+
+
+def _render(headers: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(cell) for cell in column) for column in zip(headers, *rows)]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in [headers, *rows]]
+    return "\n".join(lines)
+
+
+def _short(text: str, limit: int) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _display(url: str) -> str:
+    from sweep.mirror import _hide_password
+
+    return _hide_password(url)

@@ -1,0 +1,321 @@
+"""The results folder of a study (results/README.md): paths, atomic writes, trials.csv.
+
+Everything here is plain files; nothing imports Ray or Optuna. Every write goes to a temporary
+file in the same folder and is moved into place with `os.replace`, so a reader (or a driver killed
+with SIGKILL) never sees half a file.
+
+    results/<study>/study.yaml, optuna.db, trials.csv, trials/<key>/{config.yaml, metrics.jsonl,
+    summary.json, log.txt}, figures/, artifacts/, ray/
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+import yaml
+
+from sweep.spec import StudySpec, Trial
+
+TASKS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness")
+
+# Trainer verdicts that end a trial for good: re-running the same config would give the same answer.
+# "pruned" is written by the driver when the scheduler stopped the trial.
+FINAL_STATUSES = ("ok", "diverged", "collapsed", "pruned")
+
+# trials.csv: these come first, then one column per swept parameter, then CONFIG_COLUMNS, RESULT_COLUMNS.
+HEAD_COLUMNS = ("key", "seed", "state", "status", "reason", "optuna_trial")
+CONFIG_COLUMNS = (
+    "method", "batch_size", "ema.schedule", "ema.decay", "ema.decay_end",
+    "queue.size", "queue.initial_size", "queue.slices",
+)
+RESULT_COLUMNS = (
+    "steps", "mtd", "age_mean", "age_max", "best_step", "dev_stsb", *TASKS, "avg",
+    "align", "uniform", "sentences_per_s", "wall_time_s",
+)
+
+
+# ---- atomic writes ------------------------------------------------------------------------------
+def write_text_atomic(path: str | Path, text: str) -> None:
+    """Write `text` to `path` through a temporary file in the same folder and os.replace."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def write_json_atomic(path: str | Path, data: Any) -> None:
+    write_text_atomic(path, json.dumps(to_jsonable(data), indent=2) + "\n")
+
+
+def to_jsonable(value: Any) -> Any:
+    """Plain JSON types; NaN and infinities become null (strict JSON readers reject them)."""
+    if isinstance(value, dict):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_jsonable(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):  # numpy scalars
+        try:
+            return to_jsonable(value.item())
+        except (TypeError, ValueError):
+            pass
+    return value
+
+
+# ---- the study folder ---------------------------------------------------------------------------
+class StudyFolder:
+    """Paths and files of one study's results folder."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path).resolve()
+
+    @property
+    def study_yaml(self) -> Path:
+        return self.path / "study.yaml"
+
+    @property
+    def trials_csv(self) -> Path:
+        return self.path / "trials.csv"
+
+    @property
+    def ray_dir(self) -> Path:
+        return self.path / "ray"
+
+    @property
+    def artifacts_dir(self) -> Path:
+        return self.path / "artifacts"
+
+    @property
+    def lock_file(self) -> Path:
+        return self.path / ".driver.lock"
+
+    def default_storage(self) -> str:
+        return f"sqlite:///{self.path / 'optuna.db'}"
+
+    def trial_dir(self, key: str) -> Path:
+        return self.path / "trials" / key
+
+    def summary_path(self, key: str) -> Path:
+        return self.trial_dir(key) / "summary.json"
+
+    def metrics_path(self, key: str) -> Path:
+        return self.trial_dir(key) / "metrics.jsonl"
+
+    def log_path(self, key: str) -> Path:
+        return self.trial_dir(key) / "log.txt"
+
+    # ---- writes ----
+    def write_study_yaml(self, spec: StudySpec) -> None:
+        text = spec.source_text
+        if not text.strip():
+            data = asdict(spec)
+            data.pop("source_text", None)
+            text = yaml.safe_dump(data, sort_keys=False)
+        write_text_atomic(self.study_yaml, text)
+
+    def write_trial_config(self, trial: Trial) -> None:
+        write_text_atomic(self.trial_dir(trial.key) / "config.yaml", yaml.safe_dump(trial.config, sort_keys=False))
+
+    def write_summary(self, key: str, summary: dict[str, Any]) -> None:
+        write_json_atomic(self.summary_path(key), summary)
+
+    def write_metrics(self, key: str, metrics: Iterable[dict[str, Any]]) -> None:
+        lines = "".join(json.dumps(to_jsonable(m)) + "\n" for m in metrics)
+        write_text_atomic(self.metrics_path(key), lines)
+
+    def clear_attempt(self, key: str) -> None:
+        """Remove what an interrupted or failed attempt left (metrics.jsonl, summary.json)."""
+        for path in (self.summary_path(key), self.metrics_path(key)):
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                pass
+
+    # ---- reads ----
+    def read_summary(self, key: str) -> dict[str, Any] | None:
+        """The trial's summary.json, or None when absent or unreadable."""
+        try:
+            data = json.loads(self.summary_path(key).read_text())
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    def read_metrics(self, key: str) -> list[dict[str, Any]]:
+        rows = []
+        try:
+            lines = self.metrics_path(key).read_text().splitlines()
+        except OSError:
+            return rows
+        for line in lines:
+            try:
+                rows.append(json.loads(line))
+            except ValueError:
+                continue  # a line cut short by a kill
+        return rows
+
+    def read_trials_csv(self) -> list[dict[str, str]]:
+        try:
+            with open(self.trials_csv, newline="", encoding="utf-8") as f:
+                return list(csv.DictReader(f))
+        except FileNotFoundError:
+            return []
+
+
+# ---- trials.csv ---------------------------------------------------------------------------------
+class TrialsTable:
+    """The rows of trials.csv, one per trial key, kept in memory and rewritten after every change."""
+
+    def __init__(self, folder: StudyFolder, param_names: Iterable[str]):
+        self.folder = folder
+        self.param_names = list(param_names)
+        self.rows: dict[str, dict[str, Any]] = {}
+
+    def columns(self) -> list[str]:
+        columns = list(HEAD_COLUMNS)
+        for name in (*self.param_names, *CONFIG_COLUMNS, *RESULT_COLUMNS):
+            if name not in columns:
+                columns.append(name)
+        return columns
+
+    def add(self, trial: Trial, state: str = "PENDING") -> dict[str, Any]:
+        row = self.rows.get(trial.key)
+        if row is None:
+            row = {"key": trial.key, "seed": trial.seed, "state": state, "mtd": trial.mtd}
+            for name in (*self.param_names, *CONFIG_COLUMNS):
+                row[name] = trial.params[name] if name in trial.params else dotted_get(trial.config, name)
+            self.rows[trial.key] = row
+        return row
+
+    def update(self, key: str, **values: Any) -> None:
+        self.rows[key].update(values)
+
+    def set_summary(self, key: str, summary: dict[str, Any]) -> None:
+        """Copy a trainer summary's results into the row."""
+        self.rows[key].update(summary_columns(summary))
+
+    def write(self) -> None:
+        columns = self.columns()
+        buffer = io.StringIO()
+        writer = csv.DictWriter(buffer, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
+        writer.writeheader()
+        for row in self.rows.values():
+            writer.writerow({name: csv_cell(row.get(name)) for name in columns})
+        write_text_atomic(self.folder.trials_csv, buffer.getvalue())
+
+
+def summary_columns(summary: dict[str, Any]) -> dict[str, Any]:
+    """trials.csv columns taken from a summary.json."""
+    mtd = summary.get("mtd") or {}
+    test = summary.get("test") or {}
+    out: dict[str, Any] = {
+        "status": summary.get("status"),
+        "reason": summary.get("reason"),
+        "steps": summary.get("steps"),
+        "best_step": summary.get("best_step"),
+        "dev_stsb": summary.get("best_dev_stsb"),
+        "age_mean": mtd.get("age_mean"),
+        "age_max": mtd.get("age_max"),
+        "align": summary.get("align"),
+        "uniform": summary.get("uniform"),
+        "sentences_per_s": summary.get("sentences_per_s"),
+        "wall_time_s": summary.get("wall_time_s"),
+    }
+    if mtd.get("formula") is not None:
+        out["mtd"] = mtd["formula"]
+    for name in (*TASKS, "avg"):
+        out[name] = test.get(name)
+    return out
+
+
+def metric_value(summary: dict[str, Any], name: str) -> float | None:
+    """The study metric from a summary: dev_stsb -> best_dev_stsb, task names and avg -> test[...]."""
+    if name == "dev_stsb":
+        value = summary.get("best_dev_stsb")
+    elif name in TASKS or name == "avg":
+        value = (summary.get("test") or {}).get(name)
+    else:
+        value = summary.get(name)
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+def csv_cell(value: Any) -> Any:
+    if value is None:
+        return ""
+    if isinstance(value, (list, tuple, dict)):
+        return json.dumps(value)  # one cell, e.g. queue.slices ["0-256", "768-1024"]
+    if isinstance(value, float) and math.isnan(value):
+        return ""
+    return value
+
+
+def dotted_get(data: dict[str, Any], key: str) -> Any:
+    node: Any = data
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+@dataclass
+class StudyLocation:
+    """Where a study's results and Optuna storage are: what `sweep status` and `sweep dashboard` need."""
+
+    folder: StudyFolder
+    name: str  # the Optuna study name (the spec's name)
+    storage: str  # Optuna storage URL
+
+
+def locate_study(study: str | Path) -> StudyLocation:
+    """Resolve a CLI STUDY argument (the study YAML or its results folder).
+
+    A results folder is recognised by its study.yaml (or optuna.db / trials.csv); the study name and
+    storage come from that study.yaml (`name:`, `storage:`), else the folder name and its optuna.db.
+    """
+    from trainer.errors import UserError
+
+    path = Path(study)
+    if path.is_file():
+        from sweep.spec import load_study
+
+        spec = load_study(path)
+        folder = StudyFolder(spec.study_dir)
+        return StudyLocation(folder, spec.name, spec.storage or folder.default_storage())
+    if path.is_dir():
+        folder = StudyFolder(path)
+        if not any(p.exists() for p in (folder.study_yaml, folder.trials_csv, folder.path / "optuna.db")):
+            raise UserError(f"{path}: not a study results folder (no study.yaml, trials.csv or optuna.db); "
+                            "pass the study YAML file or results/<study name>")
+        data: Any = {}
+        try:
+            data = yaml.safe_load(folder.study_yaml.read_text()) or {}
+        except (OSError, yaml.YAMLError):
+            pass
+        if not isinstance(data, dict):
+            data = {}
+        name = str(data.get("name") or folder.path.name)
+        storage = str(data.get("storage") or folder.default_storage())
+        return StudyLocation(folder, name, storage)
+    raise UserError(f"{study}: no such study file or results folder; pass studies/<name>.yaml or results/<name>")

@@ -1,0 +1,267 @@
+"""`sweep run` end to end under Ray with the real trainer on a tiny random BERT (slow).
+
+Helpers here (write_study, read_csv, optuna_trials, query_dashboard, run_sweep) are shared with
+test_cluster.py and test_postgres.py.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections import Counter
+from pathlib import Path
+from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+import optuna
+import pytest
+import yaml
+
+from sweep.runner import run_study
+from sweep.spec import load_study
+
+REPO = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow
+
+
+# ---- shared helpers -----------------------------------------------------------------------------------
+def write_study(tmp_path: Path, name: str, model: Path | str, data: Path, parameters: dict | None = None,
+                **top: object) -> Path:
+    """A study of tiny trials (6 steps, 2 evaluations, STS-B test only) as a YAML file."""
+    spec = {
+        "name": name,
+        "description": "tiny trials for the tests",
+        "base": {
+            "model": str(model), "method": "mocose", "pooler": "avg", "batch_size": 8, "max_steps": 6,
+            "queue": {"size": 16, "initial_size": 8},
+            "eval": {"eval_steps": 3, "final_tasks": ["STSBenchmark"]},
+            "data": {"corpus": str(data / "corpus" / "wiki1m_sample.txt"), "data_dir": str(data),
+                     "max_sentences": 200, "cache_dir": str(tmp_path.parent / "token-cache")},
+        },
+        "parameters": parameters or {"ema.decay": [0.5, 0.9], "queue.size": [16, 32]},
+        "seeds": [1],
+        "results_dir": str(tmp_path / "results"),
+        **top,
+    }
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def read_csv(study_dir: Path) -> list[dict[str, str]]:
+    with open(study_dir / "trials.csv", newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def optuna_trials(name: str, storage: str) -> list[optuna.trial.FrozenTrial]:
+    return optuna.load_study(study_name=name, storage=storage).get_trials()
+
+
+def query_dashboard(storage: str) -> tuple[dict, dict]:
+    """Serve optuna-dashboard's WSGI app on a loopback port in a thread; GET /api/studies and the study."""
+    from optuna_dashboard import wsgi
+
+    class Quiet(WSGIRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    server = make_server("127.0.0.1", 0, wsgi(storage), handler_class=Quiet)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        base = f"http://127.0.0.1:{server.server_port}"
+        studies = json.load(urllib.request.urlopen(f"{base}/api/studies", timeout=30))
+        study_id = studies["study_summaries"][0]["study_id"]
+        study = json.load(urllib.request.urlopen(f"{base}/api/studies/{study_id}", timeout=30))
+    finally:
+        server.shutdown()
+        server.server_close()
+    return studies, study
+
+
+def run_sweep(args: list[str], cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess:
+    """`sweep ARGS` in a subprocess (its own session, so that no Ray process outlives it)."""
+    return subprocess.run([sys.executable, "-m", "sweep", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, start_new_session=True)
+
+
+def assert_complete_study(study_dir: Path, name: str, storage: str, n: int) -> list[optuna.trial.FrozenTrial]:
+    """Every trial COMPLETE once in trials.csv and Optuna, with its files."""
+    rows = read_csv(study_dir)
+    assert len(rows) == n
+    assert all(r["state"] == "COMPLETE" and r["status"] == "ok" for r in rows), rows
+    trials = optuna_trials(name, storage)
+    complete = Counter(t.user_attrs["key"] for t in trials if t.state.name == "COMPLETE")
+    assert complete == Counter(r["key"] for r in rows)  # one COMPLETE Optuna trial per key
+    for row in rows:
+        folder = study_dir / "trials" / row["key"]
+        assert {"config.yaml", "metrics.jsonl", "summary.json", "log.txt"} <= {p.name for p in folder.iterdir()}
+        assert json.loads((folder / "summary.json").read_text())["status"] == "ok"
+        assert int(row["optuna_trial"]) in {t.number for t in trials if t.user_attrs["key"] == row["key"]}
+    return trials
+
+
+def session_processes(sid: int) -> list[int]:
+    out = subprocess.run(["ps", "-e", "-o", "pid=,sid=,stat="], capture_output=True, text=True).stdout
+    return [int(p) for p, s, stat in (line.split()[:3] for line in out.splitlines()) if int(s) == sid and "Z" not in stat]
+
+
+def kill_session(sid: int) -> None:
+    """SIGKILL the driver's process group and anything else left in its session (Ray's workers)."""
+    try:
+        os.killpg(sid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        left = session_processes(sid)
+        if not left:
+            return
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.5)
+    raise AssertionError(f"processes of the killed driver's session still alive: {session_processes(sid)}")
+
+
+# ---- tests ----------------------------------------------------------------------------------------------
+def test_grid_runs_under_ray_and_is_mirrored_to_optuna_and_disk(tmp_path, tiny_model_dir, shared_data_dir, capsys):
+    spec = load_study(write_study(tmp_path, "grid2x2", tiny_model_dir, shared_data_dir))
+    assert run_study(spec, max_concurrent=2) == 0
+    study_dir = Path(spec.study_dir)
+    storage = f"sqlite:///{study_dir / 'optuna.db'}"
+    trials = assert_complete_study(study_dir, "grid2x2", storage, 4)
+
+    assert len(trials) == 4
+    for t in trials:
+        assert set(t.params) == {"ema.decay", "queue.size"}
+        assert set(t.intermediate_values) == {3, 6}  # learning curve: one value per evaluation
+        assert t.value == pytest.approx(t.user_attrs["best_dev_stsb"])
+        for attr in ("key", "seed", "mtd", "STSBenchmark", "avg", "align", "uniform", "status", "mtd_age_mean"):
+            assert attr in t.user_attrs, attr
+    assert {(t.params["ema.decay"], t.params["queue.size"]) for t in trials} == {(0.5, 16), (0.5, 32), (0.9, 16), (0.9, 32)}
+    assert (study_dir / "study.yaml").read_text() == spec.source_text
+
+    # a fresh worker process per trial
+    pids = {(study_dir / "trials" / t.user_attrs["key"] / "log.txt").read_text().split()[4] for t in trials}
+    assert len(pids) == 4
+
+    out = capsys.readouterr().out
+    assert "4/4 ended" in out and "best dev_stsb" in out and "ETA" in out
+
+    studies, study = query_dashboard(storage)
+    assert [s["study_name"] for s in studies["study_summaries"]] == ["grid2x2"]
+    assert len(study["trials"]) == 4
+    assert all(len(t["intermediate_values"]) == 2 and t["state"] == "Complete" for t in study["trials"])
+    assert "name: grid2x2" in study["note"]["body"]
+
+    # running it again skips everything, starts no Ray, adds no Optuna trial
+    assert run_study(spec) == 0
+    assert len(optuna_trials("grid2x2", storage)) == 4
+    assert "4 already ended" in capsys.readouterr().out
+
+    result = run_sweep(["status", str(study_dir)], cwd=tmp_path, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "4 trials: 4 COMPLETE" in result.stdout and "optuna" in result.stdout
+
+
+def test_a_raising_trial_and_a_diverging_trial_are_recorded_and_the_rest_complete(tmp_path, tiny_model_dir,
+                                                                                      shared_data_dir):
+    missing = tmp_path / "no" / "such-model"
+    path = write_study(tmp_path, "faults", tiny_model_dir, shared_data_dir,
+                       parameters={"model": [str(tiny_model_dir), str(missing)], "optim.lr": [3e-5, 1.0e8]})
+    spec = load_study(path)
+    assert run_study(spec, max_concurrent=2) == 0
+    study_dir = Path(spec.study_dir)
+    rows = {(r["model"], float(r["optim.lr"])): r for r in read_csv(study_dir)}
+    ok = rows[(str(tiny_model_dir), 3e-5)]
+    diverged = rows[(str(tiny_model_dir), 1e8)]
+    assert (ok["state"], ok["status"]) == ("COMPLETE", "ok")
+    assert (diverged["state"], diverged["status"]) == ("FAIL", "diverged")
+    assert "loss became nan" in diverged["reason"]
+    for lr in (3e-5, 1e8):
+        raised = rows[(str(missing), lr)]
+        assert (raised["state"], raised["status"]) == ("FAIL", "error")
+        assert raised["reason"].startswith("UserError: model") and "not found" in raised["reason"]
+        summary = json.loads((study_dir / "trials" / raised["key"] / "summary.json").read_text())
+        assert summary["status"] == "error" and summary["reason"] == raised["reason"]
+
+    trials = {t.user_attrs["key"]: t for t in optuna_trials("faults", f"sqlite:///{study_dir / 'optuna.db'}")}
+    assert trials[ok["key"]].state.name == "COMPLETE"
+    assert trials[diverged["key"]].state.name == "FAIL"
+    assert trials[diverged["key"]].user_attrs["status"] == "diverged"
+    assert trials[rows[(str(missing), 1e8)]["key"]].user_attrs["reason"].startswith("UserError")
+
+
+def test_resume_after_the_driver_is_killed(tmp_path, tiny_model_dir, shared_data_dir):
+    path = write_study(tmp_path, "resume", tiny_model_dir, shared_data_dir, parameters={"ema.decay": [0.5, 0.7, 0.9]})
+    study_dir = tmp_path / "results" / "resume"
+    driver = subprocess.Popen([sys.executable, "-m", "sweep", "run", str(path), "--max-concurrent", "1"],
+                              cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              start_new_session=True)
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            states = [r["state"] for r in read_csv(study_dir)] if (study_dir / "trials.csv").exists() else []
+            if states.count("COMPLETE") >= 1 and "RUNNING" in states:
+                break
+            assert driver.poll() is None, driver.stdout.read()
+            time.sleep(0.1)
+        else:
+            raise AssertionError("the sweep never had a COMPLETE and a RUNNING trial")
+    finally:
+        kill_session(driver.pid)
+        driver.wait()
+    driver.stdout.close()
+
+    before = {r["key"]: r["state"] for r in read_csv(study_dir)}  # read after the kill: nothing changes now
+    completed = [k for k, s in before.items() if s == "COMPLETE"]
+    assert completed and "RUNNING" in before.values()
+    stamps = {k: (os.stat(study_dir / "trials" / k / "summary.json").st_mtime_ns,
+                  os.stat(study_dir / "trials" / k / "metrics.jsonl").st_mtime_ns) for k in completed}
+
+    result = run_sweep(["run", str(path), "--max-concurrent", "1"], cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"{len(completed)} already ended (skipped)" in result.stdout
+    assert "marked FAIL (interrupted)" in result.stdout
+
+    storage = f"sqlite:///{study_dir / 'optuna.db'}"
+    trials = assert_complete_study(study_dir, "resume", storage, 3)
+    interrupted = [t for t in trials if t.state.name == "FAIL"]
+    assert [t.user_attrs["reason"] for t in interrupted] == ["interrupted"]
+    assert before[interrupted[0].user_attrs["key"]] == "RUNNING"
+    for key, stamp in stamps.items():  # completed trials did not run again
+        assert (os.stat(study_dir / "trials" / key / "summary.json").st_mtime_ns,
+                os.stat(study_dir / "trials" / key / "metrics.jsonl").st_mtime_ns) == stamp
+
+
+def test_ctrl_c_stops_the_sweep_with_exit_code_130(tmp_path, tiny_model_dir, shared_data_dir):
+    path = write_study(tmp_path, "interrupt", tiny_model_dir, shared_data_dir)
+    study_dir = tmp_path / "results" / "interrupt"
+    driver = subprocess.Popen([sys.executable, "-m", "sweep", "run", str(path), "--max-concurrent", "1"],
+                              cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              start_new_session=True)
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            if (study_dir / "trials.csv").exists() and "RUNNING" in [r["state"] for r in read_csv(study_dir)]:
+                break
+            time.sleep(0.1)
+        os.killpg(driver.pid, signal.SIGINT)  # what a terminal sends to the foreground process group
+        out, _ = driver.communicate(timeout=120)
+    finally:
+        kill_session(driver.pid)
+    assert driver.returncode == 130, out
+    assert "interrupted" in out and "run the same command again to resume" in out
+    states = Counter(r["state"] for r in read_csv(study_dir))
+    assert states["RUNNING"] == 0 and states["COMPLETE"] + states["FAIL"] + states["PENDING"] == 4
+    trials = optuna_trials("interrupt", f"sqlite:///{study_dir / 'optuna.db'}")
+    assert all(t.state.name in ("COMPLETE", "FAIL") for t in trials)
