@@ -73,7 +73,7 @@ def main() -> None:
     env = {"torch": torch.__version__, "threads": torch.get_num_threads(), "cpus": os.cpu_count(),
            "cpu": platform.processor() or platform.machine()}
     for pooler in args.poolers:
-        encoder = SentenceEncoder(model, tokenizer, pooler, "cpu", 128)
+        encoder = SentenceEncoder(model, tokenizer, pooler, "cpu", 64)
         t0 = time.perf_counter()
         ours = evaluate_sts(encoder.encode, root, align_uniform_split=None)
         t_ours = time.perf_counter() - t0

@@ -96,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--tasks", nargs="+", metavar="TASK",
                     help="subset of STS12 STS13 STS14 STS15 STS16 STSBenchmark SICKRelatedness")
     ev.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
-    ev.add_argument("--batch-size", type=int, default=128)
+    ev.add_argument("--batch-size", type=int, default=64)
     ev.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
     ev.set_defaults(func=_cmd_eval)
 

@@ -210,7 +210,7 @@ class SentenceEncoder:
     """
 
     def __init__(self, model, tokenizer, pooler: str = "cls_before_pooler", device: torch.device | str = "cpu",
-                 batch_size: int = 128, mlp: torch.nn.Module | None = None):
+                 batch_size: int = 64, mlp: torch.nn.Module | None = None):
         if pooler not in POOLERS:
             raise UserError(f"unknown pooler '{pooler}': choose from {', '.join(POOLERS)}")
         self.model, self.tokenizer, self.pooler = model, tokenizer, pooler
@@ -359,7 +359,7 @@ def format_table(result: STSResult) -> str:
 
 
 def eval_command(model: str, pooler: str = "cls_before_pooler", data_dir: str | None = None,
-                 tasks: Sequence[str] | None = None, as_json: bool = False, batch_size: int = 128,
+                 tasks: Sequence[str] | None = None, as_json: bool = False, batch_size: int = 64,
                  device: str = "auto") -> int:
     """`sweep eval`: evaluate any HF id, local path or `embedded` and print the table or one JSON object."""
     from trainer.models import load_encoder, pick_device
