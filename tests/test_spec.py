@@ -127,11 +127,11 @@ def test_quickstart_dry_run_from_the_command_line(tmp_path):
     result = run_cli("run", str(REPO / "studies" / "quickstart.yaml"), "--dry-run", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
-    assert re.search(r"^trials:\s+6 \(6 configurations x 1 seed; 0 combinations dropped", result.stdout, re.M)
-    assert re.search(r"^MTD:\s+3\.00 to 30\.00", result.stdout, re.M)
+    assert re.search(r"^trials:\s+8 \(8 configurations x 1 seed; 0 combinations dropped", result.stdout, re.M)
+    assert re.search(r"^MTD:\s+6\.00 to 18\.00", result.stdout, re.M)
     rows = [line for line in result.stdout.splitlines() if re.match(r"^[0-9a-f]{12}\s", line)]
-    assert len(rows) == 6
-    assert "ema.decay" in result.stdout and "queue.size" in result.stdout
+    assert len(rows) == 8
+    assert "ema.decay" in result.stdout and "queue.slices" in result.stdout
     assert list(tmp_path.iterdir()) == []  # a dry run writes nothing
 
 
