@@ -14,13 +14,13 @@ import csv
 import io
 import json
 import math
-import os
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
 import yaml
+
+from trainer.files import write_text_atomic
 
 from sweep.spec import StudySpec, Trial
 
@@ -43,25 +43,7 @@ RESULT_COLUMNS = (
 
 
 # ---- atomic writes ------------------------------------------------------------------------------
-def write_text_atomic(path: str | Path, text: str) -> None:
-    """Write `text` to `path` through a temporary file in the same folder and os.replace."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
+# write_text_atomic lives in trainer.files (the trainer writes its summary the same way).
 def write_json_atomic(path: str | Path, data: Any) -> None:
     write_text_atomic(path, json.dumps(to_jsonable(data), indent=2) + "\n")
 

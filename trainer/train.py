@@ -23,9 +23,7 @@ import contextlib
 import copy
 import json
 import math
-import os
 import random
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -41,6 +39,7 @@ from trainer.config import RunConfig, parse_slices
 from trainer.corpus import load_corpus
 from trainer.data import corpus_path, data_dir
 from trainer.ema import ema_decay_at, ema_update
+from trainer.files import write_text_atomic
 from trainer.evaluation import EmbeddingCache, SentenceEncoder, cosine_scores, evaluate_sts, load_task
 from trainer.heads import MLPHead, build_predictor, build_projection, make_pooler_dense
 from trainer.losses.gaussian import gaussian_logits, sample_gaussian_negatives
@@ -168,14 +167,6 @@ def _param_groups(model: ContrastiveModel, weight_decay: float) -> list[dict]:
         is_norm = id(param) in norm_params or "LayerNorm" in name or "layer_norm" in name
         (no_decay if name.endswith("bias") or is_norm else decay).append(param)
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(text)
-    os.replace(tmp, path)
 
 
 def _json_safe(value):
@@ -438,5 +429,5 @@ def train(config: RunConfig, report: Report | None = None) -> dict[str, Any]:
     }
     summary = _json_safe(summary)
     if out_dir:
-        _atomic_write(out_dir / "summary.json", json.dumps(summary, indent=2))
+        write_text_atomic(out_dir / "summary.json", json.dumps(summary, indent=2))
     return summary
