@@ -24,7 +24,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
     return eval_command(
         model=args.model, pooler=args.pooler, data_dir=args.data_dir, tasks=args.tasks,
-        as_json=args.json, batch_size=args.batch_size, device=args.device,
+        as_json=args.json, batch_size=args.batch_size, device=args.device, fast=not args.hf_forward,
     )
 
 
@@ -98,6 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     ev.add_argument("--batch-size", type=int, default=64)
     ev.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
+    ev.add_argument("--hf-forward", action="store_true",
+                    help="run the transformers forward instead of the faster CPU forward (same figures; a check)")
     ev.set_defaults(func=_cmd_eval)
 
     run = sub.add_parser("run", help="run (or resume) a study through Ray Tune")

@@ -110,7 +110,7 @@ def test_eval_embedded_json(tmp_path, shared_data_dir):
     assert len(lines) == 1, proc.stdout
     out = json.loads(lines[0])
     assert set(out) == {"model", "pooler", "STSBenchmark", "avg", "align", "uniform", "align_uniform_split",
-                        "seconds"}
+                        "forward", "seconds"}
     assert out["model"] == "embedded" and out["pooler"] == "cls_before_pooler"
     score = out["STSBenchmark"]
     assert isinstance(score, float) and score == round(score, 2)
@@ -120,3 +120,20 @@ def test_eval_embedded_json(tmp_path, shared_data_dir):
     assert 0.0 < out["align"] < 2.0 and out["align"] == round(out["align"], 4)
     assert -8.0 < out["uniform"] < 0.0 and out["uniform"] == round(out["uniform"], 4)
     assert out["seconds"] > 0
+    assert out["forward"] == ("fast" if _device_is_cpu() else "transformers")
+    # the transformers forward gives the same figures (trainer.fast_forward is only a faster way)
+    proc = subprocess.run(
+        sweep_cmd() + ["eval", "--model", "embedded", "--json", "--tasks", "STSBenchmark", "--hf-forward",
+                       "--data-dir", str(shared_data_dir)],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr
+    hf = json.loads(proc.stdout.strip().splitlines()[0])
+    assert hf["forward"] == "transformers"
+    assert (hf["STSBenchmark"], hf["align"], hf["uniform"]) == (out["STSBenchmark"], out["align"], out["uniform"])
+
+
+def _device_is_cpu() -> bool:
+    import torch
+
+    return not torch.cuda.is_available()

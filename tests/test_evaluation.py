@@ -615,7 +615,8 @@ def test_cls_uses_the_trained_mlp_when_given(tiny_models):
     np.testing.assert_allclose(got, expected, rtol=0, atol=1e-5)
 
 
-def test_duplicates_are_encoded_once(tiny_models):
+@pytest.mark.parametrize("fast", [True, False])
+def test_duplicates_are_encoded_once(tiny_models, fast):
     models, tokenizer = tiny_models
     model = models["tiny2"]
     rows, seen_ids = [], []
@@ -625,9 +626,12 @@ def test_duplicates_are_encoded_once(tiny_models):
         rows.append(ids.shape[0])
         seen_ids.extend(tuple(int(t) for t in r if t != tokenizer.pad_token_id) for r in ids)
 
-    handle = model.register_forward_pre_hook(count, with_kwargs=True)
+    # both forwards start with the embeddings module
+    handle = model.embeddings.register_forward_pre_hook(count, with_kwargs=True)
     try:
-        got = SentenceEncoder(model, tokenizer, "avg", "cpu", batch_size=2).encode(SENTENCES)
+        encoder = SentenceEncoder(model, tokenizer, "avg", "cpu", batch_size=2, fast=fast)
+        assert encoder.uses_fast_forward() == fast
+        got = encoder.encode(SENTENCES)
     finally:
         handle.remove()
     distinct = list(dict.fromkeys(SENTENCES))

@@ -24,6 +24,7 @@ import json
 import math
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -207,17 +208,24 @@ class SentenceEncoder:
 
     `cls` applies `mlp` (the trained MLP) to [CLS] when given, else the model's own pooler output.
     `avg_first_last` averages the first transformer layer's output (hidden_states[1]) and the last one.
+    On CPU, BERT-family float32 models run through `trainer.fast_forward` (same function, fewer FLOPs;
+    `fast=False` forces the transformers forward); anything else runs the model's own forward.
     """
 
     def __init__(self, model, tokenizer, pooler: str = "cls_before_pooler", device: torch.device | str = "cpu",
-                 batch_size: int = 64, mlp: torch.nn.Module | None = None):
+                 batch_size: int = 64, mlp: torch.nn.Module | None = None, fast: bool = True):
         if pooler not in POOLERS:
             raise UserError(f"unknown pooler '{pooler}': choose from {', '.join(POOLERS)}")
         self.model, self.tokenizer, self.pooler = model, tokenizer, pooler
-        self.device, self.batch_size, self.mlp = torch.device(device), batch_size, mlp
+        self.device, self.batch_size, self.mlp, self.fast = torch.device(device), batch_size, mlp, fast
         # BERT takes token_type_ids (all zeros here, as the tokenizer gives for single sentences);
         # DistilBERT-like models do not accept the argument at all.
         self._takes_token_types = "token_type_ids" in inspect.signature(model.forward).parameters
+
+    def uses_fast_forward(self) -> bool:
+        from trainer.fast_forward import unsupported_reason
+
+        return self.fast and self.device.type == "cpu" and unsupported_reason(self.model) is None
 
     @torch.inference_mode()
     def encode(self, sentences: Sequence[str]) -> np.ndarray:
@@ -228,39 +236,76 @@ class SentenceEncoder:
         # SimCSE's batcher does not truncate; we truncate only at the model's own maximum length, which no
         # SentEval sentence reaches (the longest is 93 tokens), so that an over-long input cannot crash.
         limit = getattr(self.model.config, "max_position_embeddings", 512)
-        encoded = self.tokenizer(distinct, add_special_tokens=True, truncation=True, max_length=limit)["input_ids"]
+        encoded = self.tokenizer(distinct, add_special_tokens=True, truncation=True, max_length=limit,
+                                 return_attention_mask=False, return_token_type_ids=False)["input_ids"]
         order = sorted(range(len(distinct)), key=lambda i: len(encoded[i]))
         was_training = self.model.training
         self.model.eval()
         if self.mlp is not None:
             self.mlp.eval()
         out = np.empty((len(distinct), self.model.config.hidden_size), dtype=np.float32)
-        need_hidden = self.pooler in ("avg_first_last", "avg_top2")
         pad_id = self.tokenizer.pad_token_id or 0
+
+        def run_batch(start: int) -> None:
+            idx = order[start:start + self.batch_size]
+            width = max(len(encoded[i]) for i in idx)
+            ids = torch.full((len(idx), width), pad_id, dtype=torch.long)
+            mask = torch.zeros((len(idx), width), dtype=torch.long)
+            for row, i in enumerate(idx):
+                ids[row, : len(encoded[i])] = torch.tensor(encoded[i])
+                mask[row, : len(encoded[i])] = 1
+            with torch.inference_mode():
+                out[idx] = forward(ids.to(self.device), mask.to(self.device)).float().cpu().numpy()
+
+        # longest batches first, so that the workers finish together on short ones
+        starts = range((len(order) - 1) // self.batch_size * self.batch_size, -1, -self.batch_size)
+        threads = torch.get_num_threads()
         try:
-            for start in range(0, len(order), self.batch_size):
-                idx = order[start:start + self.batch_size]
-                width = max(len(encoded[i]) for i in idx)
-                ids = torch.full((len(idx), width), pad_id, dtype=torch.long)
-                mask = torch.zeros((len(idx), width), dtype=torch.long)
-                for row, i in enumerate(idx):
-                    ids[row, : len(encoded[i])] = torch.tensor(encoded[i])
-                    mask[row, : len(encoded[i])] = 1
-                ids, mask = ids.to(self.device), mask.to(self.device)
-                extra = {"token_type_ids": torch.zeros_like(ids)} if self._takes_token_types else {}
-                outputs = self.model(input_ids=ids, attention_mask=mask, output_hidden_states=need_hidden,
-                                     return_dict=True, **extra)
-                out[idx] = self.pool(outputs, mask).float().cpu().numpy()
+            forward = self._hf_batch
+            if not self.uses_fast_forward():
+                for start in starts:
+                    run_batch(start)
+            else:
+                from trainer.fast_forward import FastEncoderForward
+
+                fast = FastEncoderForward(self.model)  # packs the current weights, once per call
+                forward = lambda ids, mask: self._fast_batch(fast, ids, mask)  # noqa: E731
+                # One batch per core, each op single-threaded: STS sentences are short (~15 tokens), and
+                # OpenMP's fork/join on every small op costs more than it gains; measured 5-11% faster
+                # on 2 cores (bench/RESULTS.md). Disjoint rows of `out`; the thread count is restored.
+                torch.set_num_threads(1)
+                with ThreadPoolExecutor(max_workers=threads) as pool:
+                    list(pool.map(run_batch, starts))
         finally:
+            torch.set_num_threads(threads)
             self.model.train(was_training)
             if self.mlp is not None:
                 self.mlp.train(was_training)
         index = {s: i for i, s in enumerate(distinct)}
         return out[[index[s] for s in sentences]]
 
+    def _hf_batch(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        extra = {"token_type_ids": torch.zeros_like(ids)} if self._takes_token_types else {}
+        outputs = self.model(input_ids=ids, attention_mask=mask, return_dict=True,
+                             output_hidden_states=self.pooler in ("avg_first_last", "avg_top2"), **extra)
+        return self.pool(outputs, mask)
+
+    def _fast_batch(self, fast, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        if self.pooler in ("cls", "cls_before_pooler"):
+            cls = fast(ids, mask, cls_only=True)
+            if self.pooler == "cls_before_pooler":
+                return cls
+            if self.mlp is not None:
+                return self.mlp(cls)
+            if getattr(self.model, "pooler", None) is None:
+                raise UserError("pooler 'cls' needs a model with a pooler layer (or a trained MLP); use cls_before_pooler")
+            return self.model.pooler(cls[:, None])  # BertPooler: dense + tanh on position 0
+        last, hidden = fast(ids, mask, all_hidden=self.pooler != "avg")
+        return self.pool_hidden(last, hidden, mask)
+
     def pool(self, outputs, mask: torch.Tensor) -> torch.Tensor:
+        """Pool a transformers model output (last_hidden_state, pooler_output, hidden_states)."""
         last = outputs.last_hidden_state
-        m = mask.unsqueeze(-1).to(last.dtype)
         if self.pooler == "cls_before_pooler":
             return last[:, 0]
         if self.pooler == "cls":
@@ -269,9 +314,13 @@ class SentenceEncoder:
             if getattr(outputs, "pooler_output", None) is None:
                 raise UserError("pooler 'cls' needs a model with a pooler layer (or a trained MLP); use cls_before_pooler")
             return outputs.pooler_output
+        return self.pool_hidden(last, outputs.hidden_states, mask)
+
+    def pool_hidden(self, last: torch.Tensor, hidden, mask: torch.Tensor) -> torch.Tensor:
+        """The averaging poolers over real tokens: avg, avg_first_last, avg_top2."""
+        m = mask.unsqueeze(-1).to(last.dtype)
         if self.pooler == "avg":
             return (last * m).sum(1) / m.sum(1)
-        hidden = outputs.hidden_states
         if self.pooler == "avg_first_last":
             return ((hidden[1] + hidden[-1]) / 2.0 * m).sum(1) / m.sum(1)
         return ((hidden[-1] + hidden[-2]) / 2.0 * m).sum(1) / m.sum(1)  # avg_top2
@@ -360,8 +409,11 @@ def format_table(result: STSResult) -> str:
 
 def eval_command(model: str, pooler: str = "cls_before_pooler", data_dir: str | None = None,
                  tasks: Sequence[str] | None = None, as_json: bool = False, batch_size: int = 64,
-                 device: str = "auto") -> int:
-    """`sweep eval`: evaluate any HF id, local path or `embedded` and print the table or one JSON object."""
+                 device: str = "auto", fast: bool = True) -> int:
+    """`sweep eval`: evaluate any HF id, local path or `embedded` and print the table or one JSON object.
+
+    `fast=False` (`--hf-forward`) runs the transformers forward instead of trainer.fast_forward, to check
+    that both give the same figures."""
     from trainer.models import load_encoder, pick_device
 
     if pooler not in POOLERS:
@@ -375,12 +427,14 @@ def eval_command(model: str, pooler: str = "cls_before_pooler", data_dir: str | 
     load_task(root, "STSBenchmark", "dev")
     torch_device = pick_device(device)
     encoder_model, tokenizer = load_encoder(model)
-    encoder = SentenceEncoder(encoder_model.to(torch_device), tokenizer, pooler, torch_device, batch_size)
+    encoder = SentenceEncoder(encoder_model.to(torch_device), tokenizer, pooler, torch_device, batch_size, fast=fast)
+    forward = "fast" if encoder.uses_fast_forward() else "transformers"
     result = evaluate_sts(encoder.encode, root, tasks)
     if as_json:
-        print(json.dumps({"model": model, "pooler": pooler, **result.to_json(), "seconds": round(result.seconds, 1)}))
+        print(json.dumps({"model": model, "pooler": pooler, **result.to_json(), "forward": forward,
+                          "seconds": round(result.seconds, 1)}))
     else:
-        print(f"model: {model}   pooler: {pooler}   data: {root}   ({result.seconds:.1f} s)")
+        print(f"model: {model}   pooler: {pooler}   data: {root}   forward: {forward}   ({result.seconds:.1f} s)")
         print(format_table(result))
         if result.align is not None:
             print(f"alignment {result.align:.4f}   uniformity {result.uniform:.4f}   (STS-B {align_uniform_label(result)})")
