@@ -1,9 +1,12 @@
 """Time the full seven-task STS evaluation of the embedded model, ours vs SentEval's procedure.
 
-    python bench/eval_speed.py [--data-dir DIR] [--poolers cls_before_pooler avg] [--skip-reference]
+    python bench/eval_speed.py [--data-dir DIR] [--poolers cls_before_pooler avg] [--repeat N]
+                               [--batch-size 64] [--compare-hf] [--skip-reference]
 
 Ours: `trainer.evaluation.evaluate_sts` (each distinct sentence once, length-sorted batches, only the
-reported splits). Reference: SentEval's procedure as SimCSE runs it, re-implemented here for timing and
+reported splits), with the default CPU forward (`trainer.fast_forward`); `--compare-hf` also times it
+with the transformers forward (`SentenceEncoder(fast=False)`). `--repeat` runs ours N times and reports
+every time and the median (this machine's speed drifts by +-10-15% between minutes). Reference: SentEval's procedure as SimCSE runs it, re-implemented here for timing and
 for a second opinion on the numbers: per task, every split is loaded (STS-B and SICK train/dev/test),
 pairs sorted by (len s1, len s2, score), batches of 128 pairs, each side encoded separately (padding
 within the batch, no truncation), cosine per pair, Spearman. Both print the seven figures and Avg.
@@ -61,23 +64,42 @@ def senteval_procedure(model, tokenizer, pooler: str, root) -> dict[str, float]:
     return scores
 
 
+def workload(tokenizer, root) -> dict[str, int]:
+    """What the seven tasks cost: distinct sentences and their tokens ([CLS] and [SEP] included)."""
+    sentences = [s for task in TASKS for pairs in load_task(root, task, "test") for s in pairs.sent1 + pairs.sent2]
+    distinct = list(dict.fromkeys(sentences))
+    ids = tokenizer(distinct, return_attention_mask=False, return_token_type_ids=False)["input_ids"]
+    return {"sentences": len(sentences), "distinct_sentences": len(distinct), "tokens": sum(map(len, ids))}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--data-dir")
     parser.add_argument("--poolers", nargs="+", default=["cls_before_pooler", "avg"])
     parser.add_argument("--skip-reference", action="store_true")
+    parser.add_argument("--compare-hf", action="store_true", help="also time ours with the transformers forward")
+    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--batch-size", type=int, default=64)
     args = parser.parse_args()
     root = data_dir(args.data_dir)
     model, tokenizer = load_encoder("embedded")
     model.eval()
     env = {"torch": torch.__version__, "threads": torch.get_num_threads(), "cpus": os.cpu_count(),
-           "cpu": platform.processor() or platform.machine()}
+           "cpu": platform.processor() or platform.machine(), **workload(tokenizer, root)}
     for pooler in args.poolers:
-        encoder = SentenceEncoder(model, tokenizer, pooler, "cpu", 64)
-        t0 = time.perf_counter()
-        ours = evaluate_sts(encoder.encode, root, align_uniform_split=None)
-        t_ours = time.perf_counter() - t0
-        line = {"pooler": pooler, "ours_seconds": round(t_ours, 1), "ours": {**ours.scores, "avg": ours.avg}, **env}
+        line = {"pooler": pooler, "batch_size": args.batch_size, **env}
+        for label, fast in [("ours", True)] + ([("ours_hf_forward", False)] if args.compare_hf else []):
+            encoder = SentenceEncoder(model, tokenizer, pooler, "cpu", args.batch_size, fast=fast)
+            times = []
+            for _ in range(args.repeat):
+                t0 = time.perf_counter()
+                result = evaluate_sts(encoder.encode, root, align_uniform_split=None)
+                times.append(round(time.perf_counter() - t0, 1))
+            line[label] = {**result.scores, "avg": result.avg}
+            line[f"{label}_seconds"] = float(np.median(times))
+            line[f"{label}_all_seconds"] = times
+        if args.compare_hf:
+            line["hf_forward_max_abs_diff"] = max(abs(line["ours"][k] - line["ours_hf_forward"][k]) for k in line["ours"])
         if not args.skip_reference:
             t0 = time.perf_counter()
             ref = senteval_procedure(model, tokenizer, pooler, root)
