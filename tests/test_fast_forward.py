@@ -180,7 +180,15 @@ def test_unsupported_models_fall_back_to_their_own_forward(tokenizer):
 def test_encode_restores_threads_and_mode_even_when_a_batch_fails(tokenizer, monkeypatch):
     """Batches run one per core with single-threaded ops; the caller's settings come back afterwards."""
     model = random_model().train()
-    threads = torch.get_num_threads()
+    caller = torch.get_num_threads()
+    torch.set_num_threads(2)  # a known value, whatever earlier tests left behind
+    try:
+        _check_restored(model, tokenizer, monkeypatch)
+    finally:
+        torch.set_num_threads(caller)
+
+
+def _check_restored(model, tokenizer, monkeypatch):
     encoder = SentenceEncoder(model, tokenizer, "avg", "cpu", batch_size=2)
     seen = []
 
@@ -192,7 +200,7 @@ def test_encode_restores_threads_and_mode_even_when_a_batch_fails(tokenizer, mon
     monkeypatch.setattr(FastEncoderForward, "__call__", spy)
     encoder.encode(SENTENCES)
     assert seen and set(seen) == {1}
-    assert torch.get_num_threads() == threads and model.training
+    assert torch.get_num_threads() == 2 and model.training
 
     def boom(self, *args, **kwargs):
         raise RuntimeError("batch failed")
@@ -200,4 +208,4 @@ def test_encode_restores_threads_and_mode_even_when_a_batch_fails(tokenizer, mon
     monkeypatch.setattr(FastEncoderForward, "__call__", boom)
     with pytest.raises(RuntimeError, match="batch failed"):
         encoder.encode(SENTENCES)
-    assert torch.get_num_threads() == threads and model.training
+    assert torch.get_num_threads() == 2 and model.training
