@@ -525,7 +525,7 @@ def _combination_error(exc: UserError, params: dict[str, Any], spec: StudySpec, 
     config_key, rest = _split_trainer_message(str(exc))
     if config_key in spec.parameters:
         path: tuple = ("parameters", config_key)
-    elif config_key and _has_dotted(spec.base, config_key):
+    elif config_key and dotted_get(spec.base, config_key, _MISSING) is not _MISSING:
         path = ("base", *config_key.split("."))
     else:
         path = ("parameters",)
@@ -1292,13 +1292,17 @@ def _pop_dotted(data: dict[str, Any], dotted: str) -> None:
         node.pop(last, None)
 
 
-def _has_dotted(data: dict[str, Any], dotted: str) -> bool:
+_MISSING = object()  # dotted_get's default when "absent" must differ from a stored None
+
+
+def dotted_get(data: dict[str, Any], dotted: str, default: Any = None) -> Any:
+    """data["a"]["b"] for "a.b"; `default` when a part is missing or its parent is not a mapping."""
     node: Any = data
     for part in dotted.split("."):
         if not isinstance(node, dict) or part not in node:
-            return False
+            return default
         node = node[part]
-    return True
+    return node
 
 
 def _split_trainer_message(message: str) -> tuple[str | None, str]:

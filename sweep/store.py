@@ -22,7 +22,7 @@ import yaml
 
 from trainer.files import write_text_atomic
 
-from sweep.spec import StudySpec, Trial
+from sweep.spec import StudySpec, Trial, dotted_get
 
 TASKS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness")
 
@@ -252,13 +252,6 @@ def csv_cell(value: Any) -> Any:
     return value
 
 
-def dotted_get(data: dict[str, Any], key: str) -> Any:
-    node: Any = data
-    for part in key.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return None
-        node = node[part]
-    return node
 
 
 @dataclass

@@ -33,6 +33,8 @@ sees the current weights).
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
 
@@ -43,12 +45,12 @@ _LAYER_ATTRS = ("attention.self.query", "attention.self.key", "attention.self.va
                 "attention.output.LayerNorm", "intermediate.dense", "output.dense", "output.LayerNorm")
 
 
-def _get(module, dotted: str):
-    for part in dotted.split("."):
-        module = getattr(module, part, None)
-        if module is None:
-            return None
-    return module
+def _has_submodule(module: torch.nn.Module, dotted: str) -> bool:
+    try:
+        module.get_submodule(dotted)
+        return True
+    except AttributeError:
+        return False
 
 
 def unsupported_reason(model) -> str | None:
@@ -62,10 +64,9 @@ def unsupported_reason(model) -> str | None:
         return f"position_embedding_type {config.position_embedding_type!r}"
     if getattr(config, "hidden_act", None) not in _ACTIVATIONS:
         return f"activation {getattr(config, 'hidden_act', None)!r}"
-    layers = _get(model, "encoder.layer")
-    if getattr(model, "embeddings", None) is None or not layers:
+    if not (_has_submodule(model, "embeddings") and _has_submodule(model, "encoder.layer")):
         return "no embeddings/encoder.layer modules"
-    if any(_get(layer, attr) is None for layer in layers for attr in _LAYER_ATTRS):
+    if any(not _has_submodule(layer, attr) for layer in model.encoder.layer for attr in _LAYER_ATTRS):
         return "encoder layers are not BERT layers"
     parameter = next(model.parameters())
     if parameter.device.type != "cpu" or parameter.dtype != torch.float32:
@@ -73,6 +74,7 @@ def unsupported_reason(model) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=1)
 def _onednn_usable() -> bool:
     """oneDNN's packed linear ops exist and run here (any CPU torch build with mkldnn)."""
     if not torch.backends.mkldnn.is_available():
