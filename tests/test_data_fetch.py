@@ -16,21 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from trainer.data import manifest
+
 REPO = Path(__file__).resolve().parents[1]
-MANIFEST_TSV = REPO / "trainer" / "data_manifest.tsv"
 DAMAGED = "senteval/STS/STS14-en-test/STS.input.images.txt"
-
-
-def read_manifest() -> dict[str, tuple[int, str]]:
-    entries = {}
-    for line in MANIFEST_TSV.read_text().splitlines():
-        if line.strip():
-            path, size, sha = line.split("\t")
-            entries[path] = (int(size), sha)
-    return entries
-
-
-MANIFEST = read_manifest()
+MANIFEST = manifest()  # checked against ../shared/data/SHA256SUMS by a test below
 
 
 def sha256(path: Path) -> str:

@@ -23,13 +23,7 @@ from trainer.losses import (
 TAU = 0.05
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny tensors: one thread avoids OpenMP start-up costs (milliseconds per op on a busy 2-core box)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 SIZES = [(1, 3), (2, 4), (5, 8), (16, 32)]  # (N, d)
 
 

@@ -91,6 +91,23 @@ def run_sweep(args: list[str], cwd: Path, timeout: float = 240) -> subprocess.Co
                           timeout=timeout, start_new_session=True)
 
 
+def start_driver(study: Path, cwd: Path) -> subprocess.Popen:
+    """`sweep run STUDY` one trial at a time, in the background, in its own session (to kill or interrupt)."""
+    return subprocess.Popen([sys.executable, "-m", "sweep", "run", str(study), "--max-concurrent", "1"],
+                            cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+
+
+def wait_until(condition, driver: subprocess.Popen, timeout: float = 180) -> bool:
+    """Poll `condition` every 0.1 s; False on timeout or when the driver exits first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and driver.poll() is None:
+        if condition():
+            return True
+        time.sleep(0.1)
+    return False
+
+
 def assert_complete_study(study_dir: Path, name: str, storage: str, n: int) -> list[optuna.trial.FrozenTrial]:
     """Every trial COMPLETE once in trials.csv and Optuna, with its files."""
     rows = read_csv(study_dir)
@@ -204,18 +221,15 @@ def test_a_raising_trial_and_a_diverging_trial_are_recorded_and_the_rest_complet
 def test_resume_after_the_driver_is_killed(tmp_path, tiny_model_dir, shared_data_dir):
     path = write_study(tmp_path, "resume", tiny_model_dir, shared_data_dir, parameters={"ema.decay": [0.5, 0.7, 0.9]})
     study_dir = tmp_path / "results" / "resume"
-    driver = subprocess.Popen([sys.executable, "-m", "sweep", "run", str(path), "--max-concurrent", "1"],
-                              cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              start_new_session=True)
+    driver = start_driver(path, tmp_path)
+
+    def one_complete_one_running() -> bool:
+        states = [r["state"] for r in read_csv(study_dir)] if (study_dir / "trials.csv").exists() else []
+        return states.count("COMPLETE") >= 1 and "RUNNING" in states
+
     try:
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            states = [r["state"] for r in read_csv(study_dir)] if (study_dir / "trials.csv").exists() else []
-            if states.count("COMPLETE") >= 1 and "RUNNING" in states:
-                break
+        if not wait_until(one_complete_one_running, driver):
             assert driver.poll() is None, driver.stdout.read()
-            time.sleep(0.1)
-        else:
             raise AssertionError("the sweep never had a COMPLETE and a RUNNING trial")
     finally:
         kill_session(driver.pid)
@@ -246,15 +260,10 @@ def test_resume_after_the_driver_is_killed(tmp_path, tiny_model_dir, shared_data
 def test_ctrl_c_stops_the_sweep_with_exit_code_130(tmp_path, tiny_model_dir, shared_data_dir):
     path = write_study(tmp_path, "interrupt", tiny_model_dir, shared_data_dir)
     study_dir = tmp_path / "results" / "interrupt"
-    driver = subprocess.Popen([sys.executable, "-m", "sweep", "run", str(path), "--max-concurrent", "1"],
-                              cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              start_new_session=True)
+    driver = start_driver(path, tmp_path)
     try:
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            if (study_dir / "trials.csv").exists() and "RUNNING" in [r["state"] for r in read_csv(study_dir)]:
-                break
-            time.sleep(0.1)
+        wait_until(lambda: (study_dir / "trials.csv").exists() and "RUNNING" in [r["state"] for r in read_csv(study_dir)],
+                   driver)
         os.killpg(driver.pid, signal.SIGINT)  # what a terminal sends to the foreground process group
         out, _ = driver.communicate(timeout=120)
     finally:

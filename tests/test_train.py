@@ -32,14 +32,7 @@ MTD_KEYS = {"formula", "eta", "eta_choice", "queue_k", "batch_size", "age_mean",
 METRIC_KEYS = {"step", "loss", "dev_stsb", "lr", "eta", "queue_fill"}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread():
-    # On a busy 2-core machine torch's intra-op threads oversubscribe the cores and a tiny model runs
-    # ~50x slower; one thread keeps this file fast and does not change any result.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture
