@@ -17,11 +17,12 @@ def test_defaults_follow_the_mocose_paper():
     assert cfg.batch_size == 64
     assert cfg.queue.size == 512 and cfg.queue.initial_size == 128
     assert cfg.temperature == pytest.approx(0.05)
-    assert cfg.dropout == pytest.approx(0.1)
+    assert cfg.dropout is None and cfg.resolved().dropout == pytest.approx(0.1)
     assert cfg.seed == 42
     assert cfg.optim.schedule == "linear" and cfg.optim.warmup_steps == 0
     assert cfg.optim.grad_clip == pytest.approx(1.0)
-    assert (cfg.ema.schedule, cfg.ema.decay, cfg.ema.decay_end) == ("cosine", 0.75, 0.95)
+    assert (cfg.ema.schedule, cfg.ema.decay, cfg.ema.decay_end) == ("cosine", 0.75, None)
+    assert cfg.resolved().ema.decay_end == 0.95 and cfg.resolved().ema.hold_after_schedule is True
     assert (cfg.heads.projection_layers, cfg.heads.predictor_layers) == (1, 2)
     assert cfg.pooler == "cls_before_pooler"
     assert cfg.fgsm.mode == "lagged"

@@ -286,3 +286,39 @@ def test_loss_decreases_with_adam(name):
         optimizer.step()
         losses.append(loss.item())
     assert np.mean(losses[-5:]) < 0.5 * np.mean(losses[:5])
+
+
+# ---- MixCSE: the paper's layout (one mixed negative per anchor and direction), hard_negative_weight ----
+def np_paper_mix_loss(z1, z2, lam, tau, directions, weight=0.0):
+    """The paper's L_mix row by row: denominator += exp(cos(h_i, m'_i)/tau) (+ exp(cos(h'_i, m_i)/tau))."""
+    n = len(z1)
+    m2, m1 = np_mix(z2, lam), np_mix(z1, lam)
+    total = 0.0
+    for i in range(n):
+        terms = [np_cos(z1[i:i + 1], z2[j:j + 1])[0, 0] / tau for j in range(n)]
+        terms.append(np_cos(z1[i:i + 1], m2[i:i + 1])[0, 0] / tau + weight)
+        if directions == "both":
+            terms.append(np_cos(z2[i:i + 1], m1[i:i + 1])[0, 0] / tau + weight)
+        terms = np.array(terms)
+        total += -(terms[i] - (terms.max() + np.log(np.exp(terms - terms.max()).sum())))
+    return total / n
+
+
+@pytest.mark.parametrize("n,d", SIZES)
+@pytest.mark.parametrize("directions", ["both", "single"])
+@pytest.mark.parametrize("weight", [0.0, 0.7])
+def test_mixcse_paper_layout_matches_numpy(n, d, directions, weight):
+    z1, z2 = random_pair(n, d, seed=n + 41)
+    blocks = mix_logits(t(z1), t(z2), 0.2, TAU, directions, layout="paper", hard_negative_weight=weight)
+    assert [b.shape for b in blocks] == [(n, 1)] * (2 if directions == "both" else 1)
+    loss = mixcse_loss(t(z1), t(z2), 0.2, TAU, directions, layout="paper", hard_negative_weight=weight)
+    assert loss.item() == pytest.approx(np_paper_mix_loss(z1, z2, 0.2, TAU, directions, weight), rel=1e-9)
+
+
+@pytest.mark.parametrize("n", [3, 5])
+def test_hard_negative_weight_is_added_to_the_released_diagonals_only(n):
+    z1, z2 = random_pair(n, 6, seed=n)
+    plain = mix_logits(t(z1), t(z2), 0.2, TAU, "both", layout="released")
+    weighted = mix_logits(t(z1), t(z2), 0.2, TAU, "both", layout="released", hard_negative_weight=0.5)
+    for a, b in zip(plain, weighted):
+        np.testing.assert_allclose((b - a).numpy(), 0.5 * np.eye(n), atol=1e-12)

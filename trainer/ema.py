@@ -1,4 +1,4 @@
-"""EMA target branch for MoCoSE (eq. 2; methods.md section 2).
+"""EMA target branch for MoCoSE (eq. 2; methods.md section 2) and its decay schedules.
 
     theta_target <- eta * theta_target + (1 - eta) * theta_online      after every optimiser step
 
@@ -17,32 +17,47 @@ True
 from __future__ import annotations
 
 import copy
+import math
 
 import torch
 from torch import nn
 
-from analysis.mtd import cosine_eta
-
 SCHEDULES = ("constant", "cosine")
+RELEASED_SCHEDULE_STEPS = 15000  # T in the released MoCoSE code (`EMA(total_step=15000)`)
 
 
-def ema_decay_at(step: int, schedule: str, decay: float, decay_end: float, total_steps: int) -> float:
-    """eta at `step`: `decay` when constant; cosine from eta0 = `decay` at step 0 to eta1 = `decay_end` at T.
+def cosine_eta(step: int, eta0: float, eta1: float, period: int, hold: bool = True) -> float:
+    """The cosine ramp from eta0 (step 0) to eta1 (step `period`):
 
-        eta(t) = eta1 - (eta1 - eta0) * (cos(pi * t / T) + 1) / 2,   t clamped to [0, T]
+        eta(t) = eta1 - (eta1 - eta0) * (cos(pi * t / T) + 1) / 2
 
-    The paper's text ramps 0.75 -> 0.95 over the run. The released MoCoSE code is the special case
-    eta1 = 1.0 and T = 15000 steps.
+    `hold=True` (the paper's reading) keeps eta1 after T. `hold=False` is the released MoCoSE code, which
+    never clamps t: past T the cosine swings back, reaching eta0 again at 2T.
 
-    >>> [round(ema_decay_at(t, "cosine", 0.75, 0.95, 100), 3) for t in (0, 50, 100, 200)]
+    >>> [round(cosine_eta(t, 0.75, 0.95, 100), 3) for t in (0, 50, 100, 200)]
     [0.75, 0.85, 0.95, 0.95]
+    >>> [round(cosine_eta(t, 0.75, 1.0, 100, hold=False), 3) for t in (0, 50, 100, 200)]
+    [0.75, 0.875, 1.0, 0.75]
+    """
+    t = max(step, 0)
+    if hold:
+        t = min(t, period)
+    return eta1 - (eta1 - eta0) * (math.cos(math.pi * t / max(period, 1)) + 1.0) / 2.0
+
+
+def ema_decay_at(step: int, schedule: str, decay: float, decay_end: float, period: int, hold: bool = True) -> float:
+    """eta of the `step`-th EMA update: `decay` when constant, else `cosine_eta(step, decay, decay_end, period, hold)`.
+
+    The released MoCoSE schedule is `cosine` with decay_end 1.0, period 15000 and hold False
+    (`1 - (1 - eta0) * (cos(pi t / T) + 1) / 2`, t counted from 1 at the first update).
+
     >>> ema_decay_at(7, "constant", 0.85, 0.95, 100)
     0.85
     """
     if schedule == "constant":
         return decay
     if schedule == "cosine":
-        return cosine_eta(step, decay, decay_end, total_steps)
+        return cosine_eta(step, decay, decay_end, period, hold)
     raise ValueError(f"EMA schedule must be one of {SCHEDULES}, got {schedule!r}")
 
 
@@ -50,20 +65,22 @@ def ema_decay_at(step: int, schedule: str, decay: float, decay_end: float, total
 def ema_update(target: nn.Module, online: nn.Module, decay: float) -> None:
     """theta_t <- decay * theta_t + (1 - decay) * theta_o for every parameter; buffers are copied.
 
-    `target` and `online` must have the same architecture (parameters in the same order).
+    `target` and `online` must have the same architecture (parameters in the same order). Parameters
+    the two share (MoCoSE's embedding layer) are skipped: blending a tensor with itself changes nothing.
     """
-    target_params = list(target.parameters())
-    online_params = list(online.parameters())
-    if len(target_params) != len(online_params):
-        raise ValueError(f"target has {len(target_params)} parameters, online {len(online_params)}")
-    if target_params:
+    pairs = [(t, o) for t, o in zip(target.parameters(), online.parameters()) if t is not o]
+    if len(list(target.parameters())) != len(list(online.parameters())):
+        raise ValueError("target and online modules have different numbers of parameters")
+    if pairs:
+        target_params, online_params = (list(x) for x in zip(*pairs))
         if decay == 0.0:
             torch._foreach_copy_(target_params, online_params)  # exact copy, no rounding
         else:
             # one fused kernel over all tensors: lerp(t, o, w) = t + w * (o - t) with w = 1 - decay
             torch._foreach_lerp_(target_params, online_params, 1.0 - decay)
     for target_buffer, online_buffer in zip(target.buffers(), online.buffers()):
-        target_buffer.copy_(online_buffer)
+        if target_buffer is not online_buffer:
+            target_buffer.copy_(online_buffer)
 
 
 def make_target(online: nn.Module) -> nn.Module:

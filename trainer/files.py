@@ -1,10 +1,10 @@
-"""Atomic file writes: a reader (or a process killed mid-write) never sees a half-written file.
-
-Shared by the trainer (summary.json) and the orchestrator's results store (`sweep.store`).
+"""Atomic file writes and JSON-safe values, shared by the trainer (summary.json) and the orchestrator's
+results store (`sweep.store`): a reader (or a process killed mid-write) never sees a half-written file.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -27,3 +27,24 @@ def write_text_atomic(path: str | Path, text: str) -> None:
         except OSError:
             pass
         raise
+
+
+def json_safe(value):
+    """Plain JSON types: NaN and infinities become null (strict JSON readers reject them), tuples become
+    lists, numpy/torch scalars become Python numbers.
+
+    >>> json_safe({"a": float("nan"), "b": (1, 2.5)})
+    {'a': None, 'b': [1, 2.5]}
+    """
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):  # numpy / torch scalars
+        try:
+            return json_safe(value.item())
+        except (TypeError, ValueError):
+            pass
+    return value

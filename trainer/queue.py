@@ -3,10 +3,12 @@
 Conceptually the keys are a list with position 0 = the newest key. `push` puts a batch in front (batch
 row 0 becomes position 0), the queue grows up to `size` and then drops the oldest keys. At
 construction `initial_size` (K0) slots already hold random standard-normal, L2-normalised vectors; they
-sit behind every real key and are the first to be dropped.
+sit behind every real key and are the first to be dropped. With `all_random=True` (the released MoCoSE
+code) all `size` slots start random; which of them the loss sees is then the caller's `limit`.
 
 It is stored as a ring buffer (registered buffers, so `.to(device)` moves it): a push writes B rows
-and moves the start pointer, instead of concatenating the whole queue every step.
+and moves the start pointer, instead of concatenating the whole queue every step. The step each key
+was pushed at is kept on the host (a NumPy array), so measuring the keys' ages never syncs a GPU.
 
 >>> q = NegativeQueue(size=4, dim=2)
 >>> q.push(torch.tensor([[1.0, 0.0], [0.0, 1.0]]), step=1)
@@ -23,9 +25,12 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+from trainer.slices import parse_slices  # noqa: F401  (the one slice parser, re-exported)
 
 Slices = Sequence[tuple[int, int]]
 
@@ -33,23 +38,30 @@ Slices = Sequence[tuple[int, int]]
 class NegativeQueue(torch.nn.Module):
     """FIFO of `size` keys of dimension `dim`, newest at position 0; see the module docstring."""
 
-    def __init__(self, size: int, dim: int, initial_size: int = 0, generator: torch.Generator | None = None):
+    def __init__(self, size: int, dim: int, initial_size: int = 0, generator: torch.Generator | None = None,
+                 all_random: bool = False):
         super().__init__()
         if size < 0 or not 0 <= initial_size <= size:
             raise ValueError(f"need size >= 0 and 0 <= initial_size <= size, got size={size}, initial_size={initial_size}")
         self.size, self.dim = size, dim
+        random_count = size if all_random else initial_size
         keys = torch.zeros(size, dim)
-        # the step each key was pushed at; NaN marks the random initial keys (they have no age)
-        push_steps = torch.full((size,), float("nan"))
-        if initial_size:
-            keys[:initial_size] = F.normalize(torch.randn(initial_size, dim, generator=generator), dim=-1)
+        if random_count:
+            keys[:random_count] = F.normalize(torch.randn(random_count, dim, generator=generator), dim=-1)
         self.register_buffer("keys", keys)
-        self.register_buffer("push_steps", push_steps)
+        # the step each physical row was pushed at; NaN marks the random initial keys (they have no age)
+        self.push_steps = np.full(size, np.nan)
         self.start = 0  # physical row of position 0 (the newest key)
-        self.fill = initial_size
+        self.fill = random_count
+        self.pushed = 0  # real keys pushed so far (they may have been dropped since)
 
     def __len__(self) -> int:
         return self.fill
+
+    @property
+    def real_count(self) -> int:
+        """How many positions, from 0, hold real (pushed) keys."""
+        return min(self.pushed, self.size)
 
     @torch.no_grad()
     def push(self, keys: Tensor, step: int) -> None:
@@ -61,39 +73,49 @@ class NegativeQueue(torch.nn.Module):
         # everything already stored moves `count` positions back; the new rows fill the slots in front,
         # which are free or hold the oldest keys (dropped)
         self.start = (self.start - count) % self.size
-        rows = self._rows(0, count)
-        self.keys[rows] = keys.to(self.keys.dtype)
-        self.push_steps[rows] = float(step)
+        self.keys[self._rows(0, count)] = keys.to(self.keys.dtype)
+        self.push_steps[(self.start + np.arange(count)) % self.size] = float(step)
         self.fill = min(self.fill + count, self.size)
+        self.pushed += count
 
-    def get(self, slices: Slices | None = None) -> Tensor:
+    def get(self, slices: Slices | None = None, limit: int | None = None) -> Tensor:
         """Keys at half-open position ranges (position 0 = newest), concatenated in order -> (M, d).
 
-        None means the whole filled queue. Positions at or beyond the current fill are skipped.
+        None means the whole filled queue. Positions at or beyond the current fill, or beyond `limit`,
+        are skipped.
         """
-        return self.keys[self._index(slices)]
+        ranges = self._ranges(slices, limit)
+        parts = [self._rows(begin, end) for begin, end in ranges]
+        if not parts:
+            return self.keys[:0]
+        return self.keys[torch.cat(parts) if len(parts) > 1 else parts[0]]
 
-    def ages(self, step: int, slices: Slices | None = None) -> Tensor:
-        """Ages in steps (step - push step) of the keys `get(slices)` returns; NaN for the random initial keys."""
-        return float(step) - self.push_steps[self._index(slices)]
+    def ages(self, step: int, slices: Slices | None = None, limit: int | None = None) -> np.ndarray:
+        """Ages in steps (step - push step) of the keys `get(slices, limit)` returns; NaN for random keys."""
+        ranges = self._ranges(slices, limit)
+        if not ranges:
+            return np.empty(0)
+        rows = np.concatenate([(self.start + np.arange(begin, end)) % self.size for begin, end in ranges])
+        return float(step) - self.push_steps[rows]
+
+    def _ranges(self, slices: Slices | None, limit: int | None) -> list[tuple[int, int]]:
+        end = self.fill if limit is None else min(self.fill, limit)
+        ranges = [(0, end)] if slices is None else slices
+        return [(min(b, end), min(e, end)) for b, e in ranges if min(b, end) < min(e, end)]
 
     def _rows(self, begin: int, end: int) -> Tensor:
         """Physical rows of positions begin..end-1."""
         return (self.start + torch.arange(begin, end, device=self.keys.device)) % max(self.size, 1)
 
-    def _index(self, slices: Slices | None) -> Tensor:
-        ranges = [(0, self.fill)] if slices is None else slices
-        parts = [self._rows(min(begin, self.fill), min(end, self.fill)) for begin, end in ranges]
-        if not parts:
-            return torch.empty(0, dtype=torch.long, device=self.keys.device)
-        return torch.cat(parts) if len(parts) > 1 else parts[0]
-
     # the pointers are plain ints (no device sync to read them); keep them in state_dict for resuming
     def get_extra_state(self) -> dict[str, Any]:
-        return {"start": self.start, "fill": self.fill}
+        return {"start": self.start, "fill": self.fill, "pushed": self.pushed, "push_steps": self.push_steps.tolist()}
 
     def set_extra_state(self, state: dict[str, Any]) -> None:
         self.start, self.fill = int(state["start"]), int(state["fill"])
+        self.pushed = int(state.get("pushed", 0))
+        if "push_steps" in state:
+            self.push_steps = np.asarray(state["push_steps"], dtype=np.float64)
 
     def extra_repr(self) -> str:
         return f"size={self.size}, dim={self.dim}, fill={self.fill}"

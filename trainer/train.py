@@ -1,18 +1,12 @@
 """One training run: `train(config, report=None) -> summary`.
 
-Read top to bottom: build the model for the method, load the tokenised corpus, run the optimiser loop
-(evaluating STS-B dev every `eval.eval_steps` and keeping the best state), then evaluate the seven STS
-tasks and alignment/uniformity with the best state and return (and write) the summary.
+Read top to bottom: build the method object for the config (trainer.methods: SimCSE, GS-InfoNCE, MixCSE,
+MoCoSE), load the tokenised corpus, run the optimiser loop (evaluating STS-B dev every `eval.eval_steps`
+and keeping the best state), then evaluate the final tasks with the best state and return (and write)
+the summary. The loop is the same for every method: the method object computes its loss on a batch and
+does what follows the optimiser step (MoCoSE's EMA update and queue push); FGSM and token shuffle wrap
+any method.
 
-Methods (methods.md sections 1-5):
-- simcse: 2N rows (each sentence twice) in ONE forward pass, dropout views, [CLS] -> train-only MLP,
-  InfoNCE over in-batch pairs.
-- gs: SimCSE + M Gaussian negatives per step (GS-InfoNCE).
-- mix: SimCSE + mixed hard negatives (MixCSE).
-- mocose: online branch (encoder -> pooler dense -> projection -> predictor) on N rows with gradients,
-  EMA target branch (shared embedding layer, EMA copies of encoder/pooler/projection) on the same N rows
-  without gradients, negatives = other in-batch keys + the negative queue; Gaussian and mixed negatives
-  can be added (`gaussian.*`, `mix.enabled`).
 A NaN/inf loss ends the run with status `diverged`; a collapsed embedding space (mean pairwise cosine of
 STS-B dev embeddings above `collapse_threshold`, or a constant similarity) with status `collapsed`.
 """
@@ -20,7 +14,6 @@ STS-B dev embeddings above `collapse_threshold`, or a constant similarity) with 
 from __future__ import annotations
 
 import contextlib
-import copy
 import json
 import math
 import random
@@ -31,152 +24,29 @@ from typing import Any, Callable
 import numpy as np
 import torch
 from scipy.stats import spearmanr
-from torch import nn
 
-from analysis.mtd import config_traceable_distance, effective_eta
-from trainer.augment import FGSM, feature_cutoff, shuffle_token_positions, token_cutoff
-from trainer.config import RunConfig, parse_slices
+from trainer.augment import FGSM, half_precision_floor, shuffle_token_positions
+from trainer.config import RunConfig
 from trainer.corpus import load_corpus
 from trainer.data import corpus_path, data_dir
-from trainer.ema import ema_decay_at, ema_update
-from trainer.files import write_text_atomic
-from trainer.evaluation import EmbeddingCache, SentenceEncoder, cosine_scores, evaluate_sts, load_task
-from trainer.heads import MLPHead, build_predictor, build_projection, make_pooler_dense
-from trainer.losses.gaussian import gaussian_logits, sample_gaussian_negatives
-from trainer.losses.infonce import info_nce
-from trainer.losses.mix import mix_logits
-from trainer.losses.mocose import queue_logits
+from trainer.errors import UserError
+from trainer.evaluation import TASKS, EmbeddingCache, SentenceEncoder, cosine_scores, evaluate_sts, load_task
+from trainer.files import json_safe, write_text_atomic
+from trainer.methods import Method, method_class
 from trainer.models import load_encoder, pick_device
-from trainer.queue import NegativeQueue
 
 Report = Callable[[dict[str, Any]], None]
+AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+TEST_SELECTED_LABEL = ("checkpoint with the best seven-task TEST average, as the released MoCoSE code selects; "
+                       "the test data chose it, so it is not a held-out estimate")
 
 
-# ---- the model ----------------------------------------------------------------------------------
-class ContrastiveModel(nn.Module):
-    """The encoder and the heads one method trains. `embed_for_training` returns what the loss sees."""
-
-    def __init__(self, encoder: nn.Module, config: RunConfig):
-        super().__init__()
-        self.encoder = encoder
-        self.method = config.method
-        dim = encoder.config.hidden_size
-        if self.method == "mocose":
-            heads = config.heads
-            self.pooler_dense = make_pooler_dense(encoder)  # Linear(d,d), no activation, from BERT's pooler
-            self.projection = build_projection(dim, heads.projection_layers, config.dropout)
-            self.predictor = build_predictor(dim, heads.predictor_dim or dim, heads.predictor_layers, config.dropout)
-            # Target branch: EMA copies of encoder, pooler, projection; the embedding layer is SHARED (the
-            # very same module object, so the EMA never touches it and it gets gradients from the online
-            # branch only).
-            self.target_encoder = copy.deepcopy(encoder)
-            self.target_encoder.embeddings = encoder.embeddings
-            self.target_pooler_dense = copy.deepcopy(self.pooler_dense)
-            self.target_projection = copy.deepcopy(self.projection)
-            for module in self.target_modules():
-                module.requires_grad_(False)
-            encoder.embeddings.requires_grad_(True)
-        else:
-            self.mlp = MLPHead(dim)  # SimCSE's train-only MLP over [CLS]
-
-    def online_modules(self) -> list[nn.Module]:
-        return [self.encoder, self.pooler_dense, self.projection]
-
-    def target_modules(self) -> list[nn.Module]:
-        return [self.target_encoder, self.target_pooler_dense, self.target_projection]
-
-    def cls(self, encoder: nn.Module, ids, mask, position_ids=None) -> torch.Tensor:
-        out = encoder(input_ids=ids, attention_mask=mask, token_type_ids=torch.zeros_like(ids),
-                      position_ids=position_ids, return_dict=True)
-        return out.last_hidden_state[:, 0]
-
-    def online(self, ids, mask, position_ids=None) -> torch.Tensor:
-        h = self.pooler_dense(self.cls(self.encoder, ids, mask, position_ids))
-        return self.predictor(self.projection(h))
-
-    @torch.no_grad()
-    def target(self, ids, mask) -> torch.Tensor:
-        h = self.target_pooler_dense(self.cls(self.target_encoder, ids, mask))
-        return self.target_projection(h)
-
-    def two_views(self, ids, mask, position_ids=None) -> tuple[torch.Tensor, torch.Tensor]:
-        """SimCSE: the batch twice in one forward of 2N rows; two dropout views through the MLP."""
-        n = ids.shape[0]
-        pos = None if position_ids is None else torch.cat([position_ids, position_ids])
-        z = self.mlp(self.cls(self.encoder, torch.cat([ids, ids]), torch.cat([mask, mask]), pos))
-        return z[:n], z[n:]
-
-    @torch.no_grad()
-    def update_target(self, decay: float) -> None:
-        for target, online in zip(self.target_modules(), self.online_modules()):
-            ema_update(target, online, decay)
-
-
-class _EmbeddingAugmenter:
-    """Token/feature cutoff on the embedding-layer output of the online forward only (MoCoSE Table 5)."""
-
-    def __init__(self, embeddings: nn.Module, config: RunConfig, generator: torch.Generator):
-        self.rate_token, self.rate_feature = config.augment.token_cutoff, config.augment.feature_cutoff
-        self.generator, self.mask, self.active = generator, None, False
-        self.handle = embeddings.register_forward_hook(self._hook) if (self.rate_token or self.rate_feature) else None
-
-    def _hook(self, module, inputs, output):
-        if not self.active:
-            return output
-        if self.rate_token:
-            output = token_cutoff(output, self.mask, self.rate_token, generator=self.generator)
-        if self.rate_feature:
-            output = feature_cutoff(output, self.rate_feature, generator=self.generator)
-        return output
-
-    @contextlib.contextmanager
-    def on(self, mask):
-        self.active, self.mask = self.handle is not None, mask
-        try:
-            yield
-        finally:
-            self.active = False
-
-
-# ---- helpers -----------------------------------------------------------------------------------------
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
     if torch.cuda.is_available():
         torch.cuda.manual_seed_all(seed)
-
-
-def _autocast(device: torch.device, precision: str):
-    """fp32 on the CPU; on CUDA, bf16 autocast for "auto"/"bf16", fp16 for "fp16", none for "fp32"."""
-    dtype = {"auto": torch.bfloat16, "bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
-    if device.type != "cuda" or dtype is None:
-        return contextlib.nullcontext()
-    return torch.autocast("cuda", dtype=dtype)
-
-
-def _param_groups(model: ContrastiveModel, weight_decay: float) -> list[dict]:
-    # As HF's Trainer (used by SimCSE and MoCoSE): no weight decay on biases and LayerNorm weights.
-    # LayerNorms are found by module type (as HF's ALL_LAYERNORM_LAYERS), not only by name: the MoCoSE
-    # heads' LayerNorms sit in nn.Sequential and are named e.g. "projection.1.weight".
-    norm_params = {id(p) for m in model.modules() if isinstance(m, nn.LayerNorm) for p in m.parameters(recurse=False)}
-    decay, no_decay = [], []
-    for name, param in model.named_parameters():
-        if not param.requires_grad:
-            continue
-        is_norm = id(param) in norm_params or "LayerNorm" in name or "layer_norm" in name
-        (no_decay if name.endswith("bias") or is_norm else decay).append(param)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-
-
-def _json_safe(value):
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    return value
 
 
 class _DevEvaluator:
@@ -195,13 +65,39 @@ class _DevEvaluator:
         return rho, mean_cos
 
 
-# ---- the run ------------------------------------------------------------------------------------------
+def _snapshot(method: Method) -> dict[str, dict[str, torch.Tensor]]:
+    """A CPU copy of the state that evaluation reads (the best checkpoint)."""
+    return {name: {k: v.detach().to("cpu", copy=True) for k, v in module.state_dict().items()}
+            for name, module in method.checkpoint_modules().items()}
+
+
+def _restore(method: Method, state: dict[str, dict[str, torch.Tensor]]) -> None:
+    modules = method.checkpoint_modules()
+    for name, module_state in state.items():
+        modules[name].load_state_dict(module_state)
+
+
+def _check_fgsm_precision(config: RunConfig, precision: str, word_embeddings: torch.Tensor) -> None:
+    """Refuse an FGSM eps that half-precision autocast would round away before the encoder sees it."""
+    dtype = AUTOCAST_DTYPES.get(precision)
+    if dtype is None or not config.fgsm.eps:
+        return
+    floor = half_precision_floor(word_embeddings, dtype)
+    if config.fgsm.eps < floor:
+        raise UserError(
+            f"config key 'fgsm.eps': {config.fgsm.eps:g} is below what {precision} autocast can represent next to "
+            f"this model's word embeddings (~{floor:.1e}), so the perturbation would never reach the encoder; "
+            f"set precision: fp32 (the MoCoSE release runs in fp32) or fgsm.eps >= {floor:.1e}")
+
+
 def train(config: RunConfig, report: Report | None = None) -> dict[str, Any]:
     """Train one model as `config` says; returns the summary (also written to config.output_dir if set)."""
     started = time.perf_counter()
     config = config.resolved()
     seed_everything(config.seed)
     device = pick_device(config.device)
+    method_cls = method_class(config.method)
+    precision = method_cls.precision_on(device, config.precision)
     root = data_dir(config.data.data_dir)
     out_dir = Path(config.output_dir) if config.output_dir else None
     if out_dir:
@@ -210,90 +106,62 @@ def train(config: RunConfig, report: Report | None = None) -> dict[str, Any]:
 
     dev = _DevEvaluator(root)  # fails early on missing/altered data
     encoder, tokenizer = load_encoder(config.model, dropout=config.dropout)
+    _check_fgsm_precision(config, precision, encoder.get_input_embeddings().weight)
     corpus = load_corpus(corpus_path(root, config.data.corpus), tokenizer, config.data.max_length,
                          config.data.max_sentences, Path(config.data.cache_dir) if config.data.cache_dir else root / "cache")
     batch = config.batch_size
     if len(corpus) < batch:
-        from trainer.errors import UserError
         raise UserError(f"the corpus has {len(corpus)} sentences, fewer than batch_size={batch}: lower batch_size")
     steps_per_epoch = len(corpus) // batch  # drop_last, as SimCSE's data loader
     total_steps = config.max_steps or max(1, int(config.epochs * steps_per_epoch))
     eval_steps = config.eval.eval_steps
 
-    model = ContrastiveModel(encoder, config).to(device)
-    model.train()
-    dim = encoder.config.hidden_size
     generator = torch.Generator().manual_seed(config.seed)
     device_generator = torch.Generator(device=device).manual_seed(config.seed)
-    queue = None
-    slices = None
-    if config.method == "mocose":
-        queue = NegativeQueue(config.queue.size, dim, config.queue.initial_size, generator=generator).to(device)
-        slices = parse_slices(config.queue.slices, config.queue.size) if config.queue.slices else None
+    method = method_cls(encoder, config, generator, device_generator).to(device)
+    method.train()
+    method.start(total_steps)
+    # attached after the method is built: MoCoSE's target is a deep copy, which would copy the hook
     fgsm = FGSM(config.fgsm.eps, config.fgsm.mode).attach(encoder.get_input_embeddings()) if config.fgsm.eps > 0 else None
-    augmenter = _EmbeddingAugmenter(encoder.embeddings, config, device_generator)
-    n_gauss = config.gaussian_count()
-    use_mix = bool(config.mix.enabled)
+    autocast_dtype = AUTOCAST_DTYPES.get(precision)
+    if fgsm is not None:
+        fgsm.compute_dtype = autocast_dtype
+    autocast = torch.autocast(device.type, dtype=autocast_dtype) if autocast_dtype else contextlib.nullcontext()
 
-    optimizer = torch.optim.AdamW(_param_groups(model, config.optim.weight_decay), lr=config.optim.lr,
+    optimizer = torch.optim.AdamW(method.trainable_groups(config.optim.weight_decay), lr=config.optim.lr,
                                   betas=tuple(config.optim.betas), eps=config.optim.eps)
     from transformers import get_constant_schedule_with_warmup, get_linear_schedule_with_warmup
 
     scheduler = (get_linear_schedule_with_warmup(optimizer, config.optim.warmup_steps, total_steps)
                  if config.optim.schedule == "linear" else get_constant_schedule_with_warmup(optimizer, config.optim.warmup_steps))
-    scaler = torch.amp.GradScaler("cuda") if device.type == "cuda" and config.precision == "fp16" else None
-    autocast = _autocast(device, config.precision)
-    eta_period = config.ema.schedule_steps or total_steps
+    scaler = torch.amp.GradScaler("cuda") if precision == "fp16" else None
     pad_id = tokenizer.pad_token_id or 0
     encode_eval = SentenceEncoder(encoder, tokenizer, config.pooler, device, config.eval.batch_size,
-                                  mlp=getattr(model, "mlp", None)).encode
+                                  mlp=method.eval_mlp()).encode
+    dev_pooler, dev_mlp = method.dev_head()
+    encode_dev = encode_eval if dev_pooler is None else SentenceEncoder(
+        encoder, tokenizer, dev_pooler, device, config.eval.batch_size, mlp=dev_mlp).encode
+    track_test = config.eval.selection == "test_avg" or method.reports_test_selected()
 
-    def loss_for(ids, mask, step: int) -> torch.Tensor:
-        """The method's loss on one batch (a pure function of the embeddings it computes)."""
+    def step_loss(ids: torch.Tensor, mask: torch.Tensor):
         position_ids = None
         if config.augment.token_shuffle:
             base = torch.arange(ids.shape[1], device=device).expand_as(ids)
             position_ids = shuffle_token_positions(base, mask, generator=device_generator)
         with autocast:
-            if config.method == "mocose":
-                with augmenter.on(mask):
-                    anchor = model.online(ids, mask, position_ids)
-                positive = model.target(ids, mask)
-                extra = [queue_logits(anchor.float(), queue.get(slices), config.temperature)] if len(queue) else []
-            else:
-                with augmenter.on(torch.cat([mask, mask])):
-                    anchor, positive = model.two_views(ids, mask, position_ids)
-                extra = []
-        anchor, positive = anchor.float(), positive.float()
-        if n_gauss:
-            noise = sample_gaussian_negatives(n_gauss, dim, config.gaussian.mu, config.gaussian.sigma,
-                                              generator=device_generator, device=device, dtype=anchor.dtype)
-            extra.append(gaussian_logits(anchor, noise, config.temperature, config.gaussian.weight))
-        if use_mix:
-            extra += mix_logits(anchor, positive, config.mix.lam, config.temperature,
-                                config.mix.directions, config.mix.stop_grad)
-        loss_for.positive = positive
-        return info_nce(anchor, positive, config.temperature, extra)
+            return method.loss(ids, mask, position_ids)
 
     # running statistics kept on the device: reading them is a host sync, done only at evaluations
     loss_sum = torch.zeros((), device=device)
-    age_sum = torch.zeros((), device=device, dtype=torch.float64)
-    age_count = torch.zeros((), device=device, dtype=torch.float64)
-    age_max = torch.zeros((), device=device, dtype=torch.float64)
     best = {"dev": -math.inf, "step": 0, "state": None}
+    best_test: dict[str, Any] = {"avg": -math.inf, "step": None, "test": None, "state": None}
     status, reason = "ok", None
     history: list[dict[str, Any]] = []
     train_seconds, eval_seconds = 0.0, 0.0
-    eta = ema_decay_at(0, config.ema.schedule, config.ema.decay, config.ema.decay_end, eta_period)
     step = 0
     order: list[int] = []
     loss_window = 0
-
-    def snapshot() -> dict[str, torch.Tensor]:
-        keep = {"encoder": encoder.state_dict()}
-        if hasattr(model, "mlp"):
-            keep["mlp"] = model.mlp.state_dict()
-        return {part: {k: v.detach().to("cpu", copy=True) for k, v in sd.items()} for part, sd in keep.items()}
+    params = [p for g in optimizer.param_groups for p in g["params"]]
 
     tick = time.perf_counter()
     while step < total_steps:
@@ -306,8 +174,8 @@ def train(config: RunConfig, report: Report | None = None) -> dict[str, Any]:
 
         if fgsm is not None and config.fgsm.mode == "exact":
             with fgsm.capture():
-                probe = loss_for(ids, mask, step)
-            probe.backward()
+                probe = step_loss(ids, mask)
+            probe.loss.backward()
             optimizer.zero_grad(set_to_none=True)
             perturb = fgsm.perturb()
         elif fgsm is not None:
@@ -317,21 +185,14 @@ def train(config: RunConfig, report: Report | None = None) -> dict[str, Any]:
         else:
             perturb = contextlib.nullcontext()
         with perturb:
-            if queue is not None and len(queue):
-                ages = queue.ages(step, slices)
-                real = ages[~torch.isnan(ages)]
-                if real.numel():
-                    age_sum += real.sum().double()
-                    age_count += real.numel()
-                    age_max = torch.maximum(age_max, real.max().double())
-            loss = loss_for(ids, mask, step)
+            out = step_loss(ids, mask)
         if scaler is not None:
-            scaler.scale(loss).backward()
+            scaler.scale(out.loss).backward()
             scaler.unscale_(optimizer)
         else:
-            loss.backward()
+            out.loss.backward()
         if config.optim.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_([p for g in optimizer.param_groups for p in g["params"]], config.optim.grad_clip)
+            torch.nn.utils.clip_grad_norm_(params, config.optim.grad_clip)
         if scaler is not None:
             scaler.step(optimizer)
             scaler.update()
@@ -339,11 +200,8 @@ def train(config: RunConfig, report: Report | None = None) -> dict[str, Any]:
             optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
-        if config.method == "mocose":
-            eta = ema_decay_at(step, config.ema.schedule, config.ema.decay, config.ema.decay_end, eta_period)
-            model.update_target(eta)
-            queue.push(loss_for.positive.detach(), step)  # newest keys: the target outputs of this batch
-        loss_sum += loss.detach()
+        method.after_step(step, out)
+        loss_sum += out.loss.detach()
         loss_window += 1
 
         last = step == total_steps
@@ -362,72 +220,72 @@ def train(config: RunConfig, report: Report | None = None) -> dict[str, Any]:
                 tick = time.perf_counter()
                 continue
             eval_started = time.perf_counter()
-            dev_rho, mean_cos = dev(encode_eval)
+            dev_rho, mean_cos = dev(encode_dev)
+            test_now = None
+            if track_test:
+                result = evaluate_sts(encode_eval, root, TASKS, align_uniform_split=None)
+                test_now = {**result.scores, "avg": result.avg}
             eval_seconds += time.perf_counter() - eval_started
-            metrics = {"step": step, "loss": mean_loss, "dev_stsb": round(dev_rho * 100, 4) if math.isfinite(dev_rho) else None,
-                       "lr": scheduler.get_last_lr()[0], "eta": eta if config.method == "mocose" else None,
-                       "queue_fill": len(queue) if queue is not None else None, "mean_cosine": round(mean_cos, 4),
+            metrics = {"step": step, "loss": mean_loss,
+                       "dev_stsb": round(dev_rho * 100, 4) if math.isfinite(dev_rho) else None,
+                       "lr": scheduler.get_last_lr()[0], "eta": None, "queue_fill": None, **method.log_values(),
+                       "mean_cosine": round(mean_cos, 4),
                        "fgsm_norm": fgsm.last_perturbation_norm if fgsm is not None else None,
                        "elapsed_s": round(time.perf_counter() - started, 2)}
+            if test_now is not None:
+                metrics["test_avg"] = test_now["avg"]
             history.append(metrics)
             if out_dir:
                 with open(out_dir / "metrics.jsonl", "a") as handle:
-                    handle.write(json.dumps(_json_safe(metrics)) + "\n")
+                    handle.write(json.dumps(json_safe(metrics)) + "\n")
             if report is not None:
-                report(_json_safe(metrics))
+                report(json_safe(metrics))
             if not math.isfinite(dev_rho) or mean_cos > config.collapse_threshold:
                 # checked before the best-state update, so a collapsed state is never the one evaluated
                 status = "collapsed"
                 reason = f"embeddings collapsed at step {step}: mean pairwise cosine {mean_cos:.4f} on STS-B dev"
                 break
             if dev_rho > best["dev"]:
-                best = {"dev": dev_rho, "step": step, "state": snapshot()}
+                best = {"dev": dev_rho, "step": step, "state": _snapshot(method)}
+            if test_now is not None and test_now["avg"] > best_test["avg"]:  # strictly better, as the release
+                best_test = {"avg": test_now["avg"], "step": step, "test": test_now,
+                             "state": _snapshot(method) if config.eval.selection == "test_avg" else None}
             tick = time.perf_counter()
 
     if fgsm is not None:
         fgsm.detach()
-    # ---- final evaluation with the best-dev state ----
-    if best["state"] is not None:
-        encoder.load_state_dict(best["state"]["encoder"])
-        if "mlp" in best["state"]:
-            model.mlp.load_state_dict(best["state"]["mlp"])
+    # ---- final evaluation with the selected state (STS-B dev; the test average only on request) ----
+    selected = best_test if config.eval.selection == "test_avg" else best
+    if selected["state"] is not None:
+        _restore(method, selected["state"])
     test = None
-    align = uniform = None
-    au_split = None
-    if status == "ok" or best["state"] is not None:
+    align = uniform = au_split = None
+    if status == "ok" or selected["state"] is not None:
         result = evaluate_sts(encode_eval, root, config.eval.final_tasks, config.eval.align_uniform_split)
         test = {**result.scores, "avg": result.avg}
         align, uniform, au_split = result.align, result.uniform, result.align_uniform_split
-    if config.save_model and out_dir and best["state"] is not None:
+    if config.save_model and out_dir and selected["state"] is not None:
         encoder.save_pretrained(out_dir / "model")
         tokenizer.save_pretrained(out_dir / "model")
 
-    age_n = age_count.item()
-    mtd = None
-    if config.method == "mocose":
-        cfg = config.to_dict()
-        mtd = {
-            "formula": config_traceable_distance(cfg, total_steps, eta_choice="mean"),
-            "eta": effective_eta(config.ema.schedule, config.ema.decay, config.ema.decay_end, total_steps,
-                                 config.ema.schedule_steps, "mean"),
-            "eta_choice": "constant" if config.ema.schedule == "constant" else "mean",
-            "queue_k": max(e for _, e in slices) if slices else config.queue.size,
-            "batch_size": batch,
-            "age_mean": age_sum.item() / age_n if age_n else None,
-            "age_max": age_max.item() if age_n else None,
-        }
     summary = {
         "status": status, "reason": reason, "steps": step, "total_steps": total_steps,
+        "variant": config.variant, "precision": precision,
+        "released": {flag: value for flag, value in config.to_dict()["released"].items()},
+        "selection": "dev" if config.eval.selection == "dev" else f"test_avg: {TEST_SELECTED_LABEL}",
         "best_step": best["step"] if best["state"] is not None else None,
         "best_dev_stsb": round(best["dev"] * 100, 4) if best["state"] is not None else None,
-        "test": test, "align": align, "uniform": uniform, "align_uniform_split": au_split, "mtd": mtd,
+        "test": test, "align": align, "uniform": uniform, "align_uniform_split": au_split,
+        "mtd": None, **method.summary_fields(step),
         "sentences_per_s": round(step * batch / train_seconds, 2) if train_seconds > 0 else None,
         "train_seconds": round(train_seconds, 2), "eval_seconds": round(eval_seconds, 2),
         "wall_time_s": round(time.perf_counter() - started, 2),
         "device": str(device), "corpus_sentences": len(corpus), "history": history,
         "config": config.to_dict(),
     }
-    summary = _json_safe(summary)
+    if track_test:
+        summary["test_selected"] = {"label": TEST_SELECTED_LABEL, "step": best_test["step"], "test": best_test["test"]}
+    summary = json_safe(summary)
     if out_dir:
         write_text_atomic(out_dir / "summary.json", json.dumps(summary, indent=2))
     return summary

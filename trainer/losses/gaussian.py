@@ -9,13 +9,15 @@ lambda enters as an additive log(lambda) on the noise logits, so the same cross-
 
 Inputs: z1, z2 (N, d) as in SimCSE; noise (M, d) without gradient (see `sample_gaussian_negatives`).
 Recommended (paper): mu 0, sigma 1, lambda 1, M = 3 x N with N = 64, tau 0.05.
-Released code: lambda is parsed but unused (weight 1) and the noise is not normalised, which is
-irrelevant under cosine; this implementation uses lambda as a real weight, with 1 as the default.
+Released code: lambda is parsed but unused (weight 1), the noise is not normalised (irrelevant under
+cosine) and BERT runs with dropout 0.2. This implementation uses lambda as a real weight, with 1 as the
+default; the released variant (`variant: released`) refuses a weight other than 1 and uses dropout 0.2.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Sequence
 
 import torch
 from torch import Tensor
@@ -58,7 +60,8 @@ def gaussian_logits(anchor: Tensor, noise: Tensor, temperature: float, weight: f
 
 
 def gs_infonce_loss(
-    z1: Tensor, z2: Tensor, noise: Tensor, temperature: float = 0.05, weight: float = 1.0
+    z1: Tensor, z2: Tensor, noise: Tensor, temperature: float = 0.05, weight: float = 1.0,
+    extra_logits: Sequence[Tensor] = (),
 ) -> Tensor:
     """GS-InfoNCE: SimCSE's logits plus the weighted Gaussian block. With M = 0 it is SimCSE exactly.
 
@@ -66,4 +69,4 @@ def gs_infonce_loss(
     >>> bool(gs_infonce_loss(z, z, torch.empty(0, 4)) == gs_infonce_loss(z, z, torch.empty(0, 4), weight=3.0))
     True
     """
-    return info_nce(z1, z2, temperature, [gaussian_logits(z1, noise, temperature, weight)])
+    return info_nce(z1, z2, temperature, [gaussian_logits(z1, noise, temperature, weight), *extra_logits])

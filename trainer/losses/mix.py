@@ -24,11 +24,15 @@ mix(z)_k = normalize(lam*z_k + (1-lam)*z_{(k+1) mod N})), with m2 = mix(z2) and 
         anchor mix; same diagonal, different off-diagonal terms. Column k = i-1 (m1_{i-1} holds (1-lam)
         of z1_i, row i's own anchor) is set to logit 0.
 
-Differences between paper and released code, kept as in the released code: the paper adds one mixed
-negative per anchor, the code adds all N mixes of the batch (the paper's one is the diagonal); the code
-does not remove the (1-lam)-self mix but sets its logit to 0 (so it still adds exp(0) = 1 to the
-denominator); the code's mixes are not normalised (irrelevant under cosine). The code also adds its
-`hard_negative_weight` (0 by default) to the diagonal of B and C; not reproduced.
+    (layout="paper") The paper adds ONE mixed negative per anchor and direction: only the diagonals,
+        logits (N x (N+2)) = [ cos(z1, z2) | cos(z1_i, m2_i) | cos(z2_i, m1_i) ] / tau, (N x (N+1)) single.
+
+Paper versus released code (methods.md section 8): the paper adds one mixed negative per anchor, the code
+adds all N mixes of the batch (the paper's one is the diagonal); the code does not remove the
+(1-lam)-self mix but sets its logit to 0 (so it still adds exp(0) = 1 to the denominator); the code's
+mixes are not normalised (irrelevant under cosine). The code adds `hard_negative_weight` (a logit offset,
+0 by default) to the diagonals of B and C, the paper's mixed negatives; it is applied to them in every
+layout here.
 
 Inputs: z1, z2 (N, d) with gradient. Recommended (paper): lam 0.2, tau 0.05, N 64, both directions,
 stop-gradient on. Ablations (Table 3): single direction 76.43, without stop-gradient 75.74 (vs 77.66).
@@ -36,7 +40,7 @@ stop-gradient on. Ablations (Table 3): single direction 76.43, without stop-grad
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -45,7 +49,8 @@ from torch import Tensor
 from trainer.losses.infonce import NORM_EPS, cosine_logits, info_nce
 
 Directions = Literal["both", "single"]
-Layout = Literal["released", "transposed"]
+Layout = Literal["released", "paper", "transposed"]
+LAYOUTS = ("released", "paper", "transposed")
 
 
 def mixed_negatives(z: Tensor, lam: float, stop_grad: bool = True) -> Tensor:
@@ -68,6 +73,19 @@ def _zero_entries(logits: Tensor, column_of_row: Tensor) -> Tensor:
     return logits.masked_fill(mask, 0.0)
 
 
+def _diagonal_cosines(a: Tensor, b: Tensor, temperature: float) -> Tensor:
+    """cos(a_i, b_i)/tau as an (N, 1) block."""
+    a = F.normalize(a, dim=-1, eps=NORM_EPS)
+    b = F.normalize(b.to(a.dtype), dim=-1, eps=NORM_EPS)
+    return (a * b).sum(dim=-1, keepdim=True) / temperature
+
+
+def _add_to_diagonal(logits: Tensor, weight: float) -> Tensor:
+    if weight == 0.0:
+        return logits
+    return logits + weight * torch.eye(logits.shape[0], logits.shape[1], device=logits.device, dtype=logits.dtype)
+
+
 def mix_logits(
     z1: Tensor,
     z2: Tensor,
@@ -76,35 +94,42 @@ def mix_logits(
     directions: Directions = "both",
     stop_grad: bool = True,
     layout: Layout = "released",
+    hard_negative_weight: float = 0.0,
 ) -> list[Tensor]:
     """The mixed-negative blocks to append to SimCSE's logits: [B] (single) or [B, C] (both).
 
-    See the module docstring for the exact layout and which entry is set to logit 0.
+    See the module docstring for the exact layouts and which entry is set to logit 0.
 
     >>> z = torch.randn(4, 8)
     >>> [block.shape for block in mix_logits(z, z)]
     [torch.Size([4, 4]), torch.Size([4, 4])]
+    >>> [block.shape for block in mix_logits(z, z, layout="paper")]
+    [torch.Size([4, 1]), torch.Size([4, 1])]
     """
     if directions not in ("both", "single"):
         raise ValueError(f"directions must be 'both' or 'single', got {directions!r}")
-    if layout not in ("released", "transposed"):
-        raise ValueError(f"layout must be 'released' or 'transposed', got {layout!r}")
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     n = z1.shape[0]
+    mixed_positives = mixed_negatives(z2, lam, stop_grad)
+    mixed_anchors = mixed_negatives(z1, lam, stop_grad) if directions == "both" else None
+    if layout == "paper":
+        blocks = [_diagonal_cosines(z1, mixed_positives, temperature)]
+        if mixed_anchors is not None:
+            blocks.append(_diagonal_cosines(z2, mixed_anchors, temperature))
+        return [block + hard_negative_weight for block in blocks] if hard_negative_weight else blocks
+
     rows = torch.arange(n, device=z1.device)
     previous = (rows - 1) % n  # k with (k+1) mod N == i: the mix holding (1-lam) of row i's own sample
     following = (rows + 1) % n
-
-    mixed_positives = mixed_negatives(z2, lam, stop_grad)
     block_b = _zero_entries(cosine_logits(z1, mixed_positives, temperature), previous)
-    if directions == "single":
-        return [block_b]
-
-    mixed_anchors = mixed_negatives(z1, lam, stop_grad)
-    if layout == "released":
-        block_c = _zero_entries(cosine_logits(mixed_anchors, z2, temperature), following)
-    else:
-        block_c = _zero_entries(cosine_logits(z2, mixed_anchors, temperature), previous)
-    return [block_b, block_c]
+    blocks = [block_b]
+    if mixed_anchors is not None:
+        if layout == "released":
+            blocks.append(_zero_entries(cosine_logits(mixed_anchors, z2, temperature), following))
+        else:
+            blocks.append(_zero_entries(cosine_logits(z2, mixed_anchors, temperature), previous))
+    return [_add_to_diagonal(block, hard_negative_weight) for block in blocks]
 
 
 def mixcse_loss(
@@ -115,12 +140,14 @@ def mixcse_loss(
     directions: Directions = "both",
     stop_grad: bool = True,
     layout: Layout = "released",
+    hard_negative_weight: float = 0.0,
+    extra_logits: Sequence[Tensor] = (),
 ) -> Tensor:
-    """MixCSE: InfoNCE over [cos(z1, z2) | mixed-negative blocks] / tau, label i.
+    """MixCSE: InfoNCE over [cos(z1, z2) | mixed-negative blocks | extra blocks] / tau, label i.
 
     >>> z = torch.randn(6, 8)
     >>> bool(mixcse_loss(z, z) > mixcse_loss(z, z, directions="single"))  # more negatives, larger loss
     True
     """
-    blocks = mix_logits(z1, z2, lam, temperature, directions, stop_grad, layout)
-    return info_nce(z1, z2, temperature, blocks)
+    blocks = mix_logits(z1, z2, lam, temperature, directions, stop_grad, layout, hard_negative_weight)
+    return info_nce(z1, z2, temperature, [*blocks, *extra_logits])

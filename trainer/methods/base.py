@@ -1,0 +1,174 @@
+"""What every method object provides, and the composable extra negatives (Gaussian noise, mixes).
+
+A method is an `nn.Module` holding the encoder and its own heads. The loop calls, per step:
+
+    out = method.loss(ids, mask, position_ids)       # under autocast; out.loss is the scalar to minimise
+    ...backward, clip, optimiser step...
+    method.after_step(step, out)                      # EMA update, queue push (MoCoSE); nothing (SimCSE)
+
+and at evaluations `method.log_values()` (metrics.jsonl) and `method.checkpoint_modules()` (what the
+best-dev state keeps); at the end `method.summary_fields(total_steps)` (e.g. the MTD block).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor, nn
+
+from trainer.config import RunConfig
+from trainer.losses.gaussian import gaussian_logits, sample_gaussian_negatives
+from trainer.losses.mix import mix_logits
+
+
+@dataclass
+class StepOutput:
+    """One step's loss and what `after_step` needs (MoCoSE: the target keys to push)."""
+
+    loss: Tensor
+    keys: Tensor | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class NegativeBlocks:
+    """The extra negative blocks any method may append to its InfoNCE logits: GS-InfoNCE's Gaussian
+    noise (`gaussian.*`) and MixCSE's mixed negatives (`mix.*`), in the paper's or the released layout."""
+
+    def __init__(self, config: RunConfig, generator: torch.Generator):
+        self.temperature = config.temperature
+        self.gaussian_count = config.gaussian_count()
+        self.gaussian = config.gaussian
+        self.mix = config.mix if config.mix.enabled else None
+        self.mix_layout = "released" if config.released.mix_negatives else "paper"
+        self.generator = generator
+
+    def __call__(self, anchor: Tensor, positive: Tensor, gaussian: bool = True, mix: bool = True) -> list[Tensor]:
+        """The enabled blocks for one batch; a method that builds one kind itself turns it off here."""
+        blocks = []
+        if gaussian and self.gaussian_count:
+            blocks.append(gaussian_logits(anchor, self.noise(anchor), self.temperature, self.gaussian.weight))
+        if mix and self.mix is not None:
+            blocks += self.mix_blocks(anchor, positive)
+        return blocks
+
+    def mix_blocks(self, anchor: Tensor, positive: Tensor) -> list[Tensor]:
+        mix = self.mix
+        return mix_logits(anchor, positive, mix.lam, self.temperature, mix.directions, mix.stop_grad,
+                          self.mix_layout, mix.hard_negative_weight)
+
+    def noise(self, anchor: Tensor) -> Tensor:
+        """M fresh Gaussian vectors of the anchor's size (GS-InfoNCE draws them every step)."""
+        return sample_gaussian_negatives(self.gaussian_count, anchor.shape[-1], self.gaussian.mu, self.gaussian.sigma,
+                                         generator=self.generator, device=anchor.device, dtype=anchor.dtype)
+
+
+class Method(nn.Module):
+    """Base class; see the module docstring for the contract."""
+
+    name: ClassVar[str]
+    cuda_precision: ClassVar[str] = "fp32"  # the release's precision on CUDA (precision: auto)
+    weight_decay: ClassVar[float] = 0.0
+    eval_steps: ClassVar[int] = 125
+    fgsm_eps: ClassVar[float] = 0.0
+
+    # ---- config defaults (solo-learn: each method fills and checks its own) -----------------------
+    @classmethod
+    def fill_defaults(cls, data: dict[str, Any]) -> None:
+        """Fill the keys left null with this method's defaults; `data` is a config dict, changed in place."""
+        if data["optim"]["weight_decay"] is None:
+            data["optim"]["weight_decay"] = cls.weight_decay
+        if data["eval"]["eval_steps"] is None:
+            data["eval"]["eval_steps"] = cls.eval_steps
+        if data["fgsm"]["eps"] is None:
+            data["fgsm"]["eps"] = cls.fgsm_eps
+        if data["mix"]["enabled"] is None:
+            data["mix"]["enabled"] = False
+        if data["dropout"] is None:
+            data["dropout"] = 0.1  # SimCSE's, standard HF dropout
+        ema = data["ema"]  # only MoCoSE reads it; filled for every method so configs have one shape
+        released = data["released"]["ema_schedule"]
+        if ema["decay_end"] is None:
+            ema["decay_end"] = 1.0 if released else 0.95
+        if ema["schedule_steps"] is None and released:
+            from trainer.ema import RELEASED_SCHEDULE_STEPS
+
+            ema["schedule_steps"] = RELEASED_SCHEDULE_STEPS
+        if ema["hold_after_schedule"] is None:
+            ema["hold_after_schedule"] = not released
+
+    @classmethod
+    def check(cls, config: RunConfig) -> None:
+        """Refuse combinations this method cannot run (raise UserError naming the key)."""
+
+    @classmethod
+    def precision_on(cls, device: torch.device, requested: str) -> str:
+        """The precision a run uses: fp32 on the CPU; on CUDA the request, or the release's for auto."""
+        if device.type != "cuda":
+            return "fp32"
+        return cls.cuda_precision if requested == "auto" else requested
+
+    # ---- the run -------------------------------------------------------------------------------------
+    def __init__(self, encoder: nn.Module, config: RunConfig, generator: torch.Generator,
+                 device_generator: torch.Generator):
+        super().__init__()
+        self.encoder = encoder
+        self.config = config
+        self.generator, self.device_generator = generator, device_generator
+        self.negatives = NegativeBlocks(config, device_generator)
+
+    def cls(self, encoder: nn.Module, ids: Tensor, mask: Tensor, position_ids: Tensor | None = None) -> Tensor:
+        """[CLS] of the last layer."""
+        out = encoder(input_ids=ids, attention_mask=mask, token_type_ids=torch.zeros_like(ids),
+                      position_ids=position_ids, return_dict=True)
+        return out.last_hidden_state[:, 0]
+
+    def start(self, total_steps: int) -> None:
+        """Called once before the first step with the run's length."""
+
+    def loss(self, ids: Tensor, mask: Tensor, position_ids: Tensor | None = None) -> StepOutput:
+        """The method's loss on one batch (called under the run's autocast)."""
+        raise NotImplementedError
+
+    def after_step(self, step: int, out: StepOutput) -> None:
+        """After the optimiser step (and its scheduler step)."""
+
+    def log_values(self) -> dict[str, Any]:
+        """Values for metrics.jsonl at an evaluation (beside step, loss, dev score, lr)."""
+        return {}
+
+    def summary_fields(self, total_steps: int) -> dict[str, Any]:
+        """Fields this method adds to summary.json (MoCoSE: the MTD block)."""
+        return {}
+
+    def checkpoint_modules(self) -> dict[str, nn.Module]:
+        """The modules whose state the best-dev checkpoint keeps (what evaluation reads)."""
+        return {"encoder": self.encoder}
+
+    def dev_head(self) -> tuple[str | None, nn.Module | None]:
+        """(pooler, MLP) for scoring STS-B dev; (None, None) = the run's pooler and head, as at test time."""
+        return None, None
+
+    def reports_test_selected(self) -> bool:
+        """Whether the run also reports the checkpoint with the best seven-task test average (a released
+        code's selection, labelled; never used for model selection unless eval.selection asks for it)."""
+        return False
+
+    def eval_mlp(self) -> nn.Module | None:
+        """The trained MLP the `cls` pooler applies at evaluation, if the method has one."""
+        return None
+
+    def trainable_groups(self, weight_decay: float) -> list[dict]:
+        """AdamW parameter groups, as HF's Trainer (used by SimCSE and MoCoSE): no weight decay on biases
+        and LayerNorm weights. LayerNorms are found by module type (as HF's ALL_LAYERNORM_LAYERS), not
+        only by name: the MoCoSE heads' LayerNorms sit in nn.Sequential (e.g. "projection.1.weight")."""
+        norm_params = {id(p) for m in self.modules() if isinstance(m, nn.LayerNorm)
+                       for p in m.parameters(recurse=False)}
+        decay, no_decay = [], []
+        for name, param in self.named_parameters():
+            if not param.requires_grad:
+                continue
+            is_norm = id(param) in norm_params or "LayerNorm" in name or "layer_norm" in name
+            (no_decay if name.endswith("bias") or is_norm else decay).append(param)
+        return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]

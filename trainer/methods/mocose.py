@@ -1,0 +1,174 @@
+"""MoCoSE (Cao et al., ACL Findings 2022; methods.md section 2): an EMA target branch, a predictor and a
+negative queue, in the paper's reading or the released code's (`released.*`, methods.md section 8).
+
+Online branch: embeddings -> encoder -> pooler Linear(d, d) on [CLS] (from BERT's pooler, no activation)
+-> projection (P layers, to the embedding size e) -> predictor (Q layers). Target branch: the SAME
+embedding layer (one module object), then EMA copies of encoder, pooler and projection. Loss (eq. 3):
+InfoNCE of the online queries against the target keys of the same sentences (another dropout mask) and
+the queue. After every optimiser step: the EMA update (eq. 2), then the batch's target keys enter the queue.
+
+Released-code behaviours (each its own `released.*` key):
+- ema_schedule: eta0 -> 1.0 over T = 15000 steps, not clamped after T (config `ema.*` resolved so).
+- initial_queue: all K slots random from the start; at step t the loss reads the first
+  min(2*K0 + (t-1)*B, K) positions (the release's `queue[:, 0:queue_size + K_start]`, queue_size
+  starting at K0). The release briefly reads past K for a few steps once that sum reaches K (its queue
+  tensor is only truncated when queue_size exceeds K); this reading caps at K, as methods.md states it.
+- target_gradients: the target output is not detached; target encoder and pooler stay frozen, so the
+  optimiser also updates the target projection between EMA updates, and the shared embedding layer gets
+  gradient through both branches.
+- heads_init: projection/predictor init normal(0, 0.02), zero bias, LayerNorm eps 1e-12.
+- cutoffs: token/feature cutoff on both branches' word embeddings, a fixed count (see EmbeddingCutoff).
+- test_selected: the loop also reports the checkpoint with the best seven-task test average, labelled.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from trainer.augment import EmbeddingCutoff
+from trainer.config import RunConfig
+from trainer.ema import ema_decay_at, ema_update
+from trainer.errors import UserError
+from trainer.heads import build_predictor, build_projection, make_pooler_dense
+from trainer.losses.mocose import mocose_loss
+from trainer.methods.base import Method, StepOutput
+from trainer.mtd import TraceableDistanceMeter, config_traceable_distance, effective_eta
+from trainer.queue import NegativeQueue
+from trainer.slices import parse_slices
+
+
+class MoCoSE(Method):
+    name = "mocose"
+    cuda_precision = "fp32"  # the release has no fp16 flag
+    weight_decay = 1e-6
+    eval_steps = 100  # "validate every 100 steps"
+    fgsm_eps = 5e-9  # Table 9's best
+
+    @classmethod
+    def check(cls, config: RunConfig) -> None:
+        heads = config.heads
+        if heads.projection_layers == 0 and heads.embedding_dim is not None:
+            raise UserError("config key 'heads.embedding_dim': a projection of 0 layers keeps the encoder's "
+                            "size; set heads.projection_layers >= 1 or leave embedding_dim null")
+
+    def __init__(self, encoder: nn.Module, config: RunConfig, generator: torch.Generator,
+                 device_generator: torch.Generator):
+        super().__init__(encoder, config, generator, device_generator)
+        heads, released = config.heads, config.released
+        dim = encoder.config.hidden_size
+        self.embedding_dim = heads.embedding_dim or dim
+        self.pooler_dense = make_pooler_dense(encoder)
+        self.projection = build_projection(dim, heads.projection_layers, config.dropout, self.embedding_dim,
+                                           released.heads_init)
+        self.predictor = build_predictor(self.embedding_dim, heads.predictor_hidden_dim, heads.predictor_layers,
+                                         config.dropout, released.heads_init)
+        # Target branch: EMA copies of encoder, pooler, projection; the embedding layer is SHARED (the very
+        # same module object: the EMA never touches it and the optimiser trains it once).
+        self.target_encoder = copy.deepcopy(encoder)
+        self.target_encoder.embeddings = encoder.embeddings
+        self.target_pooler_dense = copy.deepcopy(self.pooler_dense)
+        self.target_projection = copy.deepcopy(self.projection)
+        self.target_gradients = bool(released.target_gradients)
+        self.target_encoder.requires_grad_(False)
+        self.target_pooler_dense.requires_grad_(False)
+        self.target_projection.requires_grad_(self.target_gradients)  # released: trained by the optimiser
+        encoder.embeddings.requires_grad_(True)
+
+        queue = config.queue
+        self.queue = NegativeQueue(queue.size, self.embedding_dim, queue.initial_size, generator=generator,
+                                   all_random=bool(released.initial_queue))
+        self.slices = parse_slices(queue.slices, queue.size) if queue.slices else None
+        self.oldest_position = max(end for _, end in self.slices) if self.slices else queue.size
+        self.cutoff = EmbeddingCutoff(encoder, config.augment, device_generator, released=bool(released.cutoffs))
+        self.meter = TraceableDistanceMeter()
+        self.total_steps: int | None = None
+        self.eta = self._eta_at(0)
+
+    # ---- the two branches ------------------------------------------------------------------------------
+    def online(self, ids: Tensor, mask: Tensor, position_ids: Tensor | None = None) -> Tensor:
+        h = self.pooler_dense(self.cls(self.encoder, ids, mask, position_ids))
+        return self.predictor(self.projection(h))
+
+    def target(self, ids: Tensor, mask: Tensor) -> Tensor:
+        with torch.set_grad_enabled(self.target_gradients and torch.is_grad_enabled()):
+            h = self.target_pooler_dense(self.cls(self.target_encoder, ids, mask))
+            return self.target_projection(h)
+
+    def queue_limit(self) -> int | None:
+        """Released initial queue: the loss reads the first min(2*K0 + pushed, K) positions."""
+        if not self.config.released.initial_queue:
+            return None
+        return min(2 * self.config.queue.initial_size + self.queue.pushed, self.queue.size)
+
+    def loss(self, ids: Tensor, mask: Tensor, position_ids: Tensor | None = None) -> StepOutput:
+        with self.cutoff.on(mask):
+            q = self.online(ids, mask, position_ids).float()
+            if self.cutoff.released:  # the release cuts both branches' word embeddings
+                k = self.target(ids, mask).float()
+        if not self.cutoff.released:
+            k = self.target(ids, mask).float()
+        queue_keys = self.queue.get(self.slices, self.queue_limit())
+        loss = mocose_loss(q, k, queue_keys, self.config.temperature, extra_logits=self.negatives(q, k))
+        return StepOutput(loss, keys=k.detach())
+
+    # ---- after the optimiser step: the traceable distance, the EMA update, the queue push ------------
+    def _eta_at(self, step: int) -> float:
+        ema = self.config.ema
+        period = ema.schedule_steps or self.total_steps or 1  # T: the run's length unless set
+        return ema_decay_at(step, ema.schedule, ema.decay, ema.decay_end, period, ema.hold_after_schedule)
+
+    def start(self, total_steps: int) -> None:
+        self.total_steps = total_steps
+        self.eta = self._eta_at(0)
+
+    @torch.no_grad()
+    def after_step(self, step: int, out: StepOutput) -> None:
+        ages = self.queue.ages(step, self.slices, self.queue_limit())
+        self.meter.observe(step, ages, queue_full=self.queue.real_count >= self.oldest_position)
+        self.eta = self._eta_at(step)
+        self.update_target(self.eta)
+        self.meter.ema_updated(self.eta)
+        self.queue.push(out.keys, step)  # newest keys: the target outputs of this batch
+
+    def online_modules(self) -> list[nn.Module]:
+        return [self.encoder, self.pooler_dense, self.projection]
+
+    def target_modules(self) -> list[nn.Module]:
+        return [self.target_encoder, self.target_pooler_dense, self.target_projection]
+
+    @torch.no_grad()
+    def update_target(self, decay: float) -> None:
+        """MoCoSE eq. 2 on the encoder, the pooler and the projection (the shared embeddings stay as they are)."""
+        for target, online in zip(self.target_modules(), self.online_modules()):
+            ema_update(target, online, decay)
+
+    # ---- reports -----------------------------------------------------------------------------------------
+    def log_values(self) -> dict[str, Any]:
+        return {"eta": self.eta, "queue_fill": len(self.queue), **self.meter.current()}
+
+    def summary_fields(self, total_steps: int) -> dict[str, Any]:
+        config, ema = self.config, self.config.ema
+        period = ema.schedule_steps or total_steps
+        eta = effective_eta(ema.schedule, ema.decay, ema.decay_end, total_steps, period, "mean",
+                            hold=ema.hold_after_schedule)
+        return {"mtd": {
+            "formula": config_traceable_distance(config.to_dict(), total_steps, eta_choice="mean"),
+            "eta": eta,
+            "eta_choice": "constant" if ema.schedule == "constant" else "mean",
+            "queue_k": self.oldest_position,
+            "batch_size": config.batch_size,
+            **self.meter.summary(),
+        }}
+
+    def checkpoint_modules(self) -> dict[str, nn.Module]:
+        return {"encoder": self.encoder, "pooler_dense": self.pooler_dense}
+
+    def reports_test_selected(self) -> bool:
+        return bool(self.config.released.test_selected)  # mocose_tools.py keeps the best test average
+
+    def eval_mlp(self) -> nn.Module | None:
+        return self.pooler_dense  # the release's "cls_after_pooler": the pooler dense, no activation

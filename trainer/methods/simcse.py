@@ -1,0 +1,114 @@
+"""SimCSE and the two methods that only add negatives to it: GS-InfoNCE and MixCSE (methods.md 1, 4, 5).
+
+All three encode the batch twice in ONE forward of 2N rows (dropout is the augmentation), take [CLS]
+through a train-only MLP (Linear + Tanh), and minimise one-direction InfoNCE; they differ only in the
+extra negative blocks (`NegativeBlocks`), which compose: a SimCSE run may turn on `gaussian.*` or
+`mix.enabled`, and so may MoCoSE.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from trainer.augment import EmbeddingCutoff
+from trainer.config import RunConfig
+from trainer.errors import UserError
+from trainer.heads import MLPHead
+from trainer.losses.gaussian import gs_infonce_loss
+from trainer.losses.mix import mixcse_loss
+from trainer.losses.simcse import simcse_loss
+from trainer.methods.base import Method, StepOutput
+
+
+class SimCSE(Method):
+    """Unsupervised SimCSE (Gao et al. 2021). Released code: fp16 on CUDA (`run_unsup_example.sh`)."""
+
+    name = "simcse"
+    cuda_precision = "fp16"
+
+    def __init__(self, encoder: nn.Module, config: RunConfig, generator: torch.Generator,
+                 device_generator: torch.Generator):
+        super().__init__(encoder, config, generator, device_generator)
+        self.mlp = MLPHead(encoder.config.hidden_size)  # SimCSE's train-only MLP over [CLS]
+        self.cutoff = EmbeddingCutoff(encoder, config.augment, device_generator, released=False)
+
+    def two_views(self, ids: Tensor, mask: Tensor, position_ids: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """The batch twice in one forward of 2N rows; two dropout views of [CLS] through the MLP (float32)."""
+        n = ids.shape[0]
+        positions = None if position_ids is None else torch.cat([position_ids, position_ids])
+        rows_mask = torch.cat([mask, mask])
+        with self.cutoff.on(rows_mask):
+            z = self.mlp(self.cls(self.encoder, torch.cat([ids, ids]), rows_mask, positions)).float()
+        return z[:n], z[n:]
+
+    def loss(self, ids: Tensor, mask: Tensor, position_ids: Tensor | None = None) -> StepOutput:
+        z1, z2 = self.two_views(ids, mask, position_ids)
+        return StepOutput(simcse_loss(z1, z2, self.config.temperature, self.negatives(z1, z2)))
+
+    def checkpoint_modules(self) -> dict[str, nn.Module]:
+        return {"encoder": self.encoder, "mlp": self.mlp}
+
+    def eval_mlp(self) -> nn.Module | None:
+        return self.mlp
+
+
+class GSInfoNCE(SimCSE):
+    """GS-InfoNCE (Chen et al. 2022): SimCSE + M Gaussian negatives per step, M = 3N by default.
+    Released code: dropout 0.2, lambda unused (weight 1), fp16."""
+
+    name = "gs"
+    cuda_precision = "fp16"
+
+    @classmethod
+    def fill_defaults(cls, data: dict[str, Any]) -> None:
+        gaussian = data["gaussian"]
+        if gaussian["count"] is None and gaussian["count_per_batch"] is None:
+            gaussian["count_per_batch"] = 3.0  # the paper: M = 3 x batch size
+        if data["dropout"] is None:
+            data["dropout"] = 0.2 if data["released"]["dropout"] else 0.1
+        super().fill_defaults(data)
+
+    @classmethod
+    def check(cls, config: RunConfig) -> None:
+        if config.variant == "released" and config.gaussian.weight != 1.0:
+            raise UserError("config key 'gaussian.weight': expected 1 under variant released (the released "
+                            f"GS-InfoNCE code parses lambda but never uses it), got {config.gaussian.weight}")
+
+    def loss(self, ids: Tensor, mask: Tensor, position_ids: Tensor | None = None) -> StepOutput:
+        z1, z2 = self.two_views(ids, mask, position_ids)
+        g = self.config.gaussian
+        noise = self.negatives.noise(z1)
+        loss = gs_infonce_loss(z1, z2, noise, self.config.temperature, g.weight,
+                               extra_logits=self.negatives(z1, z2, gaussian=False))
+        return StepOutput(loss)
+
+
+class MixCSE(SimCSE):
+    """MixCSE (Zhang et al. 2022): SimCSE + mixed hard negatives with stop-gradient. Released code: all N
+    mixes per direction (`released.mix_negatives`), dev scored on MLP([CLS]) (`released.dev_on_mlp`), fp32."""
+
+    name = "mix"
+    cuda_precision = "fp32"
+
+    @classmethod
+    def fill_defaults(cls, data: dict[str, Any]) -> None:
+        if data["mix"]["enabled"] is None:
+            data["mix"]["enabled"] = True
+        super().fill_defaults(data)
+
+    def loss(self, ids: Tensor, mask: Tensor, position_ids: Tensor | None = None) -> StepOutput:
+        z1, z2 = self.two_views(ids, mask, position_ids)
+        m = self.config.mix
+        if not m.enabled:  # mix.enabled: false turns a MixCSE run into SimCSE (an ablation)
+            return StepOutput(simcse_loss(z1, z2, self.config.temperature, self.negatives(z1, z2)))
+        loss = mixcse_loss(z1, z2, m.lam, self.config.temperature, m.directions, m.stop_grad,
+                           self.negatives.mix_layout, m.hard_negative_weight,
+                           extra_logits=self.negatives(z1, z2, mix=False))
+        return StepOutput(loss)
+
+    def dev_head(self) -> tuple[str | None, nn.Module | None]:
+        # The release trains without --mlp_only_train: its dev evaluation runs [CLS] through the MLP.
+        return ("cls", self.mlp) if self.config.released.dev_on_mlp else (None, None)
