@@ -320,7 +320,7 @@ def test_ema_age_recursion_matches_the_brute_force_sum():
 @pytest.mark.parametrize("eta,size,batch", [(0.85, 64, 8), (0.5, 32, 4), (0.9, 48, 16)])
 def test_measured_distance_of_a_constant_eta_run_tends_to_the_formula(eta, size, batch):
     queue, meter = NegativeQueue(size, 2, initial_size=8), TraceableDistanceMeter()
-    for step in range(1, 2001):
+    for step in range(1, 10001):
         meter.observe(step, queue.ages(step), queue_full=queue.real_count >= size)
         meter.ema_updated(eta)
         queue.push(torch.zeros(batch, 2), step)
@@ -329,4 +329,4 @@ def test_measured_distance_of_a_constant_eta_run_tends_to_the_formula(eta, size,
     # the average includes the first steps' shorter EMA age, which fades as the run gets longer
     assert summary["measured"] == pytest.approx(1 / (1 - eta) + size / batch, rel=1e-3)
     assert summary["ema_age"] == pytest.approx(1 / (1 - eta), rel=1e-3)
-    assert meter.current()["ema_age"] == pytest.approx(1 / (1 - eta), rel=1e-6)
+    assert meter.current()["ema_age"] == pytest.approx(1 / (1 - eta), rel=1e-4)
