@@ -6,9 +6,11 @@ that crashed before writing it, or a folder copied by hand) the rows are rebuilt
 
 - the trial's columns (key, seed, state, status, swept parameters, scores, align/uniform, ...);
 - `queue.slices` as a canonical label ("all", "0-512", "0-256+768-1024") so slices group and sort;
-- `mtd`: MoCoSE's d_trace recomputed by `analysis.mtd.config_traceable_distance` with the caller's
-  explicit `eta_choice` / `k_choice` (NaN for methods without EMA and queue); the value the trainer
-  recorded, if any, is kept as `mtd_recorded`; the measured `age_mean` / `age_max` stay beside it;
+- `mtd`: MoCoSE's d_trace, by formula (`mtd_source="formula"`, the default: recomputed by
+  `trainer.mtd.config_traceable_distance` with the caller's explicit `eta_choice` / `k_choice`) or as
+  the trainer measured it (`mtd_source="measured"`: summary.json's `mtd.measured`, methods.md section 9);
+  NaN for methods without EMA and queue. The formula value the trainer recorded is kept as
+  `mtd_recorded`, the measured one as `mtd_measured`, with `ema_age`, `queue_age_mean`, `queue_age_max`;
 - `gaussian.m_per_batch`: the number of Gaussian negatives as a multiple of the batch size.
 
 The config that MTD needs comes from the trial's summary.json "config" when that file exists (it
@@ -29,12 +31,14 @@ import yaml
 
 from analysis.mtd import ETA_CHOICES, K_CHOICES, config_traceable_distance
 
+MTD_SOURCES = ("formula", "measured")
 TASKS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness")
 SCORES = TASKS + ("avg",)
 
 # Columns that are never swept parameters (bookkeeping, measurements, per-trial paths).
 NOT_PARAMETERS = {
-    "key", "seed", "state", "status", "reason", "steps", "mtd", "mtd_recorded", "age_mean", "age_max",
+    "key", "seed", "state", "status", "reason", "steps", "mtd", "mtd_recorded", "mtd_measured", "ema_age",
+    "queue_age_mean", "queue_age_max", "age_mean", "age_max", "variant", "precision",
     "best_step", "dev_stsb", "align", "uniform", "align_uniform_split", "sentences_per_s", "wall_time_s",
     "output_dir", "device", "save_model", "data.data_dir", "data.cache_dir", "data.corpus", "eval.batch_size",
     "gaussian.m_per_batch", "error",
@@ -56,6 +60,7 @@ def load_results(
     eta_choice: str = "mean",
     k_choice: str = "oldest",
     include_failed: bool = False,
+    mtd_source: str = "formula",
 ) -> pd.DataFrame:
     """One row per trial of `study_dir`; by default only COMPLETE trials with status ok.
 
@@ -66,6 +71,8 @@ def load_results(
         raise ValueError(f"eta_choice must be one of {ETA_CHOICES}, got {eta_choice!r}")
     if k_choice not in K_CHOICES:
         raise ValueError(f"k_choice must be one of {K_CHOICES}, got {k_choice!r}")
+    if mtd_source not in MTD_SOURCES:
+        raise ValueError(f"mtd_source must be one of {MTD_SOURCES}, got {mtd_source!r}")
     study_dir = Path(study_dir)
     if not study_dir.is_dir():
         raise ResultsError(f"{study_dir}: no such results folder; pass results/<study name> or run the study first")
@@ -96,9 +103,18 @@ def load_results(
             )
         table = finished.copy()
 
-    table["mtd"] = [
-        _trial_mtd(row, summaries.get(str(row["key"])), eta_choice, k_choice) for _, row in table.iterrows()
-    ]
+    measured = {key: ((s.get("mtd") or {}).get("measured")) for key, s in summaries.items()}
+    for name in ("ema_age", "queue_age_mean", "queue_age_max"):
+        if name not in table.columns:
+            table[name] = [((summaries.get(str(k)) or {}).get("mtd") or {}).get(name) for k in table["key"]]
+    table["mtd_measured"] = pd.to_numeric(pd.Series([measured.get(str(k)) for k in table["key"]],
+                                                    index=table.index, dtype=object), errors="coerce")
+    if mtd_source == "measured":
+        table["mtd"] = table["mtd_measured"]
+    else:
+        table["mtd"] = [
+            _trial_mtd(row, summaries.get(str(row["key"])), eta_choice, k_choice) for _, row in table.iterrows()
+        ]
     table["gaussian.m_per_batch"] = [_gaussian_ratio(row) for _, row in table.iterrows()]
     return table.reset_index(drop=True)
 
@@ -160,8 +176,10 @@ def _row_from_summary(key: str, summary: dict[str, Any]) -> dict[str, Any]:
     row.update(_flatten(config))
     row["steps"] = summary.get("steps")
     row["mtd_recorded"] = mtd.get("formula")
-    row["age_mean"] = mtd.get("age_mean")
-    row["age_max"] = mtd.get("age_max")
+    for name in ("ema_age", "queue_age_mean", "queue_age_max"):
+        row[name] = mtd.get(name)
+    row["variant"] = summary.get("variant")
+    row["precision"] = summary.get("precision")
     row["best_step"] = summary.get("best_step")
     row["dev_stsb"] = summary.get("best_dev_stsb")
     row.update(summary.get("test") or {})
@@ -195,7 +213,7 @@ def _normalise(table: pd.DataFrame) -> pd.DataFrame:
     if "queue.slices" in table.columns:
         sizes = table["queue.size"] if "queue.size" in table.columns else [None] * len(table)
         table["queue.slices"] = [slices_label(v, s) for v, s in zip(table["queue.slices"], sizes)]
-    for name in SCORES + ("align", "uniform", "age_mean", "age_max", "dev_stsb"):
+    for name in SCORES + ("align", "uniform", "ema_age", "queue_age_mean", "queue_age_max", "dev_stsb"):
         if name in table.columns:
             table[name] = pd.to_numeric(table[name], errors="coerce")
     return table

@@ -4,7 +4,7 @@ The formula, the EMA schedule and the explicit choices under schedules and slice
 `trainer/mtd.py`, so the trainer, the dry run and the analysis compute d_trace the same way.
 """
 
-from trainer.ema import cosine_eta
+from trainer.schedules import cosine_eta
 from trainer.mtd import (
     ETA_CHOICES,
     K_CHOICES,

@@ -46,17 +46,21 @@ def analyze(
     score: str = "avg",
     n_boot: int = 1000,
     seed: int = 0,
+    mtd_source: str = "formula",
 ) -> list[Path]:
     """Write every applicable figure and the score tables; return the written paths.
 
     `out_dir` defaults to <study_dir>/figures. `eta_choice` / `k_choice` pick the MTD definition
-    (see analysis.mtd). `score` is the y of the figures ("avg" = STS test avg; falls back to
+    (see trainer.mtd); `mtd_source="measured"` plots against the distance the trainer measured
+    instead (methods.md section 9). `score` is the y of the figures ("avg" = STS test avg; falls back to
     "dev_stsb" when no test scores were recorded). Raises analysis.load.ResultsError when the folder
     has no finished trials.
     """
     study_dir = Path(study_dir)
-    out_dir = Path(out_dir) if out_dir is not None else study_dir / "figures"
-    table = load_results(study_dir, eta_choice=eta_choice, k_choice=k_choice)
+    if out_dir is None:  # the measured-distance figures go beside the formula ones, never over them
+        out_dir = study_dir / "figures" / ("measured_mtd" if mtd_source == "measured" else "")
+    out_dir = Path(out_dir)
+    table = load_results(study_dir, eta_choice=eta_choice, k_choice=k_choice, mtd_source=mtd_source)
     if score not in table.columns or table[score].isna().all():
         if score == "avg" and "dev_stsb" in table.columns and table["dev_stsb"].notna().any():
             score = "dev_stsb"

@@ -25,13 +25,13 @@ import yaml
 from trainer.errors import UserError
 
 
-def analyze_command(target: str, attach: bool = True) -> int:
+def analyze_command(target: str, attach: bool = True, mtd_source: str = "formula") -> int:
     from analysis.load import ResultsError, read_study_spec
     from analysis.report import analyze
 
     study_dir, spec = _study_dir(target)
     try:
-        written = analyze(study_dir)
+        written = analyze(study_dir, mtd_source=mtd_source)
     except ResultsError as exc:
         raise UserError(str(exc)) from None
     print(f"wrote {len(written)} files to {written[0].parent if written else study_dir}:")

@@ -57,7 +57,7 @@ def _cmd_dashboard(args: argparse.Namespace) -> int:
 def _cmd_analyze(args: argparse.Namespace) -> int:
     from sweep.analyze import analyze_command
 
-    return analyze_command(args.target, attach=not args.no_attach)
+    return analyze_command(args.target, attach=not args.no_attach, mtd_source=args.mtd)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -122,6 +122,8 @@ def build_parser() -> argparse.ArgumentParser:
     an = sub.add_parser("analyze", help="draw the figures and tables of a study's results")
     an.add_argument("target", help="results folder, or the study YAML file")
     an.add_argument("--no-attach", action="store_true", help="do not attach figures to the Optuna study")
+    an.add_argument("--mtd", choices=["formula", "measured"], default="formula",
+                    help="x of the MTD figures: eq. 4's formula (default) or the distance the trainer measured")
     an.set_defaults(func=_cmd_analyze)
     return parser
 

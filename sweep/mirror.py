@@ -271,9 +271,12 @@ def summary_attrs(summary: dict[str, Any]) -> dict[str, Any]:
     mtd = summary.get("mtd") or {}
     if mtd.get("formula") is not None:
         attrs["mtd"] = mtd["formula"]
-    for name in ("age_mean", "age_max", "eta"):
+    for name in ("measured", "ema_age", "queue_age_mean", "queue_age_max", "eta"):
         if mtd.get(name) is not None:
             attrs[f"mtd_{name}"] = mtd[name]
+    for name in ("variant", "precision"):
+        if summary.get(name) is not None:
+            attrs[name] = summary[name]
     return attrs
 
 

@@ -86,7 +86,7 @@ from typing import Any, Callable, Iterator, Literal, get_args, get_origin
 
 import yaml
 
-from analysis.mtd import config_traceable_distance
+from trainer.mtd import planned_traceable_distance
 from trainer.config import RunConfig, coerce, field_names, field_type, set_dotted
 from trainer.errors import UserError
 
@@ -509,7 +509,7 @@ def _make_trial(spec: StudySpec, raw: dict[str, Any], seed: int, where: "_Where"
         seed=seed,
         params=params,
         config=resolved,
-        mtd=config_traceable_distance(resolved),
+        mtd=planned_traceable_distance(resolved),
     )
 
 
@@ -1216,6 +1216,9 @@ def _dry_run_text(spec: StudySpec) -> str:
     mtds = [t.mtd for t in trials if t.mtd is not None]
     if mtds:
         line("MTD", f"{min(mtds):.2f} to {max(mtds):.2f} ({len(mtds)} of {len(trials)} trials)")
+    elif any(t.config.get("method") == "mocose" for t in trials):
+        line("MTD", "- (the mean eta of a cosine schedule needs the run's length: install the corpus, "
+                    "`sweep data fetch`, or set max_steps)")
     else:
         line("MTD", "- (no MoCoSE trials)")
     states = read_trial_states(spec)

@@ -33,11 +33,12 @@ FINAL_STATUSES = ("ok", "diverged", "collapsed", "pruned")
 # trials.csv: these come first, then one column per swept parameter, then CONFIG_COLUMNS, RESULT_COLUMNS.
 HEAD_COLUMNS = ("key", "seed", "state", "status", "reason", "optuna_trial")
 CONFIG_COLUMNS = (
-    "method", "batch_size", "ema.schedule", "ema.decay", "ema.decay_end",
+    "method", "variant", "batch_size", "ema.schedule", "ema.decay", "ema.decay_end",
     "queue.size", "queue.initial_size", "queue.slices",
 )
 RESULT_COLUMNS = (
-    "steps", "mtd", "age_mean", "age_max", "best_step", "dev_stsb", *TASKS, "avg",
+    "steps", "mtd", "mtd_measured", "ema_age", "queue_age_mean", "queue_age_max", "best_step", "dev_stsb",
+    *TASKS, "avg", "precision",
     "align", "uniform", "sentences_per_s", "wall_time_s",
 )
 
@@ -215,8 +216,11 @@ def summary_columns(summary: dict[str, Any]) -> dict[str, Any]:
         "steps": summary.get("steps"),
         "best_step": summary.get("best_step"),
         "dev_stsb": summary.get("best_dev_stsb"),
-        "age_mean": mtd.get("age_mean"),
-        "age_max": mtd.get("age_max"),
+        "mtd_measured": mtd.get("measured"),
+        "ema_age": mtd.get("ema_age"),
+        "queue_age_mean": mtd.get("queue_age_mean"),
+        "queue_age_max": mtd.get("queue_age_max"),
+        "precision": summary.get("precision"),
         "align": summary.get("align"),
         "uniform": summary.get("uniform"),
         "sentences_per_s": summary.get("sentences_per_s"),

@@ -80,7 +80,9 @@ def write_study(
             "align": trial.get("align"), "uniform": trial.get("uniform"), "align_uniform_split": "dev",
             "mtd": {"formula": 0.0, "eta": config["ema"]["decay"], "eta_choice": "constant",
                     "queue_k": config["queue"]["size"], "batch_size": config["batch_size"],
-                    "age_mean": trial.get("age_mean", 4.0), "age_max": trial.get("age_max", 8.0)},
+                    "queue_age_mean": trial.get("age_mean", 4.0), "queue_age_max": trial.get("age_max", 8.0),
+                    "ema_age": 1 / (1 - config["ema"]["decay"]),
+                    "measured": 1 / (1 - config["ema"]["decay"]) + trial.get("age_max", 8.0)},
             "sentences_per_s": 150.0, "wall_time_s": 800.0, "config": config,
         }
         if trial["state"] != "COMPLETE":
@@ -118,7 +120,7 @@ def _csv_row(key: str, trial: dict[str, Any], params: list[str], slices_format: 
         "ema.decay_end": config["ema"]["decay_end"], "queue.size": config["queue"]["size"],
         "queue.initial_size": config["queue"]["initial_size"], "queue.slices": slices_text,
         "mtd": 0.0,  # deliberately wrong: load_results must recompute MTD, not trust this column
-        "age_mean": trial.get("age_mean", 4.0), "age_max": trial.get("age_max", 8.0),
+        "queue_age_mean": trial.get("age_mean", 4.0), "queue_age_max": trial.get("age_max", 8.0),
         "best_step": 100, "dev_stsb": trial["test"]["avg"] + 4.0,
     })
     row.update(trial["test"] if trial["state"] == "COMPLETE" else {t: "" for t in trial["test"]})

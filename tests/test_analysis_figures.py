@@ -48,7 +48,15 @@ def test_load_recomputes_mtd_and_keeps_measured_ages(mtd_table):
     want = [expected_mtd(eta, size) for eta, size in zip(mtd_table["ema.decay"], mtd_table["queue.size"])]
     np.testing.assert_allclose(mtd_table["mtd"], want)
     assert (mtd_table["mtd_recorded"] == 0.0).all()  # the CSV's (wrong) value is kept apart
-    assert {"age_mean", "age_max"} <= set(mtd_table.columns)
+    assert {"queue_age_mean", "queue_age_max", "mtd_measured"} <= set(mtd_table.columns)
+
+
+def test_load_can_use_the_measured_distance(mtd_dir):
+    measured = load_results(mtd_dir, mtd_source="measured")
+    # the fixture's summaries record measured = 1/(1-eta) + the oldest queue age (8 steps): independent of K/B
+    np.testing.assert_allclose(measured["mtd"], 1 / (1 - measured["ema.decay"]) + 8.0)
+    with pytest.raises(ValueError, match="mtd_source"):
+        load_results(mtd_dir, mtd_source="guess")
 
 
 @pytest.mark.parametrize("source", ["csv_only", "summaries_only"])
@@ -361,7 +369,7 @@ def test_analysis_imports_no_runtime_packages():
     import sys
 
     code = ("import sys, analysis.report, analysis.figures, analysis.tables, analysis.stats, analysis.load; "
-            "print([m for m in ('torch', 'ray', 'optuna', 'trainer') if m in sys.modules])")
+            "print([m for m in ('torch', 'ray', 'optuna') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).resolve().parents[1])
     assert out.stdout.strip() == "[]"

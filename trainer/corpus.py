@@ -95,3 +95,39 @@ def load_corpus(path: Path, tokenizer, max_length: int = 32, limit: int | None =
         except OSError:
             pass  # a read-only cache location only costs speed
     return corpus
+
+
+_counts: dict[tuple[str, int, int, int | None], int] = {}
+
+
+def count_sentences(path: Path, limit: int | None = None) -> int:
+    """How many sentences `load_corpus` reads from `path` (non-empty lines, at most `limit`), without
+    tokenising; cached per file state, so a dry run over many trials reads the corpus once."""
+    stat = path.stat()
+    key = (str(path.resolve()), stat.st_size, int(stat.st_mtime), limit)
+    if key not in _counts:
+        count = 0
+        with open(path, encoding="utf-8") as handle:
+            for line in handle:
+                if line.strip():
+                    count += 1
+                    if limit is not None and count >= limit:
+                        break
+        _counts[key] = count
+    return _counts[key]
+
+
+def planned_steps(config: dict) -> int | None:
+    """The optimiser steps a resolved run config will take (as `train` computes them): `max_steps`, else
+    `epochs` passes of drop-last batches over the corpus; None when the corpus is not installed."""
+    if config.get("max_steps"):
+        return int(config["max_steps"])
+    from trainer.data import corpus_path, data_dir
+
+    data = config.get("data") or {}
+    try:
+        path = corpus_path(data_dir(data.get("data_dir")), data.get("corpus"))
+    except UserError:
+        return None
+    sentences = count_sentences(path, data.get("max_sentences"))
+    return max(1, int(config.get("epochs", 1.0) * (sentences // config["batch_size"])))

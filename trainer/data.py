@@ -100,6 +100,7 @@ def verified_path(root: Path, relative: str) -> Path:
     return path
 
 
+_sample_noted: set[str] = set()
 CORPUS_NAMES = {"wiki1m": FULL_CORPUS, "wiki1m_sample": SAMPLE_CORPUS}
 
 
@@ -124,10 +125,12 @@ def corpus_path(root: Path, corpus: str | None) -> Path:
     if (root / FULL_CORPUS).is_file():
         return root / FULL_CORPUS
     if (root / SAMPLE_CORPUS).is_file():
-        import sys
+        if str(root) not in _sample_noted:  # once per process: a dry run resolves the corpus per trial
+            import sys
 
-        print(f"note: training on the corpus sample {root / SAMPLE_CORPUS} (the full wiki1m is not installed)",
-              file=sys.stderr)
+            _sample_noted.add(str(root))
+            print(f"note: training on the corpus sample {root / SAMPLE_CORPUS} (the full wiki1m is not installed)",
+                  file=sys.stderr)
         return verified_path(root, SAMPLE_CORPUS)
     raise UserError(
         f"no training corpus in {root / 'corpus'}: run `sweep data fetch` (full wiki1m) or "

@@ -29,7 +29,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from trainer.ema import RELEASED_SCHEDULE_STEPS, cosine_eta
+from trainer.schedules import RELEASED_SCHEDULE_STEPS, cosine_eta
 from trainer.slices import parse_slices
 
 ETA_CHOICES = ("initial", "final", "mean")
@@ -176,3 +176,17 @@ class TraceableDistanceMeter:
             "measured": self.measured_sum / n if n else None,
             "measured_steps": n,
         }
+
+
+def planned_traceable_distance(config: dict[str, Any]) -> float | None:
+    """d_trace by formula of a resolved run config before it runs, exactly as the trainer will report it
+    (eta averaged over the run's planned steps, read from the corpus; `trainer.corpus.planned_steps`).
+    The dry run and the study expansion use it; None when undefined or the corpus is not installed."""
+    if config.get("method") != "mocose":
+        return None
+    total_steps = None
+    if config["ema"]["schedule"] == "cosine":
+        from trainer.corpus import planned_steps
+
+        total_steps = planned_steps(config)
+    return config_traceable_distance(config, total_steps)

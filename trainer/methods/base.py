@@ -92,7 +92,7 @@ class Method(nn.Module):
         if ema["decay_end"] is None:
             ema["decay_end"] = 1.0 if released else 0.95
         if ema["schedule_steps"] is None and released:
-            from trainer.ema import RELEASED_SCHEDULE_STEPS
+            from trainer.schedules import RELEASED_SCHEDULE_STEPS
 
             ema["schedule_steps"] = RELEASED_SCHEDULE_STEPS
         if ema["hold_after_schedule"] is None:

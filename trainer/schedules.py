@@ -1,0 +1,47 @@
+"""The EMA decay schedules of MoCoSE (eq. 2; methods.md sections 2 and 8), as plain functions.
+
+Kept free of torch: the trainer, the MTD formula (trainer/mtd.py), the dry run and the analysis all
+compute eta with these.
+"""
+
+from __future__ import annotations
+
+import math
+
+SCHEDULES = ("constant", "cosine")
+RELEASED_SCHEDULE_STEPS = 15000  # T in the released MoCoSE code (`EMA(total_step=15000)`)
+
+
+def cosine_eta(step: int, eta0: float, eta1: float, period: int, hold: bool = True) -> float:
+    """The cosine ramp from eta0 (step 0) to eta1 (step `period`):
+
+        eta(t) = eta1 - (eta1 - eta0) * (cos(pi * t / T) + 1) / 2
+
+    `hold=True` (the paper's reading) keeps eta1 after T. `hold=False` is the released MoCoSE code, which
+    never clamps t: past T the cosine swings back, reaching eta0 again at 2T.
+
+    >>> [round(cosine_eta(t, 0.75, 0.95, 100), 3) for t in (0, 50, 100, 200)]
+    [0.75, 0.85, 0.95, 0.95]
+    >>> [round(cosine_eta(t, 0.75, 1.0, 100, hold=False), 3) for t in (0, 50, 100, 200)]
+    [0.75, 0.875, 1.0, 0.75]
+    """
+    t = max(step, 0)
+    if hold:
+        t = min(t, period)
+    return eta1 - (eta1 - eta0) * (math.cos(math.pi * t / max(period, 1)) + 1.0) / 2.0
+
+
+def ema_decay_at(step: int, schedule: str, decay: float, decay_end: float, period: int, hold: bool = True) -> float:
+    """eta of the `step`-th EMA update: `decay` when constant, else `cosine_eta(step, decay, decay_end, period, hold)`.
+
+    The released MoCoSE schedule is `cosine` with decay_end 1.0, period 15000 and hold False
+    (`1 - (1 - eta0) * (cos(pi t / T) + 1) / 2`, t counted from 1 at the first update).
+
+    >>> ema_decay_at(7, "constant", 0.85, 0.95, 100)
+    0.85
+    """
+    if schedule == "constant":
+        return decay
+    if schedule == "cosine":
+        return cosine_eta(step, decay, decay_end, period, hold)
+    raise ValueError(f"EMA schedule must be one of {SCHEDULES}, got {schedule!r}")
