@@ -14,6 +14,7 @@ import csv
 import io
 import json
 import math
+import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterable
@@ -38,7 +39,7 @@ CONFIG_COLUMNS = (
 )
 RESULT_COLUMNS = (
     "steps", "mtd", "age_mean", "age_max", "best_step", "dev_stsb", *TASKS, "avg",
-    "align", "uniform", "sentences_per_s", "wall_time_s",
+    "align", "uniform", "sentences_per_s", "wall_time_s", "weights",
 )
 
 
@@ -106,6 +107,10 @@ class StudyFolder:
     def log_path(self, key: str) -> Path:
         return self.trial_dir(key) / "log.txt"
 
+    def model_dir(self, key: str) -> Path:
+        """The trial's best-dev encoder and tokenizer (kept as the study's keep_weights says)."""
+        return self.trial_dir(key) / "model"
+
     # ---- writes ----
     def write_study_yaml(self, spec: StudySpec) -> None:
         text = spec.source_text
@@ -126,12 +131,13 @@ class StudyFolder:
         write_text_atomic(self.metrics_path(key), lines)
 
     def clear_attempt(self, key: str) -> None:
-        """Remove what an interrupted or failed attempt left (metrics.jsonl, summary.json)."""
+        """Remove what an interrupted or failed attempt left (metrics.jsonl, summary.json, model/)."""
         for path in (self.summary_path(key), self.metrics_path(key)):
             try:
                 path.unlink()
             except FileNotFoundError:
                 pass
+        shutil.rmtree(self.model_dir(key), ignore_errors=True)
 
     # ---- reads ----
     def read_summary(self, key: str) -> dict[str, Any] | None:
@@ -221,6 +227,7 @@ def summary_columns(summary: dict[str, Any]) -> dict[str, Any]:
         "uniform": summary.get("uniform"),
         "sentences_per_s": summary.get("sentences_per_s"),
         "wall_time_s": summary.get("wall_time_s"),
+        "weights": summary.get("weights"),
     }
     if mtd.get("formula") is not None:
         out["mtd"] = mtd["formula"]
