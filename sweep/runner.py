@@ -500,7 +500,8 @@ class _StudyRun:
             if self.folder.model_dir(key).is_dir():
                 weights = "kept"
             else:
-                weights = "deleted" if summary.get("weights") in ("kept", "deleted") else "none"
+                had = key in saved or summary.get("weights") in ("kept", "deleted")
+                weights = "deleted" if had else "none"
             if summary.get("weights") != weights:
                 self.folder.write_summary(key, {**summary, "weights": weights})
             self.table.update(key, weights=weights)
