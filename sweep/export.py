@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from sweep.store import TASKS, StudyFolder, locate_study, metric_value
+from sweep.store import TASKS, StudyFolder, locate_study, metric_value, weights_state
 from trainer.errors import UserError
 
 EXPORTABLE_POOLERS = ("cls_before_pooler", "avg", "avg_top2", "avg_first_last")
@@ -62,7 +62,8 @@ def export_trial(study: str | Path, dest: str | Path, trial_key: str | None = No
         raise UserError(f"trial '{key}' has no summary.json (it has not ended); wait for it or pick another trial")
     model_dir = folder.model_dir(key)
     if not (model_dir / "config.json").is_file():
-        why = summary.get("weights") or "none"
+        why = {"deleted": "deleted when better trials ended", "none": "never saved"}.get(
+            weights_state(folder, key, summary), "incomplete")
         raise UserError(f"trial '{key}' kept no weights ({why}; the study's keep_weights decides which trials "
                         "keep them); run it again with keep_weights: all, or export a trial that kept its weights")
     config = summary.get("config") or {}

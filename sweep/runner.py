@@ -19,8 +19,8 @@ A lock file (flock on results/<study>/.driver.lock) stops two drivers from runni
 
 Weights (study key `keep_weights`): unless it is `none`, every trial's job asks the trainer to save its
 best-dev encoder and tokenizer to trials/<key>/model/; as trials end, the driver deletes the weights of
-the trials outside the top k by the study metric and records "weights": kept | deleted | none in each
-summary.json and trials.csv row. Curves (study key `loggers`): Ray Tune's own logger callbacks, fed only
+the trials outside the top k by the study metric and records kept | deleted | none in the trials.csv
+column `weights` (summary.json stays as the trainer wrote it). Curves (study key `loggers`): Ray Tune's own logger callbacks, fed only
 the trainer's evaluation reports, with the trainer step as the x axis (TensorBoard, MLflow).
 """
 
@@ -49,7 +49,7 @@ from ray.tune.search import Searcher
 
 from sweep.progress import Progress
 from sweep.spec import StudySpec, Trial
-from sweep.store import FINAL_STATUSES, StudyFolder, TrialsTable, metric_value, to_jsonable
+from sweep.store import FINAL_STATUSES, StudyFolder, TrialsTable, metric_value, to_jsonable, weights_state
 from trainer.errors import UserError
 
 DEFAULT_TRAIN_FN = "trainer.train:train"
@@ -477,8 +477,9 @@ class _StudyRun:
 
     def keep_weights(self) -> None:
         """Delete the saved weights (trials/<key>/model/) of every ended trial outside the top
-        `keep_weights` COMPLETE trials by the study metric (all of them: keep all); record in each ended
-        trial's summary.json and trials.csv row whether its weights are kept, deleted or none."""
+        `keep_weights` COMPLETE trials by the study metric (none of them: keep all), and set each ended
+        trial's `weights` column in trials.csv: kept, deleted or none. summary.json is left as the
+        trainer wrote it (a finished trial's files do not change when a better trial ends)."""
         ended = {key: self.folder.read_summary(key) for key, row in self.table.rows.items()
                  if key not in self.handed_out and row["state"] not in ("PENDING", "RUNNING")}
         ended = {key: summary for key, summary in ended.items() if summary is not None}
@@ -497,14 +498,7 @@ class _StudyRun:
             if key not in keepers:
                 shutil.rmtree(self.folder.model_dir(key), ignore_errors=True)
         for key, summary in ended.items():
-            if self.folder.model_dir(key).is_dir():
-                weights = "kept"
-            else:
-                had = key in saved or summary.get("weights") in ("kept", "deleted")
-                weights = "deleted" if had else "none"
-            if summary.get("weights") != weights:
-                self.folder.write_summary(key, {**summary, "weights": weights})
-            self.table.update(key, weights=weights)
+            self.table.update(key, weights=weights_state(self.folder, key, summary))
 
     def _finish_interrupted(self) -> None:
         """Trials still running when the driver stops: FAIL (interrupted) in Optuna and trials.csv."""

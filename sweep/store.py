@@ -227,13 +227,22 @@ def summary_columns(summary: dict[str, Any]) -> dict[str, Any]:
         "uniform": summary.get("uniform"),
         "sentences_per_s": summary.get("sentences_per_s"),
         "wall_time_s": summary.get("wall_time_s"),
-        "weights": summary.get("weights"),
     }
     if mtd.get("formula") is not None:
         out["mtd"] = mtd["formula"]
     for name in (*TASKS, "avg"):
         out[name] = test.get(name)
     return out
+
+
+def weights_state(folder: StudyFolder, key: str, summary: dict[str, Any]) -> str:
+    """kept (trials/<key>/model/ is there), deleted (the trainer saved it: save_model was set and the run
+    ended with a best-dev state; a better trial's end removed it) or none (never saved)."""
+    if folder.model_dir(key).is_dir():
+        return "kept"
+    saved = ((summary.get("config") or {}).get("save_model") and summary.get("best_step") is not None
+             and summary.get("status") in ("ok", "diverged", "collapsed"))
+    return "deleted" if saved else "none"
 
 
 def metric_value(summary: dict[str, Any], name: str) -> float | None:
