@@ -208,6 +208,7 @@ def test_exported_model_reproduces_the_stsb_test_score(exported_study, shared_da
     assert f"| pooler | {pooler}" in card and "| method | mocose |" in card and "| variant | paper |" in card
     assert f"{summary['test']['STSBenchmark']:.2f}" in card and f"| seed | {summary['config']['seed']} |" in card
     assert f"at step {summary['best_step']} of 6" in card and "name: export" in card
+    assert "| git commit | unknown |" not in card  # the Optuna trial's git_commit attribute
     assert not list(tmp_path.glob(".model-*"))  # no partial folder left
 
 
@@ -242,3 +243,47 @@ def test_missing_logger_package_is_one_line_before_ray(tmp_path, logger, package
     assert f"loggers: {logger} needs the {package} package" in result.stderr
     assert f"contrastive-sweep[{logger}]" in result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["l.yaml"]  # no results folder, no Ray
+
+
+# ---- the layer-averaging poolers, against a hand-written reference on the tiny model (no trial) ------------
+@pytest.fixture(scope="module")
+def three_layer_model(tmp_path_factory, tiny_model_dir) -> Path:
+    """The tiny BERT with 3 layers (with 2, first-last and top-2 are the same two layers)."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    path = tmp_path_factory.mktemp("three-layers")
+    config = BertConfig.from_pretrained(tiny_model_dir)
+    config.num_hidden_layers = 3
+    torch.manual_seed(0)
+    BertModel(config).save_pretrained(path)
+    AutoTokenizer.from_pretrained(tiny_model_dir).save_pretrained(path)
+    return path
+
+
+@pytest.mark.parametrize("pooler, layers", [("avg_top2", (2, 3)), ("avg_first_last", (1, 3))])
+def test_layer_averaging_poolers_match_a_hand_written_reference(tmp_path, three_layer_model, pooler, layers):
+    import torch
+    from sentence_transformers import SentenceTransformer
+    from transformers import AutoModel, AutoTokenizer
+
+    from sweep.export import write_sentence_transformer
+
+    tiny_model_dir = three_layer_model
+    write_sentence_transformer(tiny_model_dir, pooler, tmp_path / "st")
+    sentences = ["a man plays the guitar .", "two dogs run", "the quick brown fox jumps over the lazy dog"]
+    exported = SentenceTransformer(str(tmp_path / "st"), device="cpu", local_files_only=True).encode(sentences)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    model = AutoModel.from_pretrained(tiny_model_dir).eval()
+    with torch.no_grad():
+        batch = tokenizer(sentences, padding=True, return_tensors="pt")
+        hidden = model(**batch, output_hidden_states=True).hidden_states
+    mask = batch["attention_mask"].unsqueeze(-1).float()
+    layer_mean = (hidden[layers[0]] + hidden[layers[1]]) / 2
+    reference = ((layer_mean * mask).sum(1) / mask.sum(1)).numpy()
+    assert np.abs(exported - reference).max() < 1e-5
+    assert len(hidden) == 4  # embeddings + 3 layers
+    for other in ((2, 3), (1, 3), (3, 3)):  # top-2, first-last, plain avg: only the right one matches
+        if other != layers:
+            wrong = ((((hidden[other[0]] + hidden[other[1]]) / 2) * mask).sum(1) / mask.sum(1)).numpy()
+            assert np.abs(exported - wrong).max() > 1e-3, other
