@@ -20,8 +20,9 @@ A lock file (flock on results/<study>/.driver.lock) stops two drivers from runni
 Weights (study key `keep_weights`): unless it is `none`, every trial's job asks the trainer to save its
 best-dev encoder and tokenizer to trials/<key>/model/; as trials end, the driver deletes the weights of
 the trials outside the top k by the study metric and records kept | deleted | none in the trials.csv
-column `weights` (summary.json stays as the trainer wrote it). Curves (study key `loggers`): Ray Tune's own logger callbacks, fed only
-the trainer's evaluation reports, with the trainer step as the x axis (TensorBoard, MLflow).
+column `weights` (summary.json stays as the trainer wrote it).
+Curves (study key `loggers`): Ray Tune's own logger callbacks, fed only the trainer's evaluation
+reports, with the trainer step as the x axis (TensorBoard, MLflow; W&B plots against the evaluation number).
 """
 
 from __future__ import annotations
