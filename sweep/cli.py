@@ -42,6 +42,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return run_study(spec, address=args.address, max_concurrent=args.max_concurrent)
 
 
+def _cmd_export(args: argparse.Namespace) -> int:
+    from sweep.export import export_trial, push_to_hub
+
+    dest = export_trial(args.study, args.dest, trial_key=args.trial, best=args.best)
+    print(f"exported to {dest} (load it with SentenceTransformer({str(dest)!r}))")
+    if args.push_to_hub:
+        print(f"pushed to {push_to_hub(dest, args.push_to_hub)}")
+    return 0
+
+
 def _cmd_status(args: argparse.Namespace) -> int:
     from sweep.status import show_status
 
@@ -108,6 +118,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--max-concurrent", type=int, help="at most N trials at once")
     run.add_argument("--dry-run", action="store_true", help="print the trial table and exit without starting Ray")
     run.set_defaults(func=_cmd_run)
+
+    ex = sub.add_parser("export", help="write a trial's kept weights as a sentence-transformers folder with a model card")
+    ex.add_argument("study", help="study YAML file or its results folder")
+    ex.add_argument("dest", help="new (or empty) folder to write")
+    ex.add_argument("--trial", metavar="KEY", help="the trial to export (see `sweep status`)")
+    ex.add_argument("--best", action="store_true", help="export the trial with the best study metric")
+    ex.add_argument("--push-to-hub", metavar="REPO", help="then upload the folder to the Hugging Face Hub repo REPO")
+    ex.set_defaults(func=_cmd_export)
 
     st = sub.add_parser("status", help="show the trials of a study and their states")
     st.add_argument("study", help="study YAML file or its results folder")

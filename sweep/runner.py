@@ -16,6 +16,13 @@ Resume (no Ray restore; the same command again after Ctrl-C, kill -9 or a crashe
 - Every other key (never run, interrupted, or failed with an error) runs (again) as a new Optuna trial;
   the stale attempt stays FAIL. So each key ends final exactly once.
 A lock file (flock on results/<study>/.driver.lock) stops two drivers from running one study at once.
+
+Weights (study key `keep_weights`): unless it is `none`, every trial's job asks the trainer to save its
+best-dev encoder and tokenizer to trials/<key>/model/; as trials end, the driver deletes the weights of
+the trials outside the top k by the study metric and records kept | deleted | none in the trials.csv
+column `weights` (summary.json stays as the trainer wrote it).
+Curves (study key `loggers`): Ray Tune's own logger callbacks, fed only the trainer's evaluation
+reports, with the trainer step as the x axis (TensorBoard, MLflow; W&B plots against the evaluation number).
 """
 
 from __future__ import annotations
@@ -23,10 +30,12 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import importlib
+import importlib.util
 import json
 import logging
 import math
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -36,11 +45,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ray import tune
+from ray.tune.result import TIMESTEPS_TOTAL
 from ray.tune.search import Searcher
 
 from sweep.progress import Progress
 from sweep.spec import StudySpec, Trial
-from sweep.store import FINAL_STATUSES, StudyFolder, TrialsTable, metric_value, to_jsonable
+from sweep.store import FINAL_STATUSES, StudyFolder, TrialsTable, metric_value, to_jsonable, weights_state
 from trainer.errors import UserError
 
 DEFAULT_TRAIN_FN = "trainer.train:train"
@@ -50,6 +60,12 @@ FORWARDED_ENV = ("SWEEP_DATA_DIR", "HF_HOME", "HF_HUB_OFFLINE", "TRANSFORMERS_OF
 STEP_KEY, CURVE_KEY = "step", "dev_stsb"
 SUMMARY_KEY, ERROR_KEY = "sweep_summary", "sweep_error"
 _MAX_DROPPED_ASKS = 100
+# loggers: study name -> (the Ray Tune callback class "module:name", the package it needs, the extra)
+LOGGER_CALLBACKS = {
+    "tensorboard": ("ray.tune.logger:TBXLoggerCallback", "tensorboardX", "ray[tune]"),
+    "mlflow": ("ray.air.integrations.mlflow:MLflowLoggerCallback", "mlflow", "contrastive-sweep[mlflow]"),
+    "wandb": ("ray.air.integrations.wandb:WandbLoggerCallback", "wandb", "contrastive-sweep[wandb]"),
+}
 
 
 def run_study(spec: StudySpec, address: str | None = None, max_concurrent: int | None = None,
@@ -62,6 +78,7 @@ def run_study(spec: StudySpec, address: str | None = None, max_concurrent: int |
     if max_concurrent is not None and max_concurrent < 1:
         raise UserError("--max-concurrent: expected a positive integer")
     train_fn = _train_fn or os.environ.get("SWEEP_TRAIN_FN") or DEFAULT_TRAIN_FN
+    check_loggers(spec.loggers)  # before anything is written or Ray starts
     run = _StudyRun(spec, train_fn)
     with run.locked():
         return run.execute(address, max_concurrent)
@@ -190,6 +207,7 @@ class _StudyRun:
         stale = self.mirror.fail_interrupted()
         self.table = TrialsTable(self.folder, self.param_names)
         skipped = self._resume(planned)
+        self.keep_weights()
         self.table.write()
 
         total = len(self.to_run) + self.asks_left * len(self.spec.seeds)
@@ -343,7 +361,8 @@ class _StudyRun:
             ),
             run_config=tune.RunConfig(
                 name=time.strftime("run-%Y%m%d-%H%M%S"), storage_path=str(self.folder.ray_dir),
-                verbose=0, callbacks=[callback], failure_config=tune.FailureConfig(max_failures=0),
+                verbose=0, callbacks=[callback, *logger_callbacks(self.spec)],
+                failure_config=tune.FailureConfig(max_failures=0),
             ),
         )
         tuner.fit()
@@ -384,6 +403,8 @@ class _StudyRun:
         trial_dir = self.folder.trial_dir(trial.key)
         config = dict(trial.config)
         config["output_dir"] = str(trial_dir)
+        if self.spec.keep_weights != 0:  # set here, not in trial.config: the trial key stays the same
+            config["save_model"] = True
         return {
             "key": trial.key, "seed": trial.seed, "config": config, "trial_dir": str(trial_dir),
             "cwd": os.getcwd(), "train_fn": self.train_fn,
@@ -428,7 +449,7 @@ class _StudyRun:
         else:
             self.mirror.set_attrs(number, {"tune_trial_id": tune_trial_id})
         self.table.update(key, state="RUNNING", status=None, reason=None, optuna_trial=number,
-                          steps=None, best_step=None, dev_stsb=None)
+                          steps=None, best_step=None, dev_stsb=None, weights=None)
         self.table.write()
         self.progress.trial_started(key, " ".join(f"{k}={_fmt(v)}" for k, v in trial.params.items()))
         return number
@@ -450,9 +471,35 @@ class _StudyRun:
         state = self.mirror.finish(number, summary)
         self.table.set_summary(key, summary)
         self.table.update(key, state=state)
+        self.keep_weights()
         self.table.write()
         value = metric_value(summary, self.spec.metric.name) if state == "COMPLETE" else None
         self.progress.trial_ended(key, state, summary.get("status"), value, summary.get("reason"))
+
+    def keep_weights(self) -> None:
+        """Delete the saved weights (trials/<key>/model/) of every ended trial outside the top
+        `keep_weights` COMPLETE trials by the study metric (none of them: keep all), and set each ended
+        trial's `weights` column in trials.csv: kept, deleted or none. summary.json is left as the
+        trainer wrote it (a finished trial's files do not change when a better trial ends)."""
+        ended = {key: self.folder.read_summary(key) for key, row in self.table.rows.items()
+                 if key not in self.handed_out and row["state"] not in ("PENDING", "RUNNING")}
+        ended = {key: summary for key, summary in ended.items() if summary is not None}
+        saved = [key for key in ended if self.folder.model_dir(key).is_dir()]
+        keep = self.spec.keep_weights
+        if keep is None:
+            keepers = set(saved)
+        else:
+            scored = [(metric_value(ended[key], self.spec.metric.name), key) for key in saved
+                      if self.table.rows[key]["state"] == "COMPLETE"]
+            scored = [(value, key) for value, key in scored if value is not None]
+            sign = -1.0 if self.spec.metric.goal == "maximize" else 1.0
+            scored.sort(key=lambda item: sign * item[0])  # stable: on a tie the earlier trial stays
+            keepers = {key for _, key in scored[:keep]}
+        for key in saved:
+            if key not in keepers:
+                shutil.rmtree(self.folder.model_dir(key), ignore_errors=True)
+        for key, summary in ended.items():
+            self.table.update(key, weights=weights_state(self.folder, key, summary))
 
     def _finish_interrupted(self) -> None:
         """Trials still running when the driver stops: FAIL (interrupted) in Optuna and trials.csv."""
@@ -590,6 +637,43 @@ class _Mirroring(tune.Callback):
             folder.write_summary(key, summary)
         if not folder.metrics_path(key).exists() and live["metrics"]:
             folder.write_metrics(key, live["metrics"])
+
+
+# ---- logger callbacks ----------------------------------------------------------------------------
+def check_loggers(names: list[str]) -> None:
+    """Each chosen logger's package is installed; else a one-line UserError saying what to install."""
+    for name in names:
+        _, package, extra = LOGGER_CALLBACKS[name]
+        if importlib.util.find_spec(package) is None:
+            raise UserError(f"loggers: {name} needs the {package} package, which is not installed; "
+                            f"pip install '{extra}' (or remove {name} from the study's loggers)")
+
+
+def logger_callbacks(spec: StudySpec) -> list[Any]:
+    """Ray Tune's logger callbacks for the study's `loggers`, fed only the evaluation reports."""
+    callbacks = []
+    for name in spec.loggers:
+        path, _, _ = LOGGER_CALLBACKS[name]
+        base = _import_function(path)
+        curves = type(base.__name__, (_CurvesOnly, base), {})
+        if name == "mlflow":
+            callbacks.append(curves(tracking_uri=os.environ.get("MLFLOW_TRACKING_URI"), experiment_name=spec.name))
+        elif name == "wandb":
+            callbacks.append(curves(project=os.environ.get("WANDB_PROJECT") or spec.name, group=spec.name))
+        else:
+            callbacks.append(curves())
+    return callbacks
+
+
+class _CurvesOnly:
+    """Mixed into a Ray Tune LoggerCallback: log the trainer's evaluation reports (one per evaluation,
+    x axis = the trainer step through Tune's timesteps_total, which the TensorBoard and MLflow callbacks
+    use as their step) and skip the final sweep_summary / sweep_error reports (nested, non-scalar)."""
+
+    def log_trial_result(self, iteration: int, trial: Any, result: dict) -> None:
+        if STEP_KEY not in result:
+            return
+        super().log_trial_result(iteration, trial, {**result, TIMESTEPS_TOTAL: result[STEP_KEY]})
 
 
 def _trial_error(trial: Any) -> str:

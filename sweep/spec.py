@@ -38,6 +38,10 @@ A study file (every key but `name` and `base` is optional)::
     constraints:                      # combinations for which any is false are dropped
       - "queue.initial_size <= queue.size"
       - "mix.lam == 0.2 or mix.directions == 'both'"
+    keep_weights: best                # best | all | none | <k>: whose best-dev weights stay on disk
+                                      # (trials/<key>/model/; the top k by the metric; best = 1)
+    loggers: [tensorboard]            # training curves through Ray Tune's logger callbacks:
+                                      # tensorboard, mlflow, wandb (default: none)
 
 Distributions: `{distribution: uniform|loguniform, low, high}` (uniform may add `step`),
 `{distribution: int, low, high, step?}`, `{distribution: categorical, choices: [...]}`. Under random and
@@ -126,6 +130,8 @@ class StudySpec:
     storage: str | None  # Optuna URL; None: sqlite:///<results_dir>/<name>/optuna.db
     results_dir: str  # parent folder; the study writes to <results_dir>/<name>/
     constraints: list[str] = field(default_factory=list)
+    keep_weights: int | None = 1  # the top k trials keep their weights; None: all; 0: none
+    loggers: list[str] = field(default_factory=list)  # Ray Tune logger callbacks (LOGGERS)
     source_text: str = ""  # the YAML as written (stored as the Optuna study's note)
     path: str = ""  # the YAML file it was loaded from ("" when built in code)
 
@@ -154,6 +160,8 @@ class StudySpec:
             "storage": self.storage,
             "results_dir": self.results_dir,
             "constraints": list(self.constraints),
+            "keep_weights": "all" if self.keep_weights is None else self.keep_weights,
+            "loggers": list(self.loggers),
         }
 
 
@@ -168,8 +176,9 @@ class Trial:
 
 TOP_LEVEL_KEYS = (
     "name", "description", "base", "parameters", "seeds", "method", "metric", "budget",
-    "resources", "scheduler", "storage", "results_dir", "constraints",
+    "resources", "scheduler", "storage", "results_dir", "constraints", "keep_weights", "loggers",
 )
+LOGGERS = ("tensorboard", "mlflow", "wandb")
 METHODS = ("grid", "random", "tpe")
 METRIC_NAMES = (
     "dev_stsb", "avg", "STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness",
@@ -243,6 +252,8 @@ def load_study(path: str | Path) -> StudySpec:
         storage=_read_storage(data, where),
         results_dir=_read_string(data, "results_dir", "results", where, non_empty=True),
         constraints=_read_constraints(data, where),
+        keep_weights=_read_keep_weights(data, where),
+        loggers=_read_loggers(data, where),
         source_text=text,
         path=str(path),
     )
@@ -883,6 +894,33 @@ def _read_storage(data: dict[str, Any], where: "_Where") -> str | None:
         raise where.error(("storage",), f"expected a host and a database name, e.g. {backend}://user@host/optuna, "
                           f"got {url!r}")
     return url
+
+
+def _read_keep_weights(data: dict[str, Any], where: "_Where") -> int | None:
+    """keep_weights: best (= 1) | all (None) | none (0) | k: how many trials keep their best-dev weights."""
+    value = data.get("keep_weights", "best")
+    named = {"best": 1, "all": None, "none": 0}
+    if isinstance(value, str) and value in named:
+        return named[value]
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    raise where.error(("keep_weights",), f"expected best, all, none or a number of trials k >= 0, got {value!r}")
+
+
+def _read_loggers(data: dict[str, Any], where: "_Where") -> list[str]:
+    """loggers: a list of tensorboard, mlflow, wandb (Ray Tune's logger callbacks); default none."""
+    value = data.get("loggers")
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise where.error(("loggers",), f"expected a list such as [tensorboard], got {value!r}")
+    for index, name in enumerate(value):
+        if name not in LOGGERS:
+            raise where.error(("loggers", index), f"expected one of {', '.join(LOGGERS)}, got {name!r}"
+                              + _suggestion(str(name), LOGGERS))
+        if name in value[:index]:
+            raise where.error(("loggers", index), f"{name} is listed twice")
+    return list(value)
 
 
 def _read_constraints(data: dict[str, Any], where: "_Where") -> list[str]:

@@ -14,6 +14,7 @@ import csv
 import io
 import json
 import math
+import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterable
@@ -39,7 +40,7 @@ CONFIG_COLUMNS = (
 RESULT_COLUMNS = (
     "steps", "mtd", "mtd_measured", "ema_age", "queue_age_mean", "queue_age_max", "best_step", "dev_stsb",
     *TASKS, "avg", "precision",
-    "align", "uniform", "sentences_per_s", "wall_time_s",
+    "align", "uniform", "sentences_per_s", "wall_time_s", "weights",
 )
 
 
@@ -107,6 +108,10 @@ class StudyFolder:
     def log_path(self, key: str) -> Path:
         return self.trial_dir(key) / "log.txt"
 
+    def model_dir(self, key: str) -> Path:
+        """The trial's best-dev encoder and tokenizer (kept as the study's keep_weights says)."""
+        return self.trial_dir(key) / "model"
+
     # ---- writes ----
     def write_study_yaml(self, spec: StudySpec) -> None:
         text = spec.source_text
@@ -127,12 +132,13 @@ class StudyFolder:
         write_text_atomic(self.metrics_path(key), lines)
 
     def clear_attempt(self, key: str) -> None:
-        """Remove what an interrupted or failed attempt left (metrics.jsonl, summary.json)."""
+        """Remove what an interrupted or failed attempt left (metrics.jsonl, summary.json, model/)."""
         for path in (self.summary_path(key), self.metrics_path(key)):
             try:
                 path.unlink()
             except FileNotFoundError:
                 pass
+        shutil.rmtree(self.model_dir(key), ignore_errors=True)
 
     # ---- reads ----
     def read_summary(self, key: str) -> dict[str, Any] | None:
@@ -231,6 +237,16 @@ def summary_columns(summary: dict[str, Any]) -> dict[str, Any]:
     for name in (*TASKS, "avg"):
         out[name] = test.get(name)
     return out
+
+
+def weights_state(folder: StudyFolder, key: str, summary: dict[str, Any]) -> str:
+    """kept (trials/<key>/model/ is there), deleted (the trainer saved it: save_model was set and the run
+    ended with a best-dev state; a better trial's end removed it) or none (never saved)."""
+    if folder.model_dir(key).is_dir():
+        return "kept"
+    saved = ((summary.get("config") or {}).get("save_model") and summary.get("best_step") is not None
+             and summary.get("status") in ("ok", "diverged", "collapsed"))
+    return "deleted" if saved else "none"
 
 
 def metric_value(summary: dict[str, Any], name: str) -> float | None:

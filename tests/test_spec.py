@@ -68,6 +68,8 @@ BAD = {
     "bad_resources.yaml": (7, "key 'resources.cpu'"),
     "bad_seeds.yaml": (6, "key 'seeds[1]'"),
     "bad_name.yaml": (1, "key 'name'"),
+    "bad_keep_weights.yaml": (6, "key 'keep_weights': expected best, all, none or a number"),
+    "bad_loggers.yaml": (6, "did you mean 'tensorboard'"),
 }
 
 GRID_HEAD = """\
@@ -484,3 +486,12 @@ def test_format_trial_table_without_states(tmp_path):
     lines = table.splitlines()
     assert lines[0].split() == ["key", "seed", "gaussian.count_per_batch", "mtd"]
     assert lines[1].split()[2:] == ["0", "-"] and lines[2].split()[2:] == ["0.5", "-"]
+
+
+@pytest.mark.parametrize("text, keep, loggers", [
+    ("", 1, []), ("keep_weights: best\n", 1, []), ("keep_weights: all\n", None, []),
+    ("keep_weights: none\n", 0, []), ("keep_weights: 3\nloggers: [tensorboard, mlflow]\n", 3, ["tensorboard", "mlflow"]),
+])
+def test_keep_weights_and_loggers(tmp_path, text, keep, loggers):
+    spec = load_text(tmp_path, "name: k\nbase:\n  model: embedded\n" + text)
+    assert (spec.keep_weights, spec.loggers) == (keep, loggers)

@@ -1,0 +1,259 @@
+"""`sweep export`: a trial's kept best-dev weights -> a sentence-transformers folder with a model card.
+
+    export_trial(study, dest, trial_key=None, best=False) -> Path   # then push_to_hub(dest, repo)
+
+The folder holds a Transformer module (the encoder and tokenizer the trainer saved to
+trials/<key>/model/ after loading its best-dev state) and the pooling the trial's scores were computed
+with (trainer/evaluation.py SentenceEncoder.pool):
+
+    cls_before_pooler -> Pooling("cls")                                raw [CLS] of the last layer
+    avg               -> Pooling("mean")                               masked mean of the last layer
+    avg_top2          -> WeightedLayerPooling(last 2 layers) + Pooling("mean")
+    avg_first_last    -> WeightedLayerPooling(layer 1 and the last, weights 1, 0..0, 1) + Pooling("mean")
+    cls               -> refused: the trained MLP (or BERT's pooler layer) is not in the saved weights
+
+Before the folder is moved into place, a few sentences are encoded by it and by the project's
+encoder on the same weights; a mismatch is an error, so a folder that would not reproduce the trial's
+scores is never written. Everything is written to a hidden folder beside DEST and renamed at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sweep.store import TASKS, StudyFolder, locate_study, metric_value, weights_state
+from trainer.errors import UserError
+
+EXPORTABLE_POOLERS = ("cls_before_pooler", "avg", "avg_top2", "avg_first_last")
+_CHECK_SENTENCES = ["A man is playing a guitar.", "Two dogs run through a field of tall grass .",
+                    "The cat sat on the mat", "Stocks fell sharply on Monday after the report."]
+
+
+def export_trial(study: str | Path, dest: str | Path, trial_key: str | None = None, best: bool = False) -> Path:
+    """Write trial `trial_key` (or the study's best trial) of `study` to `dest`; return dest.
+
+    Every bad input is a one-line UserError raised before anything is written.
+    """
+    if (trial_key is None) == (not best):
+        raise UserError("give either --trial KEY or --best (exactly one)")
+    location = locate_study(study)
+    folder = location.folder
+    dest = Path(dest)
+    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+        raise UserError(f"{dest} already exists and is not an empty folder; choose a new DEST or empty it")
+    rows = {row["key"]: row for row in folder.read_trials_csv()}
+    metric = _study_metric(folder)
+    if best:
+        key, selection = _best_trial(folder, rows, metric)
+    else:
+        key, selection = trial_key, "chosen by its key (`sweep export --trial`)"
+        if key not in rows and not folder.trial_dir(key).is_dir():
+            raise UserError(f"trial '{key}' is not in study '{location.name}' ({folder.path}); "
+                            "see `sweep status` for the trial keys")
+    summary = folder.read_summary(key)
+    if summary is None:
+        raise UserError(f"trial '{key}' has no summary.json (it has not ended); wait for it or pick another trial")
+    model_dir = folder.model_dir(key)
+    if not (model_dir / "config.json").is_file():
+        why = {"deleted": "deleted when better trials ended", "none": "never saved"}.get(
+            weights_state(folder, key, summary), "incomplete")
+        raise UserError(f"trial '{key}' kept no weights ({why}; the study's keep_weights decides which trials "
+                        "keep them); run it again with keep_weights: all, or export a trial that kept its weights")
+    config = summary.get("config") or {}
+    pooler = config.get("pooler", "cls_before_pooler")
+    if pooler not in EXPORTABLE_POOLERS:
+        raise UserError(f"trial '{key}' was scored with pooler '{pooler}', which applies the training MLP (or "
+                        "BERT's pooler layer) that the saved weights do not include; export a trial with "
+                        f"{', '.join(EXPORTABLE_POOLERS)}")
+
+    card = model_card(location.name, folder, key, summary, rows.get(key, {}), selection,
+                      _git_commit(location, key, summary), pooler)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    partial = dest.parent / f".{dest.name}.partial-{os.getpid()}"
+    shutil.rmtree(partial, ignore_errors=True)
+    try:
+        write_sentence_transformer(model_dir, pooler, partial)
+        (partial / "README.md").write_text(card, encoding="utf-8")
+        os.replace(partial, dest)  # an empty DEST folder is replaced; nothing half-written is ever at DEST
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
+    return dest
+
+
+def write_sentence_transformer(model_dir: Path, pooler: str, out: Path) -> None:
+    """Save encoder + pooling as a sentence-transformers folder at `out`, checked against the project's
+    encoder on a few sentences."""
+    import numpy as np
+    import torch
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Pooling, Transformer, WeightedLayerPooling
+
+    from trainer.evaluation import SentenceEncoder
+    from trainer.models import load_encoder
+
+    from transformers import AutoConfig
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    layers_needed = pooler in ("avg_top2", "avg_first_last")
+    hf_config = AutoConfig.from_pretrained(model_dir)
+    # SentEval's protocol truncates only at the model's own maximum length (trainer/evaluation.py).
+    transformer = Transformer(str(model_dir), max_seq_length=getattr(hf_config, "max_position_embeddings", 512),
+                              config_kwargs={"output_hidden_states": True} if layers_needed else None)
+    dim = transformer.get_embedding_dimension()
+    modules: list[Any] = [transformer]
+    if layers_needed:
+        n = hf_config.num_hidden_layers  # hidden_states[0] is the embeddings, [1..n] the layers
+        start, weights = (n - 1, [1.0, 1.0]) if pooler == "avg_top2" else (1, [1.0] + [0.0] * (n - 2) + [1.0] if n > 1 else [1.0])
+        modules.append(WeightedLayerPooling(dim, num_hidden_layers=n, layer_start=start,
+                                            layer_weights=torch.nn.Parameter(torch.tensor(weights))))
+    modules.append(Pooling(dim, pooling_mode="cls" if pooler == "cls_before_pooler" else "mean"))
+    SentenceTransformer(modules=modules, device="cpu").save(str(out), create_model_card=False)
+
+    exported = SentenceTransformer(str(out), device="cpu", local_files_only=True).encode(_CHECK_SENTENCES)
+    encoder, tokenizer = load_encoder(str(model_dir), output_hidden_states=layers_needed)
+    reference = SentenceEncoder(encoder, tokenizer, pooler=pooler, fast=False).encode(_CHECK_SENTENCES)
+    if not np.allclose(exported, reference, rtol=1e-4, atol=1e-5):
+        worst = float(np.abs(exported - reference).max())
+        raise UserError(f"the exported folder does not reproduce the trial's '{pooler}' embeddings (max difference "
+                        f"{worst:.2e}); please report this with the trial's config")
+
+
+def push_to_hub(dest: Path, repo: str) -> str:
+    """Upload the exported folder to the Hugging Face Hub repo `repo`; return its URL."""
+    try:
+        from huggingface_hub import HfApi
+
+        api = HfApi()
+        api.create_repo(repo, exist_ok=True)
+        return str(api.upload_folder(folder_path=str(dest), repo_id=repo, commit_message="sweep export"))
+    except Exception as exc:  # no network, offline mode, no token, no rights: one line, the folder stays
+        text = " ".join(str(exc).split())[:200] or type(exc).__name__
+        raise UserError(f"--push-to-hub {repo}: {type(exc).__name__}: {text}; the model is in {dest}; push it "
+                        "later with `huggingface-cli upload` once the Hub is reachable and you are logged in") from None
+
+
+# ---- choosing the trial ---------------------------------------------------------------------------
+def _study_metric(folder: StudyFolder) -> tuple[str, str]:
+    """(name, goal) of the study metric, from results/<study>/study.yaml (default dev_stsb, maximize)."""
+    from sweep.spec import LOWER_IS_BETTER
+
+    try:
+        data = yaml.safe_load(folder.study_yaml.read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        data = {}
+    raw = data.get("metric") if isinstance(data, dict) else None
+    raw = raw if isinstance(raw, dict) else {}
+    name = str(raw.get("name", "dev_stsb"))
+    return name, str(raw.get("goal", "minimize" if name in LOWER_IS_BETTER else "maximize"))
+
+
+def _best_trial(folder: StudyFolder, rows: dict[str, dict[str, str]], metric: tuple[str, str]) -> tuple[str, str]:
+    """The COMPLETE trial with the best study metric, and a sentence saying how it was chosen."""
+    name, goal = metric
+    scored = []
+    for key, row in rows.items():
+        summary = folder.read_summary(key) if row.get("state") == "COMPLETE" else None
+        value = metric_value(summary, name) if summary else None
+        if value is not None:
+            scored.append((value, key))
+    if not scored:
+        raise UserError(f"study at {folder.path} has no COMPLETE trial with a {name} value; nothing to export")
+    value, key = (max if goal == "maximize" else min)(scored)
+    return key, (f"the best of {len(scored)} COMPLETE trials by the study metric {name} ({goal}): "
+                 f"{_fmt(value)} (`sweep export --best`)")
+
+
+def _git_commit(location: Any, key: str, summary: dict[str, Any]) -> str:
+    """The commit the trial ran at: the Optuna trial's git_commit attribute, else the summary's."""
+    try:
+        import optuna
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        trials = optuna.load_study(study_name=location.name, storage=location.storage).get_trials(deepcopy=False)
+        for trial in reversed(trials):
+            if trial.user_attrs.get("key") == key and trial.user_attrs.get("git_commit"):
+                return str(trial.user_attrs["git_commit"])
+    except Exception:  # an unreachable or missing Optuna storage: fall back to the files
+        pass
+    return str(summary.get("git_commit") or "unknown")
+
+
+# ---- the model card -------------------------------------------------------------------------------
+def model_card(study: str, folder: StudyFolder, key: str, summary: dict[str, Any], row: dict[str, str],
+               selection: str, commit: str, pooler: str) -> str:
+    """The README.md of the exported folder (Hub metadata header + what the model is and how it scored)."""
+    config = summary.get("config") or {}
+    method = config.get("method", "?")
+    base_model = str(config.get("model", "?"))
+    seed = config.get("seed", row.get("seed", "?"))
+    meta: dict[str, Any] = {
+        "library_name": "sentence-transformers", "pipeline_tag": "sentence-similarity",
+        "tags": ["sentence-transformers", "feature-extraction", "sentence-similarity", "contrastive-sweep", method],
+    }
+    if not Path(base_model).exists() and base_model not in ("embedded", "?"):
+        meta["base_model"] = base_model
+    test = summary.get("test") or {}
+    eval_cfg = config.get("eval") or {}
+    mtd = summary.get("mtd") or {}
+    out = ["---", yaml.safe_dump(meta, sort_keys=False).strip(), "---", "",
+           f"# {study} / {key}", "",
+           f"A {method} sentence encoder trained by contrastive-sweep (study `{study}`, trial `{key}`).", "",
+           "| | |", "|---|---|",
+           f"| method | {method} |",
+           f"| variant | {summary.get('variant') or 'paper'} |",
+           f"| base model | {base_model} |",
+           f"| pooler | {pooler} ({_POOLER_TEXT[pooler]}) |",
+           f"| seed | {seed} |",
+           f"| git commit | {commit} |",
+           f"| MTD (formula) | {_fmt(mtd.get('formula'))} |",
+           f"| MTD (measured) | {_fmt(mtd.get('measured'))} |",
+           "", "## How it was selected", "",
+           f"- Weights: the best STS-B dev state of the run: Spearman {_fmt(summary.get('best_dev_stsb'))} x100 at "
+           f"step {_fmt(summary.get('best_step'))} of {_fmt(summary.get('steps'))} (STS-B dev evaluated every "
+           f"{_fmt(eval_cfg.get('eval_steps'))} steps; test sets were not used for selection).",
+           f"- Trial: {selection}.", "",
+           "## STS (Spearman x100, SentEval protocol, the best-dev state)", "",
+           "| " + " | ".join([*TASKS, "avg"]) + " |", "|" + "---|" * (len(TASKS) + 1),
+           "| " + " | ".join(_fmt(test.get(task)) for task in [*TASKS, "avg"]) + " |", ""]
+    transfer = summary.get("transfer")
+    if isinstance(transfer, dict) and transfer:
+        out += ["## Transfer tasks", "", "| task | score |", "|---|---|"]
+        out += [f"| {task} | {_fmt(value)} |" for task, value in transfer.items()]
+        out.append("")
+    out += ["## Use", "", "```python", "from sentence_transformers import SentenceTransformer", "",
+            "model = SentenceTransformer(\"path/to/this/folder\")",
+            "embeddings = model.encode([\"A man is playing a guitar.\", \"Someone plays an instrument.\"])",
+            "```", "", "## Trial config", "", "```yaml", yaml.safe_dump(config, sort_keys=False).strip(), "```", ""]
+    try:
+        study_text = folder.study_yaml.read_text().strip()
+    except OSError:
+        study_text = ""
+    if study_text:
+        out += ["## Study", "", "```yaml", study_text, "```", ""]
+    return "\n".join(out)
+
+
+_POOLER_TEXT = {
+    "cls_before_pooler": "the last layer's [CLS] vector, no MLP",
+    "avg": "mean of the last layer over real tokens",
+    "avg_top2": "mean over real tokens of the average of the last two layers",
+    "avg_first_last": "mean over real tokens of the average of the first and last layers",
+}
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return "-" if not math.isfinite(value) else f"{value:.2f}"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value)
+    return str(value)
