@@ -11,6 +11,7 @@ import textwrap
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from sweep.spec import (
@@ -26,20 +27,37 @@ _CONSOLE_SCRIPT = Path(sys.executable).parent / "sweep"  # the installed `sweep`
 SWEEP = [str(_CONSOLE_SCRIPT)] if _CONSOLE_SCRIPT.exists() else [sys.executable, "-m", "sweep"]
 
 # study file -> (trials, lowest MTD, highest MTD); MTD None where no trial is MoCoSE.
+def np_mean_cosine_eta(steps: int, eta0: float = 0.75, eta1: float = 0.95, period: int | None = None,
+                       hold: bool = True) -> float:
+    """The mean of the cosine EMA schedule over steps 1..steps, written out with NumPy."""
+    t = np.arange(1, steps + 1, dtype=np.float64)
+    period = period or steps
+    if hold:
+        t = np.minimum(t, period)
+    return float(np.mean(eta1 - (eta1 - eta0) * (np.cos(np.pi * t / period) + 1) / 2))
+
+
+def paper_eta_term(batch: int) -> float:
+    """1/(1 - mean eta) of the paper's schedule (0.75 -> 0.95) over one epoch of wiki1m (1,000,000 sentences)."""
+    return 1 / (1 - np_mean_cosine_eta(1_000_000 // batch))
+
+
+RELEASED_ETA_TERM = 1 / (1 - np_mean_cosine_eta(1_000_000 // 64, 0.75, 1.0, period=15000, hold=False))
+P64 = round(paper_eta_term(64) + 8, 2)  # K 512, B 64
 EXPECTED_STUDIES = {
     "quickstart": (8, 6.0, 18.0),
     "mtd_grid": (36, 5.0, 42.0),
-    "queue_slice": (15, 22.0, 24.0),
-    "queue_init": (60, 22.0, 84.0),
+    "queue_slice": (15, round(paper_eta_term(256) + 2, 2), round(paper_eta_term(256) + 4, 2)),
+    "queue_init": (60, round(paper_eta_term(64) + 2, 2), round(paper_eta_term(64) + 64, 2)),
     "ema_decay": (18, 10.0, 108.0),
-    "fgsm_epsilon": (27, 28.0, 28.0),
-    "batch_size": (12, 22.0, 36.0),
-    "proj_pred": (36, 28.0, 28.0),
-    "predictor_dim": (15, 28.0, 28.0),
+    "fgsm_epsilon": (27, P64, P64),
+    "batch_size": (12, round(paper_eta_term(256) + 2, 2), round(paper_eta_term(32) + 16, 2)),
+    "proj_pred": (36, P64, P64),
+    "predictor_dim": (15, P64, P64),
     "symmetric_collapse": (6, 9.0, 9.0),
     "gaussian_m": (24, None, None),
     "mix_lambda": (35, None, None),
-    "methods": (20, 28.0, 28.0),
+    "methods": (35, *sorted([P64, round(RELEASED_ETA_TERM + 8, 2)])),
 }
 
 # malformed study file -> (line the error names, a fragment of the message)
@@ -141,7 +159,8 @@ def test_queue_init_dry_run_from_the_command_line(tmp_path):
     result = run_cli("run", str(REPO / "studies" / "queue_init.yaml"), "--dry-run", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert re.search(r"^trials:\s+60 \(20 configurations x 3 seeds", result.stdout, re.M)
-    assert re.search(r"^MTD:\s+22\.00 to 84\.00", result.stdout, re.M)
+    low, high = EXPECTED_STUDIES["queue_init"][1:]
+    assert re.search(rf"^MTD:\s+{low:.2f} to {high:.2f}", result.stdout, re.M)
 
 
 # ---- malformed studies ---------------------------------------------------------------------------
@@ -408,7 +427,9 @@ def test_queue_slices_grid():
     trials = expand(load_study(REPO / "studies" / "queue_slice.yaml"))
     slices = [t.params["queue.slices"] for t in trials[:5]]
     assert slices == [["0-512"], ["256-768"], ["512-1024"], ["0-256", "768-1024"], ["all"]]
-    assert [round(t.mtd, 2) for t in trials[:5]] == [22.0, 23.0, 24.0, 24.0, 24.0]
+    # the oldest position used is 512, 768, 1024, 1024, 1024 at B = 256: K/B = 2, 3, 4, 4, 4
+    term = paper_eta_term(256)
+    assert [round(t.mtd, 2) for t in trials[:5]] == [round(term + k, 2) for k in (2, 3, 4, 4, 4)]
 
 
 def test_random_search_is_seeded_by_the_study_name(tmp_path):

@@ -98,6 +98,9 @@ def load_corpus(path: Path, tokenizer, max_length: int = 32, limit: int | None =
 
 
 _counts: dict[tuple[str, int, int, int | None], int] = {}
+# SimCSE's wiki1m_for_simcse.txt holds one million sentences (one epoch at batch 64 = 15,625 steps); a dry
+# run on a machine where it is not installed yet still plans with that length.
+KNOWN_SENTENCES = {"wiki1m": 1_000_000}
 
 
 def count_sentences(path: Path, limit: int | None = None) -> int:
@@ -125,9 +128,12 @@ def planned_steps(config: dict) -> int | None:
     from trainer.data import corpus_path, data_dir
 
     data = config.get("data") or {}
+    limit = data.get("max_sentences")
     try:
-        path = corpus_path(data_dir(data.get("data_dir")), data.get("corpus"))
+        sentences = count_sentences(corpus_path(data_dir(data.get("data_dir")), data.get("corpus")), limit)
     except UserError:
-        return None
-    sentences = count_sentences(path, data.get("max_sentences"))
+        known = KNOWN_SENTENCES.get(data.get("corpus"))
+        if known is None:
+            return None
+        sentences = min(known, limit) if limit else known
     return max(1, int(config.get("epochs", 1.0) * (sentences // config["batch_size"])))
