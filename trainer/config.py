@@ -25,7 +25,7 @@ POOLERS = ("cls", "cls_before_pooler", "avg", "avg_first_last", "avg_top2")
 
 def _device(value: str) -> str:
     if not re.fullmatch(r"auto|cpu|cuda|cuda:\d+", value):
-        raise ValueError("expected auto, cpu, cuda or cuda:N")
+        raise ValueError(f"expected auto, cpu, cuda or cuda:N, got {value!r}")
     return value
 
 

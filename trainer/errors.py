@@ -7,6 +7,7 @@ show a traceback for it. Programming errors stay ordinary exceptions.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 
@@ -43,7 +44,7 @@ def expected_text(error: dict[str, Any]) -> str:
         "model_attributes_type": "a mapping", "none_required": "null",
         "greater_than": f"a number > {ctx.get('gt')}", "greater_than_equal": f"a number >= {ctx.get('ge')}",
         "less_than": f"a number < {ctx.get('lt')}", "less_than_equal": f"a number <= {ctx.get('le')}",
-        "literal_error": f"one of {str(ctx.get('expected', '')).replace(chr(39), '')}",
+        "literal_error": "one of " + ", ".join(re.findall(r"'([^']*)'", str(ctx.get("expected", "")))),
         "string_pattern_mismatch": f"text matching {ctx.get('pattern')}",
         "string_too_short": "a non-empty string", "too_short": "a non-empty list",
         "too_long": f"at most {ctx.get('max_length')} values",
@@ -51,7 +52,7 @@ def expected_text(error: dict[str, Any]) -> str:
     if kind == "missing":
         return "is missing"
     if kind == "value_error":  # a validator's own words
-        return " ".join(str(ctx.get("error", error.get("msg", ""))).split()) + f", got {value!r}"
+        return " ".join(str(ctx.get("error", error.get("msg", ""))).split())
     return f"expected {words.get(kind, error.get('msg', kind))}, got {value!r}"
 
 
