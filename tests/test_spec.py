@@ -484,3 +484,25 @@ def test_format_trial_table_without_states(tmp_path):
     lines = table.splitlines()
     assert lines[0].split() == ["key", "seed", "gaussian.count_per_batch", "mtd"]
     assert lines[1].split()[2:] == ["0", "-"] and lines[2].split()[2:] == ["0.5", "-"]
+
+
+# Rows for what the pydantic schema checks: (extra lines after GRID_HEAD, line, key, fragment).
+@pytest.mark.parametrize("extra, line, key, fragment", [
+    ("metric: {name: dev_stbs}\n", 6, "metric.name", "did you mean 'dev_stsb'"),
+    ("metric: {nme: dev_stsb}\n", 6, "metric.nme", "is not a metric key; expected name, goal"),
+    ("resources: {cpu: true}\n", 6, "resources.cpu", "expected a number, got True"),
+    ("seeds: [1, true]\n", 6, "seeds[1]", "expected an integer, got True"),
+    ("seeds: []\n", 6, "seeds", "non-empty list"),
+    ("method: random\nbudget: true\n", 7, "budget", "expected an integer, got True"),
+    ("scheduler:\n  grace_period: 3\n  max_t: 2\n", 8, "scheduler.max_t", "grace_period (3)"),
+    ("results_dir: ''\n", 6, "results_dir", "non-empty string"),
+    ("constraints:\n  - queue.size >= 1\n  - 5\n", 8, "constraints[1]", "expected a string, got 5"),
+    ("descripton: x\n", 6, "descripton", "did you mean 'description'"),
+])
+def test_schema_errors_name_line_and_key(tmp_path, extra, line, key, fragment):
+    path = write_study(tmp_path, GRID_HEAD + extra)
+    with pytest.raises(UserError) as info:
+        load_study(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}:{line}: key '{key}'"), message
+    assert fragment in message and "\n" not in message

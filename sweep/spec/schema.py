@@ -76,6 +76,12 @@ def _storage_url(url: str) -> str:
     return url
 
 
+def _non_empty(text: str) -> str:
+    if not text.strip():
+        raise ValueError(f"expected a non-empty string, got {text!r}")
+    return text
+
+
 def _gpu_rule(gpu: float) -> float:
     if gpu > 1 and not float(gpu).is_integer():
         raise ValueError(f"expected a fraction below 1 or a whole number (Ray's rule), got {gpu!r}")
@@ -139,7 +145,7 @@ class StudySpec(BaseModel):
     resources: Annotated[Resources, BeforeValidator(_none_is_default)] = Field(default_factory=Resources)
     scheduler: Scheduler | None = None
     storage: Annotated[str, Strict(), AfterValidator(_storage_url)] | None = None  # None: <study>/optuna.db
-    results_dir: Annotated[str, Strict(), BeforeValidator(_none_is_default), Field(pattern=r"\S")] = "results"
+    results_dir: Annotated[str, Strict(), BeforeValidator(_none_is_default), AfterValidator(_non_empty)] = "results"
     constraints: Annotated[list[Annotated[str, Strict(), AfterValidator(_condition)]],
                            BeforeValidator(_none_is_default)] = []
     source_text: str = ""  # the YAML as written (stored as the Optuna study's note)
