@@ -39,7 +39,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return 0
     from sweep.runner import run_study
 
-    return run_study(spec, address=args.address, max_concurrent=args.max_concurrent)
+    return run_study(spec, address=args.address, max_concurrent=args.max_concurrent,
+                     rerun_changed=args.rerun_changed)
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
@@ -107,6 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--address", help="address of an existing Ray cluster (default: start Ray locally)")
     run.add_argument("--max-concurrent", type=int, help="at most N trials at once")
     run.add_argument("--dry-run", action="store_true", help="print the trial table and exit without starting Ray")
+    run.add_argument("--rerun-changed", action="store_true",
+                     help="re-run finished trials whose config now resolves differently (a default changed)")
     run.set_defaults(func=_cmd_run)
 
     st = sub.add_parser("status", help="show the trials of a study and their states")

@@ -53,16 +53,17 @@ _MAX_DROPPED_ASKS = 100
 
 
 def run_study(spec: StudySpec, address: str | None = None, max_concurrent: int | None = None,
-              *, _train_fn: str | None = None) -> int:
+              *, rerun_changed: bool = False, _train_fn: str | None = None) -> int:
     """Run every trial of `spec` that has not ended yet; return 0, or 130 when interrupted (Ctrl-C).
 
     `address`: an existing Ray cluster ("host:port" or "auto"); None starts Ray on this machine.
+    `rerun_changed`: also re-run finished trials whose config now resolves differently (a default changed).
     `_train_fn` ("module:function", also $SWEEP_TRAIN_FN) replaces trainer.train, for development.
     """
     if max_concurrent is not None and max_concurrent < 1:
         raise UserError("--max-concurrent: expected a positive integer")
     train_fn = _train_fn or os.environ.get("SWEEP_TRAIN_FN") or DEFAULT_TRAIN_FN
-    run = _StudyRun(spec, train_fn)
+    run = _StudyRun(spec, train_fn, rerun_changed=rerun_changed)
     with run.locked():
         return run.execute(address, max_concurrent)
 
@@ -137,9 +138,11 @@ def _plain(value: Any) -> Any:
 class _StudyRun:
     """Everything one `sweep run` does: plan, resume, run under Tune, mirror, finish."""
 
-    def __init__(self, spec: StudySpec, train_fn: str):
+    def __init__(self, spec: StudySpec, train_fn: str, rerun_changed: bool = False):
         self.spec = spec
         self.train_fn = train_fn
+        self.rerun_changed = rerun_changed
+        self.changed: dict[str, list[str]] = {}  # finished key -> fields its config now resolves differently
         self.folder = StudyFolder(spec.study_dir)
         self.storage_url = spec.storage or self.folder.default_storage()
         self.param_names = list(spec.parameters)
@@ -248,7 +251,13 @@ class _StudyRun:
             attempts = by_key.get(trial.key, [])
             final = [a for a in attempts if self.mirror.is_final(a)]
             summary = self.folder.read_summary(trial.key)
-            if final:
+            ended = final or (summary is not None and summary.get("status") in FINAL_STATUSES)
+            changed = self._changed_fields(trial) if ended else []
+            if changed:
+                self.changed[trial.key] = changed
+            if changed and self.rerun_changed:
+                self.to_run.append(trial)
+            elif final:
                 last = final[-1]
                 row.update(state=last.state.name, optuna_trial=last.number)
                 if summary is not None:
@@ -267,6 +276,19 @@ class _StudyRun:
             asked = {t.number for ts in by_key.values() for t in ts if t.user_attrs.get("asked")}
             self.asks_left = max(0, (self.spec.budget or 1) - len(asked))
         return skipped
+
+    def _changed_fields(self, trial: Trial) -> list[str]:
+        """Fields whose value in the config the trial ran with differs from how it resolves now.
+
+        A field the stored config lacks (added by a later release, with a default) does not count.
+        """
+        from sweep.spec.text import flatten
+
+        stored = self.folder.read_config(trial.key)
+        if stored is None:
+            return []
+        before, now = flatten(stored), flatten(trial.config)
+        return sorted(k for k in now if k in before and k != "output_dir" and before[k] != now[k])
 
     def _tpe_known_trials(self, by_key: dict[str, list[Any]]) -> list[Trial]:
         """tpe: every seed of the parameter sets asked in earlier runs, rebuilt from Optuna."""
@@ -291,6 +313,12 @@ class _StudyRun:
             parts.append(f"{stale} left running by an earlier driver marked FAIL (interrupted)")
         parts.append(f"{self.progress.total} to run")
         self.progress.say(", ".join(parts))
+        if self.changed:
+            fields = ", ".join(sorted({f for fs in self.changed.values() for f in fs}))
+            what = ("re-running them (--rerun-changed)" if self.rerun_changed else
+                    "their results are kept; add --rerun-changed to re-run them")
+            self.progress.say(f"study {spec.name}: {len(self.changed)} finished trials would now resolve "
+                              f"differently ({fields}); {what}")
         self.progress.say(f"results: {self.folder.path}  optuna: {_display_url(self.storage_url)}")
 
     # ---- Ray ------------------------------------------------------------------------------------

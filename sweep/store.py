@@ -134,6 +134,14 @@ class StudyFolder:
                 pass
 
     # ---- reads ----
+    def read_config(self, key: str) -> dict[str, Any] | None:
+        """The resolved config a trial ran with: its config.yaml, else the config in its summary.json."""
+        try:
+            data = yaml.safe_load(self.trial_dir(key).joinpath("config.yaml").read_text())
+        except (OSError, yaml.YAMLError):
+            data = (self.read_summary(key) or {}).get("config")
+        return data if isinstance(data, dict) else None
+
     def read_summary(self, key: str) -> dict[str, Any] | None:
         """The trial's summary.json, or None when absent or unreadable."""
         try:

@@ -196,7 +196,7 @@ class RunConfig(Section):
         items = assignments.items() if isinstance(assignments, dict) else map(_split_assignment, assignments)
         for key, value in items:
             set_dotted(data, key, value)
-        return RunConfig.from_dict(data)
+        return type(self).from_dict(data)
 
     def resolved(self) -> RunConfig:
         """Fill the method-dependent defaults (left as None) and return a new config."""
@@ -212,7 +212,7 @@ class RunConfig(Section):
             data["mix"]["enabled"] = self.method == "mix"
         if self.method == "gs" and data["gaussian"]["count"] is None and data["gaussian"]["count_per_batch"] is None:
             data["gaussian"]["count_per_batch"] = 3.0  # GS-InfoNCE paper: M = 3 x batch size
-        return RunConfig.from_dict(data)
+        return type(self).from_dict(data)
 
     def gaussian_count(self) -> int:
         """M, the number of Gaussian negatives per step (0 when off)."""
@@ -283,10 +283,10 @@ def set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
     node[parts[-1]] = value
 
 
-def field_names(model: type[BaseModel] = RunConfig, prefix: str = "") -> list[str]:
+def field_names(model: type[BaseModel] | None = None, prefix: str = "") -> list[str]:
     """Every settable dotted key, e.g. ['model', ..., 'queue.size', ...]."""
     names = []
-    for name, f in model.model_fields.items():
+    for name, f in (model or RunConfig).model_fields.items():
         if isinstance(f.annotation, type) and issubclass(f.annotation, BaseModel):
             names += field_names(f.annotation, f"{prefix}{name}.")
         else:

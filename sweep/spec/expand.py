@@ -19,9 +19,10 @@ from analysis.mtd import config_traceable_distance
 from sweep.spec.expressions import compile_expression, evaluate
 from sweep.spec.marks import Marks
 from sweep.spec.schema import StudySpec, Trial
-from sweep.spec.text import MISSING, dotted_get, format_value, is_expr, overlay
+from sweep.spec.text import MISSING, dotted_get, flatten, format_value, is_expr, overlay
 from sweep.spec.values import default_config, queue_overfull
-from trainer.config import RunConfig, check_value, set_dotted
+from trainer import config as run_config
+from trainer.config import check_value, set_dotted
 from trainer.errors import ConfigError, UserError
 
 TRIAL_KEY_LENGTH = 12
@@ -99,7 +100,7 @@ class _Expansion:
 def _expand(spec: StudySpec) -> _Expansion:
     # Building a trainer config costs milliseconds, so expansions are kept (by the spec's content) and
     # reused: load_study validates with one, the dry run prints it, the runner plans with it.
-    fingerprint = json.dumps(spec.to_dict(), sort_keys=True, default=str)
+    fingerprint = json.dumps([spec.to_dict(), default_config()], sort_keys=True, default=str)
     if fingerprint not in _EXPANSIONS:
         if len(_EXPANSIONS) >= 16:
             _EXPANSIONS.clear()
@@ -233,7 +234,7 @@ def _make_trial(spec: StudySpec, raw: dict[str, Any], seed: int, where: Marks) -
     if queue_overfull(config):
         return None
     try:
-        asked = RunConfig.from_dict(config)
+        asked = run_config.RunConfig.from_dict(config)
         requested, resolved, problem = asked.to_dict(), asked.resolved().to_dict(), None
     except ConfigError as exc:
         requested, resolved, problem = None, None, exc
@@ -292,19 +293,9 @@ def requested_fields(config: dict[str, Any] | None) -> dict[str, Any]:
     """
     defaults = default_config()
     out = {}
-    for key, value in _flatten(config or {}).items():
+    for key, value in flatten(config or {}).items():
         if key not in ("seed", "output_dir") and value != dotted_get(defaults, key, MISSING):
             out[key] = value
-    return out
-
-
-def _flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        if isinstance(value, dict):
-            out.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            out[prefix + key] = value
     return out
 
 

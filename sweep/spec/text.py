@@ -21,6 +21,17 @@ def dotted_get(data: dict[str, Any], dotted: str, default: Any = None) -> Any:
     return node
 
 
+def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested dicts by dotted key: {"queue": {"size": 512}} -> {"queue.size": 512}."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[prefix + key] = value
+    return out
+
+
 MISSING = object()  # dotted_get's default when "absent" must differ from a stored None
 
 

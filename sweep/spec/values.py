@@ -17,7 +17,8 @@ from typing import Any
 from sweep.spec.expressions import check_expression
 from sweep.spec.marks import Marks
 from sweep.spec.text import format_value, is_expr, overlay, pop_dotted, suggestion, type_name
-from trainer.config import RunConfig, check_value, field_names, set_dotted
+from trainer import config as run_config  # run_config.RunConfig read at call time (tests swap it)
+from trainer.config import check_value, field_names, set_dotted
 from trainer.errors import ConfigError
 
 DISTRIBUTION_KEYS = {
@@ -39,10 +40,14 @@ _DEPENDS_ON = {
 }
 
 
-@functools.lru_cache(maxsize=1)
 def default_config() -> dict[str, Any]:
     """RunConfig's defaults as a dict; never modified (`overlay` copies it)."""
-    return RunConfig().to_dict()
+    return _defaults_of(run_config.RunConfig)
+
+
+@functools.lru_cache(maxsize=4)
+def _defaults_of(config_class: type) -> dict[str, Any]:
+    return config_class().to_dict()
 
 
 def queue_overfull(config: dict[str, Any]) -> bool:
@@ -63,7 +68,7 @@ def _check_expression(text: Any, path: tuple, where: Marks) -> Any:
 def _numeric_kind(key: str) -> str | None:
     """'int' or 'float' for number-typed keys (optional or not), None for the rest."""
     *section, last = key.split(".")
-    model = RunConfig.model_fields[section[0]].annotation if section else RunConfig
+    model = run_config.RunConfig.model_fields[section[0]].annotation if section else run_config.RunConfig
     hint = model.model_fields[last].annotation
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
         hint = next(arg for arg in typing.get_args(hint) if arg is not type(None))
@@ -87,7 +92,7 @@ def check_base(base: Any, swept: set[str], where: Marks) -> dict[str, Any]:
     for key in swept:
         pop_dotted(checked, key)  # every trial sets it, so the base's value never runs
     try:
-        RunConfig.from_dict(checked)
+        run_config.RunConfig.from_dict(checked)
     except ConfigError as exc:
         if any(other in swept for other in _DEPENDS_ON.get(exc.key, ())):
             return base  # e.g. K0 against a swept K: judged per combination while expanding
@@ -231,7 +236,7 @@ def _check_value(key: str, value: Any, context: _ValueContext, path: tuple, wher
     if queue_overfull(config):
         queue["initial_size"] = queue["size"]  # the pair is judged per combination, never here
     try:
-        RunConfig.from_dict(config)
+        run_config.RunConfig.from_dict(config)
     except ConfigError as exc:
         if exc.key == key:
             raise where.error(path, f"value {format_value(value)}{exc.detail}") from None
