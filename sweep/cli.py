@@ -37,6 +37,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
         print_dry_run(spec)
         return 0
+    if not args.address:  # before Ray is even imported: a study asking for a missing GPU fails in seconds
+        from sweep.preflight import preflight_resources
+
+        preflight_resources(spec.resources.cpu, spec.resources.gpu)
     from sweep.runner import run_study
 
     return run_study(spec, address=args.address, max_concurrent=args.max_concurrent,

@@ -209,8 +209,16 @@ class _StudyRun:
             return 0
         import ray
 
+        from sweep.preflight import cluster_nodes, preflight_inputs, preflight_resources
+
+        cpu, gpu = self.spec.resources.cpu, self.spec.resources.gpu
+        if not address:
+            preflight_resources(cpu, gpu)  # before Ray starts: seconds, not a 60 s Ray warning and a hang
+        preflight_inputs(self._configs_to_run())
         started_ray = self._init_ray(address)
         try:
+            if address:
+                preflight_resources(cpu, gpu, cluster_nodes(), f"the Ray cluster at {address}")
             self._fit(max_concurrent)
         except KeyboardInterrupt:
             self.interrupted = True
@@ -220,6 +228,17 @@ class _StudyRun:
                 ray.shutdown()
         self._print_summary()
         return 130 if self.interrupted else 0
+
+    def _configs_to_run(self) -> list[dict[str, Any]]:
+        """The configs this run will start (tpe: the base with each model the study may choose)."""
+        if self.spec.method != "tpe":
+            return [t.config for t in self.to_run]
+        from trainer.config import RunConfig
+
+        values = self.spec.parameters.get("model", [])
+        models = values.get("choices", []) if isinstance(values, dict) else [v for v in values if isinstance(v, str)]
+        base = RunConfig.from_dict(self.spec.base).resolved().to_dict()
+        return [base] + [{**base, "model": model} for model in models]
 
     def _planned_trials(self) -> list[Trial]:
         if self.spec.method == "tpe":
@@ -332,11 +351,12 @@ class _StudyRun:
         logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)
         env_vars = {name: os.environ[name] for name in FORWARDED_ENV if name in os.environ}
         kwargs: dict[str, Any] = dict(log_to_driver=False, logging_level=logging.WARNING,
-                                      configure_logging=True)
+                                      configure_logging=False)  # see _log_ray_to_file
         if env_vars:
             kwargs["runtime_env"] = {"env_vars": env_vars}
         if ray.is_initialized():
             return False
+        self._log_ray_to_file()
         try:
             if address:
                 ray.init(address=address, **kwargs)
@@ -351,6 +371,15 @@ class _StudyRun:
                         "RAY_AUTH_MODE=token (the token is read from $RAY_AUTH_TOKEN or ~/.ray/auth_token)")
             raise UserError(f"cannot start or reach {where}: {' '.join(str(exc).split())[:300]}{hint}") from None
         return True
+
+    def _log_ray_to_file(self) -> None:
+        """Ray's and Tune's own messages (resource warnings, "Resume experiment with: Tuner.restore(...)",
+        which contradicts the resume rule: run the same command again) go to results/<study>/ray.log."""
+        handler = logging.FileHandler(self.folder.path / "ray.log", encoding="utf-8")
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        ray_logger = logging.getLogger("ray")
+        ray_logger.handlers = [handler]
+        ray_logger.propagate = False
 
     def _fit(self, max_concurrent: int | None) -> None:
         resources = {"cpu": float(self.spec.resources.cpu), "gpu": float(self.spec.resources.gpu)}
