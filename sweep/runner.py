@@ -40,8 +40,9 @@ from ray.tune.search import Searcher
 
 from sweep.progress import Progress
 from sweep.spec import StudySpec, Trial
-from sweep.store import FINAL_STATUSES, StudyFolder, TrialsTable, metric_value, to_jsonable
+from sweep.store import FINAL_STATUSES, StudyFolder, TrialsTable, metric_value
 from trainer.errors import UserError
+from trainer.files import json_safe
 
 DEFAULT_TRAIN_FN = "trainer.train:train"
 # Environment variables a trial needs where it runs (forwarded to the workers through runtime_env).
@@ -81,7 +82,7 @@ def _run_trial(job: dict[str, Any]) -> None:
           f"{time.strftime('%Y-%m-%d %H:%M:%S')} t={entered:.3f}", flush=True)
 
     def report(metrics: dict[str, Any]) -> None:
-        tune.report({k: _plain(v) for k, v in metrics.items()})
+        tune.report(json_safe(metrics))
 
     try:
         from trainer.config import RunConfig
@@ -104,7 +105,7 @@ def _run_trial(job: dict[str, Any]) -> None:
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
-    tune.report({SUMMARY_KEY: to_jsonable(summary)})
+    tune.report({SUMMARY_KEY: json_safe(summary)})
 
 
 def _redirect_output(path: Path) -> None:
@@ -123,15 +124,6 @@ def _import_function(path: str) -> Callable[..., Any]:
         return getattr(importlib.import_module(module_name), name or "train")
     except (ImportError, AttributeError) as exc:
         raise RuntimeError(f"cannot import the train function {path!r}: {exc}") from None
-
-
-def _plain(value: Any) -> Any:
-    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
-        try:
-            return value.item()
-        except (TypeError, ValueError):
-            return value
-    return value
 
 
 # ---- the driver -------------------------------------------------------------------------------------
