@@ -54,7 +54,8 @@ def test_a_trial_must_fit_on_one_node(nodes, cpu, gpu, fragment):
 @pytest.mark.parametrize("base, fragment", [
     ("{model: /no/such/model-folder, method: simcse}", "model '/no/such/model-folder': no such local folder"),
     ("{model: no-such-org/no-such-model, method: simcse}", "cannot load model 'no-such-org/no-such-model'"),
-    ("{model: embedded, method: simcse, data: {data_dir: /no/such/data}}", "data directory /no/such/data does not exist"),
+    ("{model: embedded, method: simcse, data: {data_dir: /no/such/data}}",
+     "data directory /no/such/data does not exist"),
     ("{model: embedded, method: simcse, data: {corpus: /no/such/corpus.txt}}", "training corpus /no/such/corpus.txt"),
 ])
 def test_a_model_or_data_that_is_not_there_stops_the_study_before_any_trial(tmp_path, monkeypatch, base, fragment):

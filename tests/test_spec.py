@@ -14,8 +14,14 @@ from pathlib import Path
 import pytest
 
 from sweep.spec import (
-    expand, format_trial_table, load_study, print_dry_run, read_trial_states, search_space,
-    trial_from_params, trial_key,
+    expand,
+    format_trial_table,
+    load_study,
+    print_dry_run,
+    read_trial_states,
+    search_space,
+    trial_from_params,
+    trial_key,
 )
 from trainer.errors import UserError
 
