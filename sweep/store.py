@@ -14,7 +14,7 @@ import csv
 import io
 import json
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -93,9 +93,7 @@ class StudyFolder:
     def write_study_yaml(self, spec: StudySpec) -> None:
         text = spec.source_text
         if not text.strip():
-            data = asdict(spec)
-            data.pop("source_text", None)
-            text = yaml.safe_dump(data, sort_keys=False)
+            text = yaml.safe_dump(spec.to_dict(), sort_keys=False)
         write_text_atomic(self.study_yaml, text)
 
     def write_trial_config(self, trial: Trial) -> None:

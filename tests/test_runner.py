@@ -274,6 +274,8 @@ def test_ctrl_c_stops_the_sweep_with_exit_code_130(tmp_path, tiny_model_dir, sha
         kill_session(driver.pid)
     assert driver.returncode == 130, out
     assert "interrupted" in out and "run the same command again to resume" in out
+    assert "Tuner.restore" not in out and "WARNING" not in out  # Ray's own lines stay in ray.log
+    assert (study_dir / "ray.log").is_file()
     states = Counter(r["state"] for r in read_csv(study_dir))
     assert states["RUNNING"] == 0 and states["COMPLETE"] + states["FAIL"] + states["PENDING"] == 4
     trials = optuna_trials("interrupt", f"sqlite:///{study_dir / 'optuna.db'}")

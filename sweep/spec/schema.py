@@ -258,8 +258,6 @@ def _located(exc: ValidationError, marks: Marks) -> UserError:
         section = loc[0]
         known = list(type(_SECTION_MODELS[section]()).model_fields)
         return marks.error(loc, f"is not a {section} key; expected {', '.join(known)}" + suggestion(loc[-1], known))
-    if error["type"] == "union_tag_invalid" or (len(loc) > 1 and loc[1] in ("function-after[_storage_url()]",)):
-        loc = loc[:1]
     loc = tuple(part for part in loc if not (isinstance(part, str) and "[" in part))  # pydantic's union branches
     message = expected_text(error)
     if error["type"] == "literal_error":
