@@ -512,3 +512,8 @@ def test_schema_errors_name_line_and_key(tmp_path, extra, line, key, fragment):
     message = str(info.value)
     assert message.startswith(f"{path}:{line}: key '{key}'"), message
     assert fragment in message and "\n" not in message
+
+
+def test_the_spec_package_has_no_module_over_500_lines():
+    sizes = {path.name: len(path.read_text().splitlines()) for path in (REPO / "sweep" / "spec").glob("*.py")}
+    assert len(sizes) >= 6 and max(sizes.values()) <= 500, sizes

@@ -6,7 +6,7 @@ import csv
 from pathlib import Path
 from typing import Any
 
-from sweep.spec.expand import _expand
+from sweep.spec.expand import expansion
 from sweep.spec.schema import StudySpec, Trial
 from sweep.spec.text import format_value, is_expr, one_line, plural
 
@@ -79,14 +79,14 @@ def _dry_run_text(spec: StudySpec) -> str:
             out.append(f"  {key}: {_describe_parameter(values)}")
         return "\n".join(out)
 
-    expansion = _expand(spec)
-    trials = expansion.trials
+    planned = expansion(spec)
+    trials = planned.trials
     unit = "combination" if spec.method == "grid" else "sample"
-    line("trials", f"{len(trials)} ({plural(expansion.configurations, 'configuration')} x "
-                   f"{plural(len(spec.seeds), 'seed')}; {plural(expansion.dropped, unit)} dropped by "
-                   f"constraints, {plural(expansion.duplicates, 'duplicate')} collapsed)"
-                   + (f"; only {expansion.configurations} distinct configurations for budget {spec.budget}"
-                      if spec.method == "random" and expansion.configurations < (spec.budget or 0) else ""))
+    line("trials", f"{len(trials)} ({plural(planned.configurations, 'configuration')} x "
+                   f"{plural(len(spec.seeds), 'seed')}; {plural(planned.dropped, unit)} dropped by "
+                   f"constraints, {plural(planned.duplicates, 'duplicate')} collapsed)"
+                   + (f"; only {planned.configurations} distinct configurations for budget {spec.budget}"
+                      if spec.method == "random" and planned.configurations < (spec.budget or 0) else ""))
     mtds = [t.mtd for t in trials if t.mtd is not None]
     if mtds:
         line("MTD", f"{min(mtds):.2f} to {max(mtds):.2f} ({len(mtds)} of {len(trials)} trials)")

@@ -27,12 +27,12 @@ from trainer.errors import ConfigError, UserError
 
 TRIAL_KEY_LENGTH = 12
 _RANDOM_ATTEMPTS_PER_CONFIG = 20  # random search gives up when constraints reject nearly every sample
-_EXPANSIONS: dict[str, _Expansion] = {}  # the spec's content -> its expansion
+_EXPANSIONS: dict[str, Expansion] = {}  # the spec's content -> its expansion
 
 
 def expand(spec: StudySpec) -> list[Trial]:
     """The study's trials in a deterministic order (see the module doc); [] for tpe."""
-    return copy.deepcopy(_expand(spec).trials)  # callers may edit their trials; the cache stays intact
+    return copy.deepcopy(expansion(spec).trials)  # callers may edit their trials; the cache stays intact
 
 
 def trial_key(config: dict[str, Any], seed: int) -> str:
@@ -90,14 +90,14 @@ def trial_from_params(spec: StudySpec, params: dict[str, Any], seed: int) -> Tri
 
 
 @dataclass
-class _Expansion:
+class Expansion:
     trials: list[Trial]
     configurations: int  # distinct configurations (before crossing with seeds)
     dropped: int  # combinations (grid) or samples (random) dropped by the constraints
     duplicates: int  # combinations that resolved to a config already present
 
 
-def _expand(spec: StudySpec) -> _Expansion:
+def expansion(spec: StudySpec) -> Expansion:
     # Building a trainer config costs milliseconds, so expansions are kept (by the spec's content) and
     # reused: load_study validates with one, the dry run prints it, the runner plans with it.
     fingerprint = json.dumps([spec.to_dict(), default_config()], sort_keys=True, default=str)
@@ -108,10 +108,10 @@ def _expand(spec: StudySpec) -> _Expansion:
     return _EXPANSIONS[fingerprint]
 
 
-def _expand_uncached(spec: StudySpec) -> _Expansion:
+def _expand_uncached(spec: StudySpec) -> Expansion:
     where = spec.where()
     if spec.method == "tpe":
-        return _Expansion([], 0, 0, 0)
+        return Expansion([], 0, 0, 0)
     if spec.method == "grid":
         candidates: Iterator[dict[str, Any]] = _grid_combinations(spec.parameters)
         limit = None
@@ -132,7 +132,7 @@ def _expand_uncached(spec: StudySpec) -> _Expansion:
             if trial is not None and _fingerprint(trial) not in seen:
                 seen.add(_fingerprint(trial))
                 trials.append(trial)
-    return _Expansion(trials, len(first_seed_trials), dropped, duplicates)
+    return Expansion(trials, len(first_seed_trials), dropped, duplicates)
 
 
 def _first_point(values: Any) -> Any:
@@ -305,8 +305,8 @@ def check_expansion(spec: StudySpec) -> None:
     if spec.method == "tpe":
         _make_trial(spec, {key: _first_point(values) for key, values in spec.parameters.items()},
                     spec.seeds[0], spec.where())
-    elif not _expand(spec).trials:
-        raise spec.where().error(("parameters",), f"every combination is dropped ({_expand(spec).dropped} by "
+    elif not expansion(spec).trials:
+        raise spec.where().error(("parameters",), f"every combination is dropped ({expansion(spec).dropped} by "
                                  "queue.initial_size > queue.size or the constraints); nothing would run")
 
 
