@@ -343,12 +343,15 @@ class _StudyRun:
         logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)
         env_vars = {name: os.environ[name] for name in FORWARDED_ENV if name in os.environ}
         kwargs: dict[str, Any] = dict(log_to_driver=False, logging_level=logging.WARNING,
-                                      configure_logging=False)  # see _log_ray_to_file
+                                      configure_logging=False)  # see _ray_log_handler
         if env_vars:
             kwargs["runtime_env"] = {"env_vars": env_vars}
         if ray.is_initialized():
             return False
-        self._log_ray_to_file()
+        # ray.init(configure_logging=False) starts by clearing the "ray" logger's handlers, so what it logs
+        # itself (e.g. "Token authentication is enabled ...") would reach stderr through logging.lastResort.
+        handler = self._ray_log_handler()
+        saved_last_resort, logging.lastResort = logging.lastResort, handler
         try:
             if address:
                 ray.init(address=address, **kwargs)
@@ -362,16 +365,19 @@ class _StudyRun:
                 hint = ("; if the cluster uses token authentication (Ray's default for `ray start`), set "
                         "RAY_AUTH_MODE=token (the token is read from $RAY_AUTH_TOKEN or ~/.ray/auth_token)")
             raise UserError(f"cannot start or reach {where}: {' '.join(str(exc).split())[:300]}{hint}") from None
+        finally:
+            logging.lastResort = saved_last_resort
+        ray_logger = logging.getLogger("ray")
+        ray_logger.handlers = [handler]
+        ray_logger.propagate = False
         return True
 
-    def _log_ray_to_file(self) -> None:
+    def _ray_log_handler(self) -> logging.Handler:
         """Ray's and Tune's own messages (resource warnings, "Resume experiment with: Tuner.restore(...)",
         which contradicts the resume rule: run the same command again) go to results/<study>/ray.log."""
         handler = logging.FileHandler(self.folder.path / "ray.log", encoding="utf-8")
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-        ray_logger = logging.getLogger("ray")
-        ray_logger.handlers = [handler]
-        ray_logger.propagate = False
+        return handler
 
     def _fit(self, max_concurrent: int | None) -> None:
         resources = {"cpu": float(self.spec.resources.cpu), "gpu": float(self.spec.resources.gpu)}
