@@ -7,6 +7,7 @@ show a traceback for it. Programming errors stay ordinary exceptions.
 
 from __future__ import annotations
 
+import difflib
 import re
 from typing import Any
 
@@ -73,5 +74,7 @@ def config_error(error: dict[str, Any], known_keys: list[str], section: str = ""
     if error["type"] == "extra_forbidden":
         prefix = key.rsplit(".", 1)[0] + "." if "." in key else ""
         known = sorted({n[len(prefix):].split(".")[0] for n in known_keys if n.startswith(prefix)})
-        return ConfigError(key, f" is unknown; known keys here: {', '.join(known)}")
+        close = difflib.get_close_matches(key[len(prefix):], known, n=1)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        return ConfigError(key, f" is unknown{hint}; known keys here: {', '.join(known)}")
     return ConfigError(key, ": " + expected_text(error))
