@@ -1,8 +1,9 @@
 """Read a study's results folder into one pandas DataFrame, one row per trial.
 
-Input contract: results/README.md. `trials.csv` is the primary source; when it is missing (a sweep
-that crashed before writing it, or a folder copied by hand) the rows are rebuilt from
-`trials/*/summary.json`. Either way each row gets:
+Input contract: results/README.md. Each trial's `trials/<key>/summary.json` is the record (results
+and the full resolved config); `trials.csv`, a view the sweep writes from those summaries, adds the
+Optuna state and the trials that have no summary yet (pending, running, interrupted). A folder with
+only a trials.csv (copied by hand) is read from it. Either way each row gets:
 
 - the trial's columns (key, seed, state, status, swept parameters, scores, align/uniform, ...);
 - `queue.slices` as a canonical label ("all", "0-512", "0-256+768-1024") so slices group and sort;
@@ -77,15 +78,11 @@ def load_results(
     if not study_dir.is_dir():
         raise ResultsError(f"{study_dir}: no such results folder; pass results/<study name> or run the study first")
     summaries = _read_summaries(study_dir)
-    csv_path = study_dir / "trials.csv"
-    if csv_path.is_file():
-        try:
-            # keys are hex strings: read as text so "0123e4..." is neither an int nor a float
-            table = pd.read_csv(csv_path, dtype={"key": str})
-        except pd.errors.EmptyDataError:
-            table = pd.DataFrame()
-    else:
-        table = pd.DataFrame([_row_from_summary(key, s) for key, s in summaries.items()])
+    view = _read_trials_csv(study_dir / "trials.csv")
+    states = dict(zip(view["key"], view["state"])) if {"key", "state"} <= set(view.columns) else {}
+    rows = [_row_from_summary(key, s, states.get(key)) for key, s in summaries.items()]
+    rest = view[~view["key"].isin(summaries)] if "key" in view.columns else view  # no summary (yet)
+    table = pd.concat([pd.DataFrame(rows), rest], ignore_index=True) if rows else rest
     if table.empty:
         raise ResultsError(
             f"{study_dir}: no trials found (no rows in trials.csv and no trials/*/summary.json); "
@@ -166,16 +163,29 @@ def _read_summaries(study_dir: Path) -> dict[str, dict[str, Any]]:
     return summaries
 
 
-def _row_from_summary(key: str, summary: dict[str, Any]) -> dict[str, Any]:
-    """A trials.csv-like row from one summary.json (its config flattened to dotted columns)."""
+def _read_trials_csv(path: Path) -> pd.DataFrame:
+    try:
+        # keys are hex strings: read as text so "0123e4..." is neither an int nor a float
+        return pd.read_csv(path, dtype={"key": str})
+    except (FileNotFoundError, pd.errors.EmptyDataError):
+        return pd.DataFrame()
+
+
+_STATE_OF_STATUS = {"ok": "COMPLETE", "pruned": "PRUNED"}  # every other final status is a FAIL
+
+
+def _row_from_summary(key: str, summary: dict[str, Any], state: str | None = None) -> dict[str, Any]:
+    """A trials.csv-like row from one summary.json (its config flattened to dotted columns); `state` is the
+    Optuna state from trials.csv, else the one the status implies."""
     config = summary.get("config") or {}
     mtd = summary.get("mtd") or {}
-    row: dict[str, Any] = {"key": key, "seed": config.get("seed"), "state": summary.get("state", "COMPLETE")}
+    state = state if isinstance(state, str) else _STATE_OF_STATUS.get(summary.get("status"), "FAIL")
+    row: dict[str, Any] = {"key": key, "seed": config.get("seed"), "state": state}
     row["status"] = summary.get("status")
     row["reason"] = summary.get("reason")
     row.update(_flatten(config))
     row["steps"] = summary.get("steps")
-    row["mtd_recorded"] = mtd.get("formula")
+    row["mtd"] = mtd.get("formula")  # renamed mtd_recorded with the CSV's column
     for name in ("ema_age", "queue_age_mean", "queue_age_max"):
         row[name] = mtd.get(name)
     row["variant"] = summary.get("variant")

@@ -24,8 +24,6 @@ name in the same folder and moved into place with os.replace, so a reader never 
 from __future__ import annotations
 
 import json
-import math
-import os
 import warnings
 from pathlib import Path
 from typing import Any, Callable
@@ -81,9 +79,11 @@ def analyze(
 
     if any(column in table.columns for column in SCORES):  # runs without test evaluation have no table
         numbers = tables.score_table(table, by=params)
-        written.append(_write_text(out_dir / "scores.md", tables.markdown_table(table, by=params)))
-        written.append(_write_text(out_dir / "scores.tex", tables.latex_table(table, by=params)))
-        written.append(_write_text(out_dir / "scores.csv", numbers.to_csv(index=False)))
+        from trainer.files import write_text_atomic  # here: importing analysis stays light
+
+        written.append(write_text_atomic(out_dir / "scores.md", tables.markdown_table(table, by=params)))
+        written.append(write_text_atomic(out_dir / "scores.tex", tables.latex_table(table, by=params)))
+        written.append(write_text_atomic(out_dir / "scores.csv", numbers.to_csv(index=False)))
     return written
 
 
@@ -135,41 +135,15 @@ def _varies(table: pd.DataFrame, column: str) -> bool:
 
 
 def _write_figure(out_dir: Path, name: str, fig: Any, data: pd.DataFrame) -> list[Path]:
+    from trainer.files import json_safe, write_atomic, write_text_atomic  # here: importing analysis stays light
+
     paths = [
-        _write_atomic(out_dir / f"{name}.png", lambda tmp: fig.savefig(tmp, format="png", dpi=PNG_DPI)),
+        write_atomic(out_dir / f"{name}.png", lambda tmp: fig.savefig(tmp, format="png", dpi=PNG_DPI)),
         # no creation date in the PDF, so re-running on the same results gives the same file
-        _write_atomic(out_dir / f"{name}.pdf", lambda tmp: fig.savefig(tmp, format="pdf", metadata={"CreationDate": None})),
-        _write_text(out_dir / f"{name}.csv", data.to_csv(index=False)),
+        write_atomic(out_dir / f"{name}.pdf", lambda tmp: fig.savefig(tmp, format="pdf", metadata={"CreationDate": None})),
+        write_text_atomic(out_dir / f"{name}.csv", data.to_csv(index=False)),
     ]
     stats = data.attrs.get("stats")
     if stats:
-        paths.append(_write_text(out_dir / f"{name}.json", json.dumps(_plain(stats), indent=2) + "\n"))
+        paths.append(write_text_atomic(out_dir / f"{name}.json", json.dumps(json_safe(stats), indent=2) + "\n"))
     return paths
-
-
-def _write_text(path: Path, text: str) -> Path:
-    return _write_atomic(path, lambda tmp: tmp.write_text(text))
-
-
-def _write_atomic(path: Path, write: Callable[[Path], Any]) -> Path:
-    temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        write(temporary)
-        os.replace(temporary, path)
-    finally:
-        if temporary.exists():
-            temporary.unlink()
-    return path
-
-
-def _plain(value: Any) -> Any:
-    """JSON-safe copy: numpy numbers to Python, NaN to null."""
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if hasattr(value, "item"):
-        value = value.item()
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    return value

@@ -37,9 +37,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
         print_dry_run(spec)
         return 0
+    if not args.address:  # before Ray is even imported: a study asking for a missing GPU fails in seconds
+        from sweep.preflight import preflight_resources
+
+        preflight_resources(spec.resources.cpu, spec.resources.gpu)
     from sweep.runner import run_study
 
-    return run_study(spec, address=args.address, max_concurrent=args.max_concurrent)
+    return run_study(spec, address=args.address, max_concurrent=args.max_concurrent,
+                     rerun_changed=args.rerun_changed)
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
@@ -117,6 +122,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--address", help="address of an existing Ray cluster (default: start Ray locally)")
     run.add_argument("--max-concurrent", type=int, help="at most N trials at once")
     run.add_argument("--dry-run", action="store_true", help="print the trial table and exit without starting Ray")
+    run.add_argument("--rerun-changed", action="store_true",
+                     help="re-run finished trials whose config now resolves differently (a default changed)")
     run.set_defaults(func=_cmd_run)
 
     ex = sub.add_parser("export", help="write a trial's kept weights as a sentence-transformers folder with a model card")

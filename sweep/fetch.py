@@ -9,7 +9,6 @@ reader would use it. Files already installed and verified are skipped (the comma
 
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 import tarfile
@@ -19,8 +18,16 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from trainer.data import FULL_CORPUS, SAMPLE_CORPUS, data_dir, file_problem, manifest, sha256_file
+from trainer.data import (
+    FULL_CORPUS,
+    SAMPLE_CORPUS,
+    data_dir,
+    file_problem,
+    manifest,
+    sha256_file,
+)
 from trainer.errors import UserError
+from trainer.files import write_atomic
 
 SENTEVAL_URL = "https://huggingface.co/datasets/princeton-nlp/datasets-for-simcse/resolve/main/senteval.tar"
 WIKI1M_URL = "https://huggingface.co/datasets/princeton-nlp/datasets-for-simcse/resolve/main/wiki1m_for_simcse.txt"
@@ -78,15 +85,11 @@ def fetch_data(source: str | None = None, dest: str | None = None, corpus: str =
 def _install_file(src: Path, root: Path, relative: str) -> None:
     if not src.is_file():
         raise UserError(f"mirror file {src} is missing: the mirror is incomplete; fix it or fetch without --from")
-    target = root / relative
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _temp_beside(target)
-    try:
+    def copy_verified(tmp: Path) -> None:
         shutil.copyfile(src, tmp)
         _verify_or_raise(tmp, relative, origin=str(src))
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
+
+    write_atomic(root / relative, copy_verified)
 
 
 def _verify_or_raise(path: Path, relative: str, origin: str) -> None:
@@ -102,12 +105,6 @@ def _verify_or_raise(path: Path, relative: str, origin: str) -> None:
                         "(or fetch from the public archives without --from)")
 
 
-def _temp_beside(target: Path) -> Path:
-    fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)
-    os.close(fd)
-    return Path(name)
-
-
 # ---- downloads --------------------------------------------------------------------------------
 def _install_senteval_archive(root: Path, todo: list[str]) -> None:
     wanted = set(todo)
@@ -120,16 +117,12 @@ def _install_senteval_archive(root: Path, todo: list[str]) -> None:
                     relative = _senteval_relative(member.name)
                     if not member.isfile() or relative not in wanted:
                         continue
-                    target = root / relative
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    tmp = _temp_beside(target)
-                    try:
+                    def extract_verified(tmp: Path, member=member, relative=relative) -> None:
                         with tar.extractfile(member) as src, open(tmp, "wb") as out:
                             shutil.copyfileobj(src, out)
                         _verify_or_raise(tmp, relative, origin=f"senteval.tar:{member.name}")
-                        os.replace(tmp, target)
-                    finally:
-                        tmp.unlink(missing_ok=True)
+
+                    write_atomic(root / relative, extract_verified)
                     wanted.discard(relative)
         except tarfile.TarError as exc:
             raise UserError(f"downloaded senteval.tar is not a valid archive ({exc}); run the command again") from None
@@ -146,36 +139,34 @@ def _senteval_relative(member_name: str) -> str | None:
 
 
 def _download(url: str, target: Path, verify) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _temp_beside(target)
+    write_atomic(target, lambda tmp: _download_to(url, tmp, target.name, verify))
+
+
+def _download_to(url: str, tmp: Path, name: str, verify) -> None:
     try:
-        try:
-            response = urllib.request.urlopen(url, timeout=30)
-        except (urllib.error.URLError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise UserError(
-                f"cannot download {url} ({reason}): check the network, or install from a local mirror with "
-                "`sweep data fetch --from DIR`"
-            ) from None
-        total = int(response.headers.get("Content-Length") or 0)
-        done, started = 0, time.monotonic()
-        try:
-            with response, open(tmp, "wb") as out:
-                while block := response.read(1 << 20):
-                    out.write(block)
-                    done += len(block)
-                    rate = done / max(time.monotonic() - started, 1e-6) / 1e6
-                    pct = f"{100 * done / total:5.1f}% of {total / 1e6:.1f} MB" if total else f"{done / 1e6:.1f} MB"
-                    _progress(f"downloading {target.name}: {pct} ({rate:.1f} MB/s)")
-        except (urllib.error.URLError, OSError) as exc:
-            raise UserError(f"download of {url} broke off ({exc}); run the command again (it resumes from scratch)") from None
-        _log("")
-        if total and done != total:
-            raise UserError(f"download of {url} is incomplete ({done} of {total} bytes); run the command again")
-        verify(tmp)
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
+        response = urllib.request.urlopen(url, timeout=30)
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise UserError(
+            f"cannot download {url} ({reason}): check the network, or install from a local mirror with "
+            "`sweep data fetch --from DIR`"
+        ) from None
+    total = int(response.headers.get("Content-Length") or 0)
+    done, started = 0, time.monotonic()
+    try:
+        with response, open(tmp, "wb") as out:
+            while block := response.read(1 << 20):
+                out.write(block)
+                done += len(block)
+                rate = done / max(time.monotonic() - started, 1e-6) / 1e6
+                pct = f"{100 * done / total:5.1f}% of {total / 1e6:.1f} MB" if total else f"{done / 1e6:.1f} MB"
+                _progress(f"downloading {name}: {pct} ({rate:.1f} MB/s)")
+    except (urllib.error.URLError, OSError) as exc:
+        raise UserError(f"download of {url} broke off ({exc}); run the command again (it resumes from scratch)") from None
+    _log("")
+    if total and done != total:
+        raise UserError(f"download of {url} is incomplete ({done} of {total} bytes); run the command again")
+    verify(tmp)
 
 
 def _check_nonempty(path: Path) -> None:

@@ -32,6 +32,7 @@ from optuna.trial import FrozenTrial, TrialState
 from sweep.spec import StudySpec, Trial
 from sweep.store import TASKS, metric_value
 from trainer.errors import UserError
+from trainer.files import json_safe
 
 INTERRUPTED = "interrupted"
 
@@ -190,7 +191,7 @@ class OptunaMirror:
     def set_attrs(self, number: int, attrs: dict[str, Any]) -> None:
         live = self.running[number]
         for name, value in attrs.items():
-            live.set_user_attr(name, _attr_value(value))
+            live.set_user_attr(name, json_safe(value))
 
     def report(self, number: int, step: int, value: float) -> None:
         live = self.running.get(number)
@@ -223,7 +224,7 @@ class OptunaMirror:
         state, value = self.state_for(summary)
         params = {name: optuna_value(trial.params[name]) for name in self.distributions if name in trial.params}
         user_attrs = self._start_attrs(trial, attrs)
-        user_attrs.update({k: _attr_value(v) for k, v in summary_attrs(summary).items()})
+        user_attrs.update({k: json_safe(v) for k, v in summary_attrs(summary).items()})
         intermediate = {int(m["step"]): float(m["dev_stsb"]) for m in metrics
                         if isinstance(m.get("step"), (int, float)) and isinstance(m.get("dev_stsb"), (int, float))}
         frozen = optuna.trial.create_trial(
@@ -251,11 +252,11 @@ class OptunaMirror:
             out["mtd"] = trial.mtd
         out.update(self.common_attrs)
         out.update(attrs or {})
-        return {k: _attr_value(v) for k, v in out.items()}
+        return {k: json_safe(v) for k, v in out.items()}
 
     def _set_summary_attrs(self, trial_id: int, summary: dict[str, Any]) -> None:
         for name, value in summary_attrs(summary).items():
-            self.storage.set_trial_user_attr(trial_id, name, _attr_value(value))
+            self.storage.set_trial_user_attr(trial_id, name, json_safe(value))
 
 
 def summary_attrs(summary: dict[str, Any]) -> dict[str, Any]:
@@ -278,18 +279,6 @@ def summary_attrs(summary: dict[str, Any]) -> dict[str, Any]:
         if summary.get(name) is not None:
             attrs[name] = summary[name]
     return attrs
-
-
-def _attr_value(value: Any) -> Any:
-    """User attrs are stored as JSON: keep them finite and plain."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    try:
-        return json.loads(json.dumps(value, default=str))
-    except (TypeError, ValueError):
-        return str(value)
 
 
 def _hide_password(url: str) -> str:

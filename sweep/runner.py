@@ -50,8 +50,9 @@ from ray.tune.search import Searcher
 
 from sweep.progress import Progress
 from sweep.spec import StudySpec, Trial
-from sweep.store import FINAL_STATUSES, StudyFolder, TrialsTable, metric_value, to_jsonable, weights_state
+from sweep.store import FINAL_STATUSES, StudyFolder, TrialsTable, metric_value, weights_state
 from trainer.errors import UserError
+from trainer.files import json_safe
 
 DEFAULT_TRAIN_FN = "trainer.train:train"
 # Environment variables a trial needs where it runs (forwarded to the workers through runtime_env).
@@ -69,17 +70,18 @@ LOGGER_CALLBACKS = {
 
 
 def run_study(spec: StudySpec, address: str | None = None, max_concurrent: int | None = None,
-              *, _train_fn: str | None = None) -> int:
+              *, rerun_changed: bool = False, _train_fn: str | None = None) -> int:
     """Run every trial of `spec` that has not ended yet; return 0, or 130 when interrupted (Ctrl-C).
 
     `address`: an existing Ray cluster ("host:port" or "auto"); None starts Ray on this machine.
+    `rerun_changed`: also re-run finished trials whose config now resolves differently (a default changed).
     `_train_fn` ("module:function", also $SWEEP_TRAIN_FN) replaces trainer.train, for development.
     """
     if max_concurrent is not None and max_concurrent < 1:
         raise UserError("--max-concurrent: expected a positive integer")
     train_fn = _train_fn or os.environ.get("SWEEP_TRAIN_FN") or DEFAULT_TRAIN_FN
     check_loggers(spec.loggers)  # before anything is written or Ray starts
-    run = _StudyRun(spec, train_fn)
+    run = _StudyRun(spec, train_fn, rerun_changed=rerun_changed)
     with run.locked():
         return run.execute(address, max_concurrent)
 
@@ -97,7 +99,7 @@ def _run_trial(job: dict[str, Any]) -> None:
           f"{time.strftime('%Y-%m-%d %H:%M:%S')} t={entered:.3f}", flush=True)
 
     def report(metrics: dict[str, Any]) -> None:
-        tune.report({k: _plain(v) for k, v in metrics.items()})
+        tune.report(json_safe(metrics))
 
     try:
         from trainer.config import RunConfig
@@ -120,7 +122,7 @@ def _run_trial(job: dict[str, Any]) -> None:
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
-    tune.report({SUMMARY_KEY: to_jsonable(summary)})
+    tune.report({SUMMARY_KEY: json_safe(summary)})
 
 
 def _redirect_output(path: Path) -> None:
@@ -141,22 +143,15 @@ def _import_function(path: str) -> Callable[..., Any]:
         raise RuntimeError(f"cannot import the train function {path!r}: {exc}") from None
 
 
-def _plain(value: Any) -> Any:
-    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
-        try:
-            return value.item()
-        except (TypeError, ValueError):
-            return value
-    return value
-
-
 # ---- the driver -------------------------------------------------------------------------------------
 class _StudyRun:
     """Everything one `sweep run` does: plan, resume, run under Tune, mirror, finish."""
 
-    def __init__(self, spec: StudySpec, train_fn: str):
+    def __init__(self, spec: StudySpec, train_fn: str, rerun_changed: bool = False):
         self.spec = spec
         self.train_fn = train_fn
+        self.rerun_changed = rerun_changed
+        self.changed: dict[str, list[str]] = {}  # finished key -> fields its config now resolves differently
         self.folder = StudyFolder(spec.study_dir)
         self.storage_url = spec.storage or self.folder.default_storage()
         self.param_names = list(spec.parameters)
@@ -224,8 +219,16 @@ class _StudyRun:
             return 0
         import ray
 
+        from sweep.preflight import cluster_nodes, preflight_inputs, preflight_resources
+
+        cpu, gpu = self.spec.resources.cpu, self.spec.resources.gpu
+        if not address:
+            preflight_resources(cpu, gpu)  # before Ray starts: seconds, not a 60 s Ray warning and a hang
+        preflight_inputs(self._configs_to_run())
         started_ray = self._init_ray(address)
         try:
+            if address:
+                preflight_resources(cpu, gpu, cluster_nodes(), f"the Ray cluster at {address}")
             self._fit(max_concurrent)
         except KeyboardInterrupt:
             self.interrupted = True
@@ -235,6 +238,17 @@ class _StudyRun:
                 ray.shutdown()
         self._print_summary()
         return 130 if self.interrupted else 0
+
+    def _configs_to_run(self) -> list[dict[str, Any]]:
+        """The configs this run will start (tpe: the base with each model the study may choose)."""
+        if self.spec.method != "tpe":
+            return [t.config for t in self.to_run]
+        from trainer.config import RunConfig
+
+        values = self.spec.parameters.get("model", [])
+        models = values.get("choices", []) if isinstance(values, dict) else [v for v in values if isinstance(v, str)]
+        base = RunConfig.from_dict(self.spec.base).resolved().to_dict()
+        return [base] + [{**base, "model": model} for model in models]
 
     def _planned_trials(self) -> list[Trial]:
         if self.spec.method == "tpe":
@@ -266,7 +280,13 @@ class _StudyRun:
             attempts = by_key.get(trial.key, [])
             final = [a for a in attempts if self.mirror.is_final(a)]
             summary = self.folder.read_summary(trial.key)
-            if final:
+            ended = final or (summary is not None and summary.get("status") in FINAL_STATUSES)
+            changed = self._changed_fields(trial) if ended else []
+            if changed:
+                self.changed[trial.key] = changed
+            if changed and self.rerun_changed:
+                self.to_run.append(trial)
+            elif final:
                 last = final[-1]
                 row.update(state=last.state.name, optuna_trial=last.number)
                 if summary is not None:
@@ -285,6 +305,19 @@ class _StudyRun:
             asked = {t.number for ts in by_key.values() for t in ts if t.user_attrs.get("asked")}
             self.asks_left = max(0, (self.spec.budget or 1) - len(asked))
         return skipped
+
+    def _changed_fields(self, trial: Trial) -> list[str]:
+        """Fields whose value in the config the trial ran with differs from how it resolves now.
+
+        A field the stored config lacks (added by a later release, with a default) does not count.
+        """
+        from sweep.spec.text import flatten
+
+        stored = self.folder.read_config(trial.key)
+        if stored is None:
+            return []
+        before, now = flatten(stored), flatten(trial.config)
+        return sorted(k for k in now if k in before and k != "output_dir" and before[k] != now[k])
 
     def _tpe_known_trials(self, by_key: dict[str, list[Any]]) -> list[Trial]:
         """tpe: every seed of the parameter sets asked in earlier runs, rebuilt from Optuna."""
@@ -309,6 +342,12 @@ class _StudyRun:
             parts.append(f"{stale} left running by an earlier driver marked FAIL (interrupted)")
         parts.append(f"{self.progress.total} to run")
         self.progress.say(", ".join(parts))
+        if self.changed:
+            fields = ", ".join(sorted({f for fs in self.changed.values() for f in fs}))
+            what = ("re-running them (--rerun-changed)" if self.rerun_changed else
+                    "their results are kept; add --rerun-changed to re-run them")
+            self.progress.say(f"study {spec.name}: {len(self.changed)} finished trials would now resolve "
+                              f"differently ({fields}); {what}")
         self.progress.say(f"results: {self.folder.path}  optuna: {_display_url(self.storage_url)}")
 
     # ---- Ray ------------------------------------------------------------------------------------
@@ -322,11 +361,15 @@ class _StudyRun:
         logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)
         env_vars = {name: os.environ[name] for name in FORWARDED_ENV if name in os.environ}
         kwargs: dict[str, Any] = dict(log_to_driver=False, logging_level=logging.WARNING,
-                                      configure_logging=True)
+                                      configure_logging=False)  # see _ray_log_handler
         if env_vars:
             kwargs["runtime_env"] = {"env_vars": env_vars}
         if ray.is_initialized():
             return False
+        # ray.init(configure_logging=False) starts by clearing the "ray" logger's handlers, so what it logs
+        # itself (e.g. "Token authentication is enabled ...") would reach stderr through logging.lastResort.
+        handler = self._ray_log_handler()
+        saved_last_resort, logging.lastResort = logging.lastResort, handler
         try:
             if address:
                 ray.init(address=address, **kwargs)
@@ -340,7 +383,19 @@ class _StudyRun:
                 hint = ("; if the cluster uses token authentication (Ray's default for `ray start`), set "
                         "RAY_AUTH_MODE=token (the token is read from $RAY_AUTH_TOKEN or ~/.ray/auth_token)")
             raise UserError(f"cannot start or reach {where}: {' '.join(str(exc).split())[:300]}{hint}") from None
+        finally:
+            logging.lastResort = saved_last_resort
+        ray_logger = logging.getLogger("ray")
+        ray_logger.handlers = [handler]
+        ray_logger.propagate = False
         return True
+
+    def _ray_log_handler(self) -> logging.Handler:
+        """Ray's and Tune's own messages (resource warnings, "Resume experiment with: Tuner.restore(...)",
+        which contradicts the resume rule: run the same command again) go to results/<study>/ray.log."""
+        handler = logging.FileHandler(self.folder.path / "ray.log", encoding="utf-8")
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        return handler
 
     def _fit(self, max_concurrent: int | None) -> None:
         resources = {"cpu": float(self.spec.resources.cpu), "gpu": float(self.spec.resources.gpu)}

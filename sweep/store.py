@@ -15,15 +15,14 @@ import io
 import json
 import math
 import shutil
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
 import yaml
 
-from trainer.files import write_text_atomic
-
 from sweep.spec import StudySpec, Trial, dotted_get
+from trainer.files import json_safe, write_text_atomic
 
 TASKS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness")
 
@@ -45,25 +44,9 @@ RESULT_COLUMNS = (
 
 
 # ---- atomic writes ------------------------------------------------------------------------------
-# write_text_atomic lives in trainer.files (the trainer writes its summary the same way).
+# write_text_atomic and json_safe live in trainer.files (the trainer writes its summary the same way).
 def write_json_atomic(path: str | Path, data: Any) -> None:
-    write_text_atomic(path, json.dumps(to_jsonable(data), indent=2) + "\n")
-
-
-def to_jsonable(value: Any) -> Any:
-    """Plain JSON types; NaN and infinities become null (strict JSON readers reject them)."""
-    if isinstance(value, dict):
-        return {str(k): to_jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [to_jsonable(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if hasattr(value, "item") and not isinstance(value, (str, bytes)):  # numpy scalars
-        try:
-            return to_jsonable(value.item())
-        except (TypeError, ValueError):
-            pass
-    return value
+    write_text_atomic(path, json.dumps(json_safe(data), indent=2) + "\n")
 
 
 # ---- the study folder ---------------------------------------------------------------------------
@@ -116,9 +99,7 @@ class StudyFolder:
     def write_study_yaml(self, spec: StudySpec) -> None:
         text = spec.source_text
         if not text.strip():
-            data = asdict(spec)
-            data.pop("source_text", None)
-            text = yaml.safe_dump(data, sort_keys=False)
+            text = yaml.safe_dump(spec.to_dict(), sort_keys=False)
         write_text_atomic(self.study_yaml, text)
 
     def write_trial_config(self, trial: Trial) -> None:
@@ -128,7 +109,7 @@ class StudyFolder:
         write_json_atomic(self.summary_path(key), summary)
 
     def write_metrics(self, key: str, metrics: Iterable[dict[str, Any]]) -> None:
-        lines = "".join(json.dumps(to_jsonable(m)) + "\n" for m in metrics)
+        lines = "".join(json.dumps(json_safe(m)) + "\n" for m in metrics)
         write_text_atomic(self.metrics_path(key), lines)
 
     def clear_attempt(self, key: str) -> None:
@@ -141,6 +122,14 @@ class StudyFolder:
         shutil.rmtree(self.model_dir(key), ignore_errors=True)
 
     # ---- reads ----
+    def read_config(self, key: str) -> dict[str, Any] | None:
+        """The resolved config a trial ran with: its config.yaml, else the config in its summary.json."""
+        try:
+            data = yaml.safe_load(self.trial_dir(key).joinpath("config.yaml").read_text())
+        except (OSError, yaml.YAMLError):
+            data = (self.read_summary(key) or {}).get("config")
+        return data if isinstance(data, dict) else None
+
     def read_summary(self, key: str) -> dict[str, Any] | None:
         """The trial's summary.json, or None when absent or unreadable."""
         try:

@@ -73,3 +73,21 @@ def test_latex_table(tmp_path):
     assert f"{np.mean(group['avg']):.2f} $\\pm$ {np.std(group['avg'], ddof=1):.2f}" in text
     body = [line for line in text.splitlines() if line.startswith("32 &")]
     assert len(body) == 1 and body[0].endswith("\\\\") and body[0].count("&") == len(TASK_HEADERS) + 1
+
+
+def test_summary_json_is_the_record_and_trials_csv_a_view(tmp_path):
+    """The analysis reads each trial's summary.json (scores and the full config); trials.csv adds only the
+    Optuna state and the trials without a summary."""
+    done = fx.make_trial(fx.base_config(), 0, 70.0)
+    pending = fx.make_trial(fx.base_config(ema={"decay": 0.9}), 0, 70.0, state="RUNNING", status="")
+    folder = fx.write_study(tmp_path / "view", [done, pending], ["ema.decay"])
+    view = pd.read_csv(folder / "trials.csv", dtype={"key": str})
+    view.loc[view["state"] == "COMPLETE", "avg"] = 1.0  # a stale view: the summary must win
+    view.drop(columns=["ema.decay_end"]).to_csv(folder / "trials.csv", index=False)
+
+    table = load_results(folder, include_failed=True)
+    assert len(table) == 2
+    row = table[table["state"] == "COMPLETE"].iloc[0]
+    assert row["avg"] == pytest.approx(done["test"]["avg"])
+    assert row["ema.decay_end"] == done["config"]["ema"]["decay_end"]  # from the summary's config
+    assert list(table.loc[table["state"] == "RUNNING", "ema.decay"]) == [0.9]  # from the view alone

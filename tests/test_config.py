@@ -204,3 +204,8 @@ def test_round_trip_through_dict_and_yaml():
         assert RunConfig.from_dict(plain) == variant
         # plain data only: it survives a YAML dump (what the sweep writes as config.yaml)
         assert RunConfig.from_dict(yaml.safe_load(yaml.safe_dump(plain))) == variant
+
+
+def test_an_unknown_key_gets_a_did_you_mean():
+    with pytest.raises(UserError, match=r"config key 'queue.sizes' is unknown \(did you mean 'size'\?\)"):
+        RunConfig.from_dict({"queue": {"sizes": 3}})

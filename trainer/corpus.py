@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +17,7 @@ import numpy as np
 import torch
 
 from trainer.errors import UserError
+from trainer.files import write_atomic
 
 
 @dataclass
@@ -86,12 +85,12 @@ def load_corpus(path: Path, tokenizer, max_length: int = 32, limit: int | None =
     ids = np.fromiter((t for e in encoded for t in e), dtype=np.int32, count=int(offsets[-1]))
     corpus = TokenizedCorpus(ids=ids, offsets=offsets)
     if cache_file is not None:
-        try:
-            cache_file.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=".corpus-", suffix=".npz", dir=cache_file.parent)
-            with os.fdopen(fd, "wb") as handle:
+        def save(tmp: Path) -> None:
+            with open(tmp, "wb") as handle:  # a handle: np.savez would add ".npz" to a bare path
                 np.savez(handle, ids=ids, offsets=offsets)
-            os.replace(tmp, cache_file)
+
+        try:
+            write_atomic(cache_file, save, fsync=False)  # a cache: a lost write costs only time
         except OSError:
             pass  # a read-only cache location only costs speed
     return corpus

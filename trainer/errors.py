@@ -5,8 +5,76 @@ value). Command-line entry points print its message on one line and exit with co
 show a traceback for it. Programming errors stay ordinary exceptions.
 """
 
+from __future__ import annotations
+
+import difflib
+import re
+from typing import Any
+
 
 class UserError(Exception):
     """A problem the user can fix; the message says what is wrong and how to fix it."""
 
     exit_code = 2
+
+
+class ConfigError(UserError):
+    """A bad run-config value: "config key 'queue.size': expected ..., got ...".
+
+    `key` (dotted) and `detail` (": expected ..." or " is unknown; ...") let the study loader place the
+    same complaint on the line of its YAML file without reading the message back.
+    """
+
+    def __init__(self, key: str, detail: str):
+        super().__init__(f"config key '{key}'{detail}")
+        self.key, self.detail = key, detail
+
+
+def expected_text(error: dict[str, Any]) -> str:
+    """What a pydantic v2 error (one item of `ValidationError.errors()`) asked for, in words.
+
+    >>> expected_text({"type": "greater_than_equal", "ctx": {"ge": 2}, "input": 1})
+    'expected a number >= 2, got 1'
+    """
+    kind, ctx, value = error["type"], error.get("ctx") or {}, error.get("input")
+    words = {
+        "int_type": "an integer", "int_from_float": "an integer", "int_parsing": "an integer",
+        "float_type": "a number", "float_parsing": "a number", "finite_number": "a finite number",
+        "bool_type": "true or false", "bool_parsing": "true or false", "string_type": "a string",
+        "list_type": "a list", "tuple_type": "a list", "dict_type": "a mapping", "model_type": "a mapping",
+        "model_attributes_type": "a mapping", "none_required": "null",
+        "greater_than": f"a number > {ctx.get('gt')}", "greater_than_equal": f"a number >= {ctx.get('ge')}",
+        "less_than": f"a number < {ctx.get('lt')}", "less_than_equal": f"a number <= {ctx.get('le')}",
+        "literal_error": "one of " + ", ".join(re.findall(r"'([^']*)'", str(ctx.get("expected", "")))),
+        "string_pattern_mismatch": f"text matching {ctx.get('pattern')}",
+        "string_too_short": "a non-empty string", "too_short": "a non-empty list",
+        "too_long": f"at most {ctx.get('max_length')} values",
+    }
+    if kind == "missing":
+        return "is missing"
+    if kind == "value_error":  # a validator's own words
+        return " ".join(str(ctx.get("error", error.get("msg", ""))).split())
+    return f"expected {words.get(kind, error.get('msg', kind))}, got {value!r}"
+
+
+def dotted_loc(loc: tuple) -> str:
+    """pydantic's error location as the key a user writes: ('seeds', 1) -> 'seeds[1]'."""
+    text = ""
+    for part in loc:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+def config_error(error: dict[str, Any], known_keys: list[str], section: str = "") -> ConfigError:
+    """A pydantic error from the run config (or one of its sections) as a ConfigError naming the key."""
+    loc = tuple(p for p in (section, *error["loc"]) if p != "")
+    if error["type"] in ("missing", "too_short") and isinstance(loc[-1], int):  # optim.betas: [0.9]
+        return ConfigError(dotted_loc(loc[:-1]), f": expected more values, got {error['input']!r}")
+    key = ".".join(p for p in loc if isinstance(p, str))
+    if error["type"] == "extra_forbidden":
+        prefix = key.rsplit(".", 1)[0] + "." if "." in key else ""
+        known = sorted({n[len(prefix):].split(".")[0] for n in known_keys if n.startswith(prefix)})
+        close = difflib.get_close_matches(key[len(prefix):], known, n=1)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        return ConfigError(key, f" is unknown{hint}; known keys here: {', '.join(known)}")
+    return ConfigError(key, ": " + expected_text(error))

@@ -1,5 +1,8 @@
-"""Atomic file writes and JSON-safe values, shared by the trainer (summary.json) and the orchestrator's
-results store (`sweep.store`): a reader (or a process killed mid-write) never sees a half-written file.
+"""Writing results safely: one atomic-write helper and one JSON-safe conversion, for the whole project.
+
+The trainer (summary.json, metrics.jsonl), the orchestrator (`sweep.store`, `sweep.mirror`) and the
+analysis (figures, tables) all write through `write_atomic` / `write_text_atomic`: a reader (or a
+process killed mid-write) never sees a half-written file. `json_safe` makes any result plain JSON.
 """
 
 from __future__ import annotations
@@ -8,43 +11,52 @@ import math
 import os
 import tempfile
 from pathlib import Path
+from typing import Any, Callable
 
 
-def write_text_atomic(path: str | Path, text: str) -> None:
-    """Write `text` to `path` through a temporary file in the same folder, fsync, then os.replace."""
+def write_atomic(path: str | Path, write: Callable[[Path], Any], fsync: bool = True) -> Path:
+    """Call `write(temporary_path)` for a temporary file beside `path`, then move it into place.
+
+    The temporary file is removed when `write` raises (the old `path`, if any, stays as it was).
+    >>> write_atomic(Path(tempfile.mkdtemp()) / "x.txt", lambda tmp: tmp.write_text("hi")).read_text()
+    'hi'
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp = Path(name)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
+        write(tmp)
+        if fsync:
+            with open(tmp, "rb") as handle:
+                os.fsync(handle.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
 
 
-def json_safe(value):
-    """Plain JSON types: NaN and infinities become null (strict JSON readers reject them), tuples become
-    lists, numpy/torch scalars become Python numbers.
+def write_text_atomic(path: str | Path, text: str) -> Path:
+    """Write `text` (UTF-8, newlines as given) to `path` atomically."""
+    return write_atomic(path, lambda tmp: tmp.write_text(text, encoding="utf-8", newline=""))
 
-    >>> json_safe({"a": float("nan"), "b": (1, 2.5)})
-    {'a': None, 'b': [1, 2.5]}
+
+def json_safe(value: Any) -> Any:
+    """Plain JSON data: NaN and infinities become null (strict JSON readers reject them), numpy and torch
+    scalars become numbers, tuples lists, keys strings, anything else its str().
+
+    >>> json_safe({"a": float("nan"), 1: (2, float("inf"))})
+    {'a': None, '1': [2, None]}
     """
     if isinstance(value, dict):
         return {str(k): json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [json_safe(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if hasattr(value, "item") and not isinstance(value, (str, bytes)):  # numpy / torch scalars
-        try:
-            return json_safe(value.item())
-        except (TypeError, ValueError):
-            pass
-    return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if hasattr(value, "tolist"):  # numpy / torch scalars and arrays
+        return json_safe(value.tolist())
+    return str(value)

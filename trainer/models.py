@@ -29,6 +29,26 @@ def resolve_model_path(name: str) -> str:
     return name
 
 
+def check_model(name: str) -> None:
+    """Load `name`'s tokenizer and config only (seconds, no weights): a missing local folder, an id neither
+    in the HF cache nor reachable, or a folder without config.json is a one-line UserError naming it."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    path = resolve_model_path(name)
+    local = Path(path).expanduser()
+    if local.exists():
+        path = str(local)
+    elif path.startswith((".", "/", "~")) or path.count("/") > 1:
+        raise UserError(f"model '{name}': no such local folder {local}; fix the path, or pass an HF id or 'embedded'")
+    try:
+        AutoConfig.from_pretrained(path)
+        AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UserError(f"cannot load model '{name}': {first[:200]} (pass a local folder, 'embedded', or an HF id "
+                        "in the HF cache or reachable from this machine)") from None
+
+
 def load_encoder(name: str, dropout: float | None = None, output_hidden_states: bool = False):
     """(model, tokenizer) for `name`; `dropout` overrides hidden and attention dropout (SimCSE uses 0.1)."""
     from transformers import AutoConfig, AutoModel, AutoTokenizer

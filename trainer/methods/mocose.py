@@ -32,7 +32,7 @@ from torch import Tensor, nn
 from trainer.augment import EmbeddingCutoff
 from trainer.config import RunConfig
 from trainer.ema import ema_decay_at, ema_update
-from trainer.errors import UserError
+from trainer.errors import ConfigError
 from trainer.heads import build_predictor, build_projection, make_pooler_dense
 from trainer.losses.mocose import mocose_loss
 from trainer.methods.base import Method, StepOutput
@@ -52,8 +52,8 @@ class MoCoSE(Method):
     def check(cls, config: RunConfig) -> None:
         heads = config.heads
         if heads.projection_layers == 0 and heads.embedding_dim is not None:
-            raise UserError("config key 'heads.embedding_dim': a projection of 0 layers keeps the encoder's "
-                            "size; set heads.projection_layers >= 1 or leave embedding_dim null")
+            raise ConfigError("heads.embedding_dim", ": a projection of 0 layers keeps the encoder's size; set "
+                              "heads.projection_layers >= 1 or leave embedding_dim null")
 
     def __init__(self, encoder: nn.Module, config: RunConfig, generator: torch.Generator,
                  device_generator: torch.Generator):

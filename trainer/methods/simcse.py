@@ -15,7 +15,7 @@ from torch import Tensor, nn
 
 from trainer.augment import EmbeddingCutoff
 from trainer.config import RunConfig
-from trainer.errors import UserError
+from trainer.errors import ConfigError
 from trainer.heads import MLPHead
 from trainer.losses.gaussian import gs_infonce_loss
 from trainer.losses.mix import mixcse_loss
@@ -74,8 +74,8 @@ class GSInfoNCE(SimCSE):
     @classmethod
     def check(cls, config: RunConfig) -> None:
         if config.variant == "released" and config.gaussian.weight != 1.0:
-            raise UserError("config key 'gaussian.weight': expected 1 under variant released (the released "
-                            f"GS-InfoNCE code parses lambda but never uses it), got {config.gaussian.weight}")
+            raise ConfigError("gaussian.weight", ": expected 1 under variant released (the released GS-InfoNCE "
+                              f"code parses lambda but never uses it), got {config.gaussian.weight}")
 
     def loss(self, ids: Tensor, mask: Tensor, position_ids: Tensor | None = None) -> StepOutput:
         z1, z2 = self.two_views(ids, mask, position_ids)

@@ -1,0 +1,315 @@
+"""Expansion: a StudySpec -> its Trials (grid, random), one Trial from sampled values (tpe), trial keys.
+
+Order: seeds outermost, then the cartesian product of the parameters in the order written (last key
+fastest). Combinations that resolve to the same trainer config are collapsed to the first.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import itertools
+import json
+import math
+import random
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+from trainer.mtd import planned_traceable_distance
+from sweep.spec.expressions import compile_expression, evaluate
+from sweep.spec.marks import Marks
+from sweep.spec.schema import StudySpec, Trial
+from sweep.spec.text import MISSING, dotted_get, flatten, format_value, is_expr, overlay
+from sweep.spec.values import default_config, queue_overfull
+from trainer import config as run_config
+from trainer.config import check_value, set_dotted
+from trainer.errors import ConfigError, UserError
+
+TRIAL_KEY_LENGTH = 12
+_RANDOM_ATTEMPTS_PER_CONFIG = 20  # random search gives up when constraints reject nearly every sample
+_EXPANSIONS: dict[str, Expansion] = {}  # the spec's content -> its expansion
+
+
+def expand(spec: StudySpec) -> list[Trial]:
+    """The study's trials in a deterministic order (see the module doc); [] for tpe."""
+    return copy.deepcopy(expansion(spec).trials)  # callers may edit their trials; the cache stays intact
+
+
+def trial_key(config: dict[str, Any], seed: int) -> str:
+    """First 12 hex digits of sha256 over what the user asked for: the fields of `config` (a validated,
+    unresolved trainer config, nested or by dotted key) that differ from RunConfig's defaults, and the seed.
+
+    A field added later with a default, or a changed default the study does not set, keeps the key (and
+    so a finished trial stays finished); `sweep run` reports a changed resolution instead.
+    """
+    canonical = json.dumps({"asked": requested_fields(config), "seed": seed}, sort_keys=True,
+                           separators=(",", ":"), ensure_ascii=True, allow_nan=True)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:TRIAL_KEY_LENGTH]
+
+
+def search_space(spec: StudySpec) -> dict[str, Any]:
+    """Optuna distributions of the sampled parameters (random/tpe); lists with `expr` values are left out.
+
+    Categorical choices that are lists (queue slices) are offered to Optuna as strings joined with
+    "+", which `trial_from_params` turns back into lists.
+    """
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+    space: dict[str, Any] = {}
+    for key, values in spec.parameters.items():
+        if isinstance(values, list):
+            if any(is_expr(v) for v in values):
+                continue  # computed per trial, not chosen by the sampler
+            space[key] = CategoricalDistribution([_optuna_choice(v) for v in values])
+            continue
+        kind = values["distribution"]
+        if kind == "categorical":
+            space[key] = CategoricalDistribution([_optuna_choice(v) for v in values["choices"]])
+        elif kind == "int":
+            space[key] = IntDistribution(values["low"], values["high"], step=values.get("step") or 1)
+        else:
+            space[key] = FloatDistribution(values["low"], values["high"], log=kind == "loguniform",
+                                           step=values.get("step"))
+    return space
+
+
+def trial_from_params(spec: StudySpec, params: dict[str, Any], seed: int) -> Trial | None:
+    """The Trial for values a sampler chose (keys of `search_space`); None when a constraint drops it."""
+    raw: dict[str, Any] = {}
+    for key, values in spec.parameters.items():
+        if isinstance(values, list) and all(is_expr(v) for v in values):
+            raw[key] = values[0]
+            continue
+        if key not in params:
+            raise UserError(f"study '{spec.name}': no value for parameter '{key}'")
+        choices = values if isinstance(values, list) else values.get("choices", [])
+        decoded = {_optuna_choice(c): c for c in choices if not is_expr(c)}
+        value = params[key]
+        raw[key] = decoded.get(value, value) if isinstance(value, str) else value
+    return _make_trial(spec, raw, seed, spec.where())
+
+
+@dataclass
+class Expansion:
+    trials: list[Trial]
+    configurations: int  # distinct configurations (before crossing with seeds)
+    dropped: int  # combinations (grid) or samples (random) dropped by the constraints
+    duplicates: int  # combinations that resolved to a config already present
+
+
+def expansion(spec: StudySpec) -> Expansion:
+    # Building a trainer config costs milliseconds, so expansions are kept (by the spec's content) and
+    # reused: load_study validates with one, the dry run prints it, the runner plans with it.
+    fingerprint = json.dumps([spec.to_dict(), default_config()], sort_keys=True, default=str)
+    if fingerprint not in _EXPANSIONS:
+        if len(_EXPANSIONS) >= 16:
+            _EXPANSIONS.clear()
+        _EXPANSIONS[fingerprint] = _expand_uncached(spec)
+    return _EXPANSIONS[fingerprint]
+
+
+def _expand_uncached(spec: StudySpec) -> Expansion:
+    where = spec.where()
+    if spec.method == "tpe":
+        return Expansion([], 0, 0, 0)
+    if spec.method == "grid":
+        candidates: Iterator[dict[str, Any]] = _grid_combinations(spec.parameters)
+        limit = None
+    else:
+        candidates = _random_samples(spec.parameters, spec.name)
+        limit = spec.budget
+    first_seed_trials, dropped, duplicates = _distinct_configurations(spec, candidates, limit, where)
+    seed_matters = _mentions_seed(spec)
+    trials, seen = [], set()
+    for seed in spec.seeds:
+        for raw, first in first_seed_trials:
+            if seed == spec.seeds[0]:
+                trial: Trial | None = first
+            elif seed_matters:
+                trial = _make_trial(spec, raw, seed, where)
+            else:
+                trial = _with_seed(first, seed)  # the seed changes nothing else in the config
+            if trial is not None and _fingerprint(trial) not in seen:
+                seen.add(_fingerprint(trial))
+                trials.append(trial)
+    return Expansion(trials, len(first_seed_trials), dropped, duplicates)
+
+
+def _first_point(values: Any) -> Any:
+    if isinstance(values, list):
+        return values[0]
+    return values["choices"][0] if values["distribution"] == "categorical" else values["low"]
+
+
+def _with_seed(trial: Trial, seed: int) -> Trial:
+    config = copy.deepcopy(trial.config)
+    config["seed"] = seed
+    return Trial(key=trial_key(trial.requested, seed), seed=seed, params=copy.deepcopy(trial.params),
+                 config=config, mtd=trial.mtd, requested=dict(trial.requested))
+
+
+def _fingerprint(trial: Trial) -> str:
+    """Combinations that resolve to the same trainer config (and seed) are one trial."""
+    return json.dumps(trial.config, sort_keys=True)
+
+
+def _mentions_seed(spec: StudySpec) -> bool:
+    texts = list(spec.constraints) + [v["expr"] for values in spec.parameters.values()
+                                      if isinstance(values, list) for v in values if is_expr(v)]
+    return any("seed" in compile_expression(text)[1] for text in texts)
+
+
+def _grid_combinations(parameters: dict[str, list[Any]]) -> Iterator[dict[str, Any]]:
+    keys = list(parameters)
+    for values in itertools.product(*(parameters[key] for key in keys)):
+        yield dict(zip(keys, values))
+
+
+def _random_samples(parameters: dict[str, Any], study_name: str) -> Iterator[dict[str, Any]]:
+    # Seeded from the name, not from Python's salted hash(), so every process draws the same trials.
+    rng = random.Random(int.from_bytes(hashlib.sha256(study_name.encode()).digest()[:8], "big"))
+    while True:
+        yield {key: _sample(rng, values) for key, values in parameters.items()}
+
+
+def _sample(rng: random.Random, values: Any) -> Any:
+    if isinstance(values, list):
+        return rng.choice(values)
+    kind = values["distribution"]
+    if kind == "categorical":
+        return rng.choice(values["choices"])
+    low, high, step = values["low"], values["high"], values.get("step")
+    if kind == "int":
+        return rng.randrange(low, high + 1, step or 1)
+    if kind == "loguniform":
+        return math.exp(rng.uniform(math.log(low), math.log(high)))
+    value = rng.uniform(low, high)
+    if step:
+        value = min(high, low + round((value - low) / step) * step)
+        value = round(value, 12)  # keep 0.1-steps from printing as 0.30000000000000004
+    return value
+
+
+def _distinct_configurations(
+    spec: StudySpec, candidates: Iterator[dict[str, Any]], limit: int | None, where: Marks,
+) -> tuple[list[tuple[dict[str, Any], Trial]], int, int]:
+    """(raw values, trial with the first seed) for each distinct kept candidate, up to `limit`."""
+    kept: list[tuple[dict[str, Any], Trial]] = []
+    seen: set[str] = set()
+    # A repeated random draw (small categorical spaces) has a known fate; building it again is waste.
+    fate_of_repeat: dict[str, str] = {}
+    dropped = duplicates = 0
+    max_attempts = None if limit is None else limit * _RANDOM_ATTEMPTS_PER_CONFIG
+    for attempt, raw in enumerate(candidates, start=1):
+        raw_text = json.dumps(raw, sort_keys=True, default=str)
+        fate = fate_of_repeat.get(raw_text)
+        if fate is None:
+            trial = _make_trial(spec, raw, spec.seeds[0], where)
+            fate = "dropped" if trial is None else "duplicate" if _fingerprint(trial) in seen else "kept"
+            fate_of_repeat[raw_text] = "dropped" if fate == "dropped" else "duplicate"
+            if fate == "kept":
+                seen.add(_fingerprint(trial))
+                kept.append((raw, trial))
+        dropped += fate == "dropped"
+        duplicates += fate == "duplicate"
+        if limit is not None and (len(kept) >= limit or attempt >= max_attempts):
+            break
+    return kept, dropped, duplicates
+
+
+def _make_trial(spec: StudySpec, raw: dict[str, Any], seed: int, where: Marks) -> Trial | None:
+    """Base + plain values, then exprs, then the constraints; None when a constraint drops it."""
+    config = overlay(default_config(), spec.base)
+    params: dict[str, Any] = {}
+    for key, value in raw.items():
+        if not is_expr(value):
+            params[key] = copy.deepcopy(value)  # a Trial must not share lists with the spec
+            set_dotted(config, key, params[key])
+    config["seed"] = seed
+    for key, value in raw.items():
+        if is_expr(value):
+            params[key] = _evaluate_expr_value(key, value["expr"], config, where)
+            set_dotted(config, key, params[key])
+    params = {key: params[key] for key in raw}  # written order, exprs in place
+    if queue_overfull(config):
+        return None
+    try:
+        asked = run_config.RunConfig.from_dict(config)
+        requested, resolved, problem = asked.to_dict(), asked.resolved().to_dict(), None
+    except ConfigError as exc:
+        requested, resolved, problem = None, None, exc
+    # Constraints see the method defaults (fgsm.eps, optim.weight_decay) when the combination is a
+    # valid config, and may still drop one that is not before its error is raised.
+    for index, text in enumerate(spec.constraints):
+        if not _evaluate_constraint(index, text, resolved or config, where):
+            return None
+    if problem is not None:
+        raise _combination_error(problem, params, spec, where)
+    asked_fields = requested_fields(requested)
+    return Trial(key=trial_key(asked_fields, seed), seed=seed, params=params, config=resolved,
+                 mtd=planned_traceable_distance(resolved), requested=asked_fields)
+
+
+def _combination_error(exc: ConfigError, params: dict[str, Any], spec: StudySpec, where: Marks) -> UserError:
+    config_key, rest = exc.key, exc.detail
+    if config_key in spec.parameters:
+        path: tuple = ("parameters", config_key)
+    elif config_key and dotted_get(spec.base, config_key, MISSING) is not MISSING:
+        path = ("base", *config_key.split("."))
+    else:
+        path = ("parameters",)
+    combination = ", ".join(f"{k}={format_value(v)}" for k, v in params.items()) or "the base alone"
+    shown = config_key or ".".join(str(p) for p in path)
+    return where.error(path, f"in the combination {combination}: config key '{shown}'{rest}", show_key=False)
+
+
+def _evaluate_expr_value(key: str, text: str, config: dict[str, Any], where: Marks) -> Any:
+    try:
+        value = evaluate(text, config)
+    except ValueError as exc:
+        raise where.error(("parameters", key), f"expr '{text}' failed: {exc}") from None
+    try:
+        return check_value(key, value)
+    except ConfigError as exc:
+        raise where.error(("parameters", key), f"expr '{text}' gave {value!r}{exc.detail}") from None
+
+
+def _evaluate_constraint(index: int, text: str, config: dict[str, Any], where: Marks) -> bool:
+    try:
+        result = evaluate(text, config)
+    except ValueError as exc:
+        raise where.error(("constraints", index), f"'{text}' failed: {exc}") from None
+    if not isinstance(result, bool):
+        raise where.error(("constraints", index), f"'{text}' gave {result!r}; expected true or false")
+    return result
+
+
+def requested_fields(config: dict[str, Any] | None) -> dict[str, Any]:
+    """Dotted key -> value for the fields of a trainer config that differ from RunConfig's defaults
+    (seed and output_dir aside: they are set per trial).
+
+    >>> requested_fields({"queue": {"size": 1024, "initial_size": 128}, "seed": 7})
+    {'queue.size': 1024}
+    """
+    defaults = default_config()
+    out = {}
+    for key, value in flatten(config or {}).items():
+        if key not in ("seed", "output_dir") and value != dotted_get(defaults, key, MISSING):
+            out[key] = value
+    return out
+
+
+def check_expansion(spec: StudySpec) -> None:
+    """load_study's last check: a grid or random study keeps at least one combination; a tpe study's
+    first point is a valid trial (TPE picks its points during the run, so check one now)."""
+    if spec.method == "tpe":
+        _make_trial(spec, {key: _first_point(values) for key, values in spec.parameters.items()},
+                    spec.seeds[0], spec.where())
+    elif not expansion(spec).trials:
+        raise spec.where().error(("parameters",), f"every combination is dropped ({expansion(spec).dropped} by "
+                                 "queue.initial_size > queue.size or the constraints); nothing would run")
+
+
+def _optuna_choice(value: Any) -> Any:
+    """Optuna's categorical choices must be scalars; lists (queue slices) become 'a+b'."""
+    return "+".join(map(str, value)) if isinstance(value, list) else value

@@ -1,0 +1,295 @@
+"""The study file's schema (pydantic v2 models) and `load_study`, which maps pydantic's errors to lines.
+
+    load_study(path) -> StudySpec    # raises trainer.errors.UserError: "FILE:LINE: key 'a.b': expected ..."
+
+Keys whose values are checked against each other and the trainer config (`base`, `parameters`,
+`budget` against `method`, `resources.gpu` against `base.device`) are checked after the fields, in
+`StudySpec._check_study` (sweep/spec/values.py for base and parameters).
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    Strict,
+    ValidationError,
+    ValidationInfo,
+    model_validator,
+)
+
+from sweep.spec.expressions import check_expression
+from sweep.spec.marks import Marks, parse_yaml, read_study_text
+from sweep.spec.text import suggestion, type_name
+from trainer.errors import UserError, expected_text
+
+METRIC_NAMES = (
+    "dev_stsb", "avg", "STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness",
+    "align", "uniform",
+)
+LOWER_IS_BETTER = ("align", "uniform")
+LOGGERS = ("tensorboard", "mlflow", "wandb")
+_NAMED_KEEP = {"best": 1, "all": None, "none": 0}
+STORAGE_BACKENDS = ("sqlite", "postgresql", "mysql")
+_NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,99}$")
+_MISSING_HELP = {
+    "name": "the study has no 'name'; expected e.g. name: queue_init (it names the results folder and the "
+            "Optuna study)",
+    "base": "the study has no 'base'; expected a trainer config mapping with at least 'model' (e.g. base: "
+            "{model: bert-base-uncased, method: mocose})",
+}
+
+Int = Annotated[int, Strict()]  # no True for an integer
+Number = Annotated[float, Strict(), Field(allow_inf_nan=False)]  # ints allowed, booleans not
+
+
+def _slug(name: str) -> str:
+    if not _NAME_PATTERN.match(name):
+        raise ValueError(f"expected a slug of letters, digits, '-' and '_' (at most 100), got {name!r}")
+    return name
+
+
+def _condition(text: str) -> str:
+    tree = check_expression(text)
+    if isinstance(tree, ast.BinOp) or (isinstance(tree, ast.Constant) and not isinstance(tree.value, bool)):
+        raise ValueError(f"'{text}' is not a condition; expected a comparison such as 'queue.size >= 256'")
+    return text
+
+
+def _storage_url(url: str) -> str:
+    expected = "an Optuna storage URL such as sqlite:///results/study/optuna.db or postgresql://user@host/db"
+    from sqlalchemy.engine import make_url  # imported here: only studies with a storage pay for it
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):
+        raise ValueError(f"expected {expected}, got {url!r}") from None
+    backend = parsed.get_backend_name()
+    if backend not in STORAGE_BACKENDS:
+        hint = " (write postgresql://, not postgres://)" if backend == "postgres" else ""
+        raise ValueError(f"expected a {', '.join(STORAGE_BACKENDS)} URL, got scheme {backend!r}{hint}")
+    if backend == "sqlite" and parsed.database in (None, "", ":memory:"):
+        raise ValueError("expected a SQLite file, e.g. sqlite:///results/study/optuna.db; an in-memory database "
+                         "cannot be shared with the dashboard or resumed")
+    if backend != "sqlite" and (not parsed.database or not (parsed.host or parsed.query.get("host"))):
+        raise ValueError(f"expected a host and a database name, e.g. {backend}://user@host/optuna, got {url!r}")
+    return url
+
+
+def _keep_weights(value: Any) -> Any:
+    """keep_weights: best (= 1) | all (None) | none (0) | k: how many trials keep their best-dev weights."""
+    if isinstance(value, str) and value in _NAMED_KEEP:
+        return _NAMED_KEEP[value]
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    raise ValueError(f"expected best, all, none or a number of trials k >= 0, got {value!r}")
+
+
+def _loggers(value: list[str]) -> list[str]:
+    for index, name in enumerate(value):
+        if name not in LOGGERS:
+            raise UserErrorAt(("loggers", index), f"expected one of {', '.join(LOGGERS)}, got {name!r}"
+                              + suggestion(str(name), LOGGERS))
+        if name in value[:index]:
+            raise UserErrorAt(("loggers", index), f"{name} is listed twice")
+    return value
+
+
+def _non_empty(text: str) -> str:
+    if not text.strip():
+        raise ValueError(f"expected a non-empty string, got {text!r}")
+    return text
+
+
+def _gpu_rule(gpu: float) -> float:
+    if gpu > 1 and not float(gpu).is_integer():
+        raise ValueError(f"expected a fraction below 1 or a whole number (Ray's rule), got {gpu!r}")
+    return gpu
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Metric(_Section):
+    name: Literal[METRIC_NAMES] = "dev_stsb"  # dev_stsb | avg | STSBenchmark | ... (a summary field)
+    goal: Literal["maximize", "minimize"] = "maximize"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_goal(cls, data: Any) -> Any:
+        """align and uniform are better lower: their goal defaults to minimize."""
+        if isinstance(data, dict) and "goal" not in data and data.get("name") in LOWER_IS_BETTER:
+            return {**data, "goal": "minimize"}
+        return data
+
+
+class Resources(_Section):
+    cpu: Number = Field(1.0, gt=0)
+    gpu: Annotated[Number, AfterValidator(_gpu_rule)] = Field(0.0, ge=0)  # fractions allowed, e.g. 0.5
+
+
+class Scheduler(_Section):
+    type: Literal["asha"] = "asha"
+    grace_period: Int = Field(1, ge=1)  # in evaluations
+    reduction_factor: Int = Field(3, ge=2)
+    max_t: Int | None = None  # in evaluations; None: the run's number of evaluations
+
+    @model_validator(mode="after")
+    def _max_t_after_grace(self) -> Scheduler:
+        if self.max_t is not None and self.max_t < self.grace_period:
+            raise UserErrorAt(("scheduler", "max_t"), f"expected null or an integer >= grace_period "
+                              f"({self.grace_period}), got {self.max_t!r}")
+        return self
+
+
+def _none_is_default(value: Any, info: ValidationInfo) -> Any:
+    """`description:` with nothing after it means the default, like leaving the key out."""
+    return StudySpec.model_fields[info.field_name].get_default(call_default_factory=True) if value is None else value
+
+
+class StudySpec(BaseModel):
+    """A validated study (see the package doc for the file format)."""
+
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+
+    name: Annotated[str, Strict(), AfterValidator(_slug)]
+    description: Annotated[str, Strict(), BeforeValidator(_none_is_default)] = ""
+    base: dict[str, Any]  # a trainer config (RunConfig.from_dict validates it)
+    parameters: Annotated[dict[str, Any], BeforeValidator(_none_is_default)] = {}  # dotted key -> list or distribution
+    seeds: list[Annotated[Int, Field(ge=0, lt=2**32)]] = Field([42], min_length=1)
+    method: Literal["grid", "random", "tpe"] = "grid"
+    metric: Annotated[Metric, BeforeValidator(_none_is_default)] = Field(default_factory=Metric)
+    budget: Int | None = Field(None, ge=1)  # number of trials for random/tpe (per seed)
+    resources: Annotated[Resources, BeforeValidator(_none_is_default)] = Field(default_factory=Resources)
+    scheduler: Scheduler | None = None
+    storage: Annotated[str, Strict(), AfterValidator(_storage_url)] | None = None  # None: <study>/optuna.db
+    results_dir: Annotated[str, Strict(), BeforeValidator(_none_is_default), AfterValidator(_non_empty)] = "results"
+    constraints: Annotated[list[Annotated[str, Strict(), AfterValidator(_condition)]],
+                           BeforeValidator(_none_is_default)] = []
+    # best | all | none | <k>: whose best-dev weights stay (trials/<key>/model/; the top k by the metric)
+    keep_weights: Annotated[int | None, BeforeValidator(_keep_weights)] = 1  # None: all; 0: none
+    # training curves through Ray Tune's logger callbacks: tensorboard, mlflow, wandb (default: none)
+    loggers: Annotated[list[Annotated[str, Strict()]], BeforeValidator(_none_is_default), AfterValidator(_loggers)] = []
+    source_text: str = ""  # the YAML as written (stored as the Optuna study's note)
+    path: str = ""  # the YAML file it was loaded from ("" when built in code)
+    marks: Marks | None = Field(None, exclude=True, repr=False)  # key lines of `path`, for errors
+
+    @model_validator(mode="after")
+    def _check_study(self, info: ValidationInfo) -> StudySpec:
+        from sweep.spec.values import check_base, check_parameters
+
+        where = self.where()
+        for index, seed in enumerate(self.seeds):
+            if seed in self.seeds[:index]:
+                raise where.error(("seeds", index), f"seed {seed} is listed twice")
+        if self.method == "grid" and self.budget is not None:
+            raise where.error(("budget",), "applies to method random or tpe; a grid runs every combination")
+        if self.method != "grid" and self.budget is None:
+            raise where.error(("method",), f"method {self.method} needs a budget: the number of configurations "
+                              "to try (e.g. budget: 20)")
+        self.base = check_base(self.base, set(self.parameters), where)
+        self.parameters = check_parameters(self.parameters, self.method, self.base, where)
+        device = str(self.base.get("device", "auto"))
+        if device.startswith("cuda") and self.resources.gpu == 0:
+            raise where.error(("resources", "gpu") if ("resources", "gpu") in where.lines else ("base", "device"),
+                              f"base.device is {device!r} but resources.gpu is 0; expected gpu > 0 (or device "
+                              "auto/cpu)", show_key=False)
+        return self
+
+    def where(self) -> Marks:
+        """The marks errors are placed with (no lines for a spec built in code)."""
+        return self.marks or Marks(self.path or f"study '{self.name}'", {})
+
+    @property
+    def study_dir(self) -> str:
+        return str(Path(self.results_dir) / self.name)
+
+    @property
+    def storage_url(self) -> str:
+        """The Optuna storage actually used: `storage`, or the SQLite file in the study folder."""
+        return self.storage or f"sqlite:///{Path(self.study_dir) / 'optuna.db'}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The spec with defaults filled in, as plain YAML-able data (for results/<study>/study.yaml)."""
+        data = self.model_dump(mode="json", exclude={"source_text", "path", "marks"})
+        data["keep_weights"] = "all" if self.keep_weights is None else self.keep_weights
+        return data
+
+
+class UserErrorAt(ValueError):
+    """A ValueError raised inside a sub-model's validator that knows its own key path."""
+
+    def __init__(self, path: tuple, message: str):
+        super().__init__(message)
+        self.path = path
+
+
+@dataclass
+class Trial:
+    key: str  # stable trial key (sweep/spec/expand.py `trial_key`)
+    seed: int
+    params: dict[str, Any]  # the swept values, by dotted key
+    config: dict[str, Any]  # the resolved trainer config (RunConfig.to_dict() after resolved())
+    mtd: float | None  # maximum traceable distance by formula, None where undefined
+    requested: dict[str, Any] = field(default_factory=dict)  # dotted key -> value the study set (not a default)
+
+
+def load_study(path: str | Path) -> StudySpec:
+    """Read and validate a study file; every mistake is a one-line UserError naming file, key, line.
+
+    Nothing is written. Grid and random studies are expanded once here, so a combination that is not
+    a valid trainer config fails now rather than halfway through a sweep.
+    """
+    from sweep.spec.expand import check_expansion
+
+    text = read_study_text(Path(path))
+    data, marks = parse_yaml(text, str(path))
+    if data is None:
+        raise UserError(f"{path}:1: the study file is empty; expected a mapping with at least name and base")
+    keys = [name for name in StudySpec.model_fields if name not in ("source_text", "path", "marks")]
+    if not isinstance(data, dict):
+        raise UserError(f"{path}:1: expected a mapping of study keys ({', '.join(keys)}), got {type_name(data)}")
+    for key in data:
+        if key not in keys:
+            raise marks.error((key,), f"is not a study key; expected one of {', '.join(keys)}" + suggestion(key, keys))
+    try:
+        spec = StudySpec.model_validate({**copy.deepcopy(data), "source_text": text, "path": str(path),
+                                         "marks": marks})
+    except ValidationError as exc:
+        raise _located(exc, marks) from None
+    check_expansion(spec)
+    return spec
+
+
+def _located(exc: ValidationError, marks: Marks) -> UserError:
+    """pydantic's first error as "FILE:LINE: key 'a.b': expected ..., got ..." on the key's line."""
+    error = exc.errors(include_url=False)[0]
+    loc = tuple(error["loc"])
+    if error["type"] == "missing" and len(loc) == 1 and loc[0] in _MISSING_HELP:
+        return marks.error((), _MISSING_HELP[loc[0]], show_key=False)
+    if isinstance((error.get("ctx") or {}).get("error"), UserErrorAt):
+        return marks.error(error["ctx"]["error"].path, str(error["ctx"]["error"]))
+    if error["type"] == "extra_forbidden":
+        section = loc[0]
+        known = list(type(_SECTION_MODELS[section]()).model_fields)
+        return marks.error(loc, f"is not a {section} key; expected {', '.join(known)}" + suggestion(loc[-1], known))
+    loc = tuple(part for part in loc if not (isinstance(part, str) and "[" in part))  # pydantic's union branches
+    message = expected_text(error)
+    if error["type"] == "literal_error":
+        message += suggestion(error.get("input"), re.findall(r"'([^']*)'", str(error["ctx"].get("expected"))))
+    return marks.error(loc, message)
+
+
+_SECTION_MODELS = {"metric": Metric, "resources": Resources, "scheduler": Scheduler}

@@ -1,0 +1,247 @@
+"""Checking a study's `base` and `parameters` against the trainer config (trainer/config.py).
+
+Each swept value is checked alone (its type, by the config's pydantic model) and with the base (the
+config's checks across keys); a complaint about another swept key is left to the combinations.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import math
+import types
+import typing
+from dataclasses import dataclass
+from typing import Any
+
+from sweep.spec.expressions import check_expression
+from sweep.spec.marks import Marks
+from sweep.spec.text import format_value, is_expr, overlay, pop_dotted, suggestion, type_name
+from trainer import config as run_config  # run_config.RunConfig read at call time (tests swap it)
+from trainer.config import check_value, field_names, set_dotted
+from trainer.errors import ConfigError
+
+DISTRIBUTION_KEYS = {
+    "uniform": ("low", "high", "step"),
+    "loguniform": ("low", "high"),
+    "int": ("low", "high", "step"),
+    "categorical": ("choices",),
+}
+# Keys the study sets per trial; a value in `base` or `parameters` would be silently overridden.
+PER_TRIAL_KEYS = {
+    "seed": "list the seeds at the top level (seeds: [42, 43])",
+    "output_dir": "the runner sets it per trial (results/<study>/trials/<key>/)",
+}
+# Trainer checks that compare two keys: (key it complains about) -> the other keys it depends on.
+_DEPENDS_ON = {
+    "queue.initial_size": ("queue.initial_size", "queue.size"),
+    "queue.slices": ("queue.slices", "queue.size"),
+    "data.max_sentences": ("data.max_sentences", "batch_size"),
+}
+
+
+def default_config() -> dict[str, Any]:
+    """RunConfig's defaults as a dict; never modified (`overlay` copies it)."""
+    return _defaults_of(run_config.RunConfig)
+
+
+@functools.lru_cache(maxsize=4)
+def _defaults_of(config_class: type) -> dict[str, Any]:
+    return config_class().to_dict()
+
+
+def queue_overfull(config: dict[str, Any]) -> bool:
+    """The built-in constraint: K0 > K cannot be run (Table 7's grid crosses K0 with K)."""
+    queue = config["queue"]
+    size, initial = queue.get("size"), queue.get("initial_size")
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (size, initial))
+    return numbers and size >= 0 and initial > size
+
+
+def _check_expression(text: Any, path: tuple, where: Marks) -> Any:
+    try:
+        return check_expression(text)
+    except ValueError as exc:
+        raise where.error(path, str(exc)) from None
+
+
+def _numeric_kind(key: str) -> str | None:
+    """'int' or 'float' for number-typed keys (optional or not), None for the rest."""
+    *section, last = key.split(".")
+    model = run_config.RunConfig.model_fields[section[0]].annotation if section else run_config.RunConfig
+    hint = model.model_fields[last].annotation
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        hint = next(arg for arg in typing.get_args(hint) if arg is not type(None))
+    if typing.get_origin(hint) is typing.Annotated:
+        hint = typing.get_args(hint)[0]
+    return {int: "int", float: "float"}.get(hint)
+
+
+def check_base(base: Any, swept: set[str], where: Marks) -> dict[str, Any]:
+    """The study's base trainer config, checked with the swept keys taken out (every trial sets them)."""
+    if not isinstance(base, dict):
+        raise where.error(("base",), f"expected a mapping of trainer config keys, got {type_name(base)}")
+    if base.get("model") in (None, ""):
+        state = "is empty" if "model" in base else "is missing"
+        raise where.error(("base", "model"), f"{state}; expected an HF model id (bert-base-uncased), "
+                          "a local path, or 'embedded' (the study must say what it trains)")
+    for key, why in PER_TRIAL_KEYS.items():
+        if key in base:
+            raise where.error(("base", key), f"is set per trial: {why}")
+    checked = copy.deepcopy(base)
+    for key in swept:
+        pop_dotted(checked, key)  # every trial sets it, so the base's value never runs
+    try:
+        run_config.RunConfig.from_dict(checked)
+    except ConfigError as exc:
+        if any(other in swept for other in _DEPENDS_ON.get(exc.key, ())):
+            return base  # e.g. K0 against a swept K: judged per combination while expanding
+        raise where.error(("base", *exc.key.split(".")), exc.detail.lstrip(": ").strip()) from None
+    return base
+
+
+def check_parameters(raw: Any, method: str, base: dict[str, Any], where: Marks) -> dict[str, Any]:
+    """The swept keys: each value list or distribution checked against the trainer config and the base."""
+    context = _ValueContext(overlay(default_config(), base), set(raw) if isinstance(raw, dict) else set())
+    if not isinstance(raw, dict):
+        raise where.error(("parameters",), "expected a mapping of dotted trainer keys to value lists or "
+                          f"distributions, got {type_name(raw)}")
+    parameters: dict[str, Any] = {}
+    for key, spec_value in raw.items():
+        path = ("parameters", key)
+        if isinstance(key, str) and any(known.startswith(key + ".") for known in field_names()):
+            raise where.error(path, f"is a config section; expected dotted keys such as '{key}."
+                              f"{next(k for k in field_names() if k.startswith(key + '.')).split('.', 1)[1]}'")
+        if not isinstance(key, str) or key not in field_names():
+            raise where.error(path, "is not a trainer config key" + suggestion(str(key), field_names()))
+        if key in PER_TRIAL_KEYS:
+            raise where.error(path, f"is set per trial: {PER_TRIAL_KEYS[key]}")
+        if isinstance(spec_value, list):
+            parameters[key] = _read_value_list(key, spec_value, method, context, where)
+        elif is_expr(spec_value):
+            _check_expression(spec_value["expr"], path, where)
+            parameters[key] = [spec_value]  # a derived value: one "choice", computed per trial
+        elif isinstance(spec_value, dict) and "distribution" in spec_value:
+            if method == "grid":
+                raise where.error(path, "a distribution needs method random or tpe; a grid needs a list of values")
+            parameters[key] = _read_distribution(key, spec_value, context, where)
+        else:
+            raise where.error(path, "expected a list of values (grid), a distribution mapping "
+                              "{distribution: ..., low: ..., high: ...} or {expr: ...}, got "
+                              f"{spec_value!r}; a fixed value belongs in base")
+    return parameters
+
+
+def _read_value_list(
+    key: str, values: list[Any], method: str, context: _ValueContext, where: Marks,
+) -> list[Any]:
+    if not values:
+        raise where.error(("parameters", key), "expected a non-empty list of values")
+    out: list[Any] = []
+    seen: list[Any] = []
+    for index, value in enumerate(values):
+        path = ("parameters", key, index)
+        if is_expr(value):
+            if method == "tpe" and len(values) > 1:
+                raise where.error(path, "expr values in a list need method grid or random (TPE samples "
+                                  "plain values); write a lone {expr: ...} for a derived value")
+            _check_expression(value["expr"], path, where)
+            out.append(value)
+            continue
+        if isinstance(value, dict):
+            raise where.error(path, f"expected a plain value or {{expr: ...}}, got {value!r}")
+        value = _check_value(key, value, context, path, where)
+        if value in seen:
+            raise where.error(path, f"value {format_value(value)} is listed twice")
+        seen.append(value)
+        out.append(value)
+    return out
+
+
+def _read_distribution(
+    key: str, spec_value: dict[str, Any], context: _ValueContext, where: Marks,
+) -> dict[str, Any]:
+    path = ("parameters", key)
+    kind = spec_value["distribution"]
+    if kind not in DISTRIBUTION_KEYS:
+        raise where.error(path + ("distribution",), f"expected one of {', '.join(DISTRIBUTION_KEYS)}, got {kind!r}"
+                          + suggestion(kind, DISTRIBUTION_KEYS))
+    allowed = DISTRIBUTION_KEYS[kind]
+    for name in spec_value:
+        if name != "distribution" and name not in allowed:
+            raise where.error(path + (name,), f"is not a key of a {kind} distribution; expected {', '.join(allowed)}")
+    numeric = _numeric_kind(key)
+    if kind == "categorical":
+        choices = spec_value.get("choices")
+        if not isinstance(choices, list) or not choices:
+            raise where.error(path + ("choices",), f"expected a non-empty list of choices, got {choices!r}")
+        checked = [_check_value(key, c, context, path + ("choices", i), where) for i, c in enumerate(choices)]
+        return {"distribution": kind, "choices": checked}
+    if numeric is None:
+        raise where.error(path, f"is not numeric; a {kind} distribution needs a number key (use categorical)")
+    if kind != "int" and numeric == "int":
+        raise where.error(path + ("distribution",), f"'{key}' is an integer; expected distribution int or categorical")
+    for name in ("low", "high"):
+        if name not in spec_value:
+            raise where.error(path, f"a {kind} distribution needs '{name}'")
+    bound_type = int if kind == "int" else float
+    low = _read_number(spec_value["low"], bound_type, path + ("low",), where)
+    high = _read_number(spec_value["high"], bound_type, path + ("high",), where)
+    if not low < high:
+        raise where.error(path + ("high",), f"expected high > low ({low}), got {high}")
+    if kind == "loguniform" and low <= 0:
+        raise where.error(path + ("low",), f"a loguniform distribution needs low > 0, got {low}")
+    out = {"distribution": kind, "low": low, "high": high}
+    if spec_value.get("step") is not None:
+        step = _read_number(spec_value["step"], bound_type, path + ("step",), where)
+        if step <= 0:
+            raise where.error(path + ("step",), f"expected a positive step, got {step}")
+        out["step"] = step
+    # Every constraint the trainer puts on a number is an interval, so valid ends mean a valid range.
+    _check_value(key, low, context, path + ("low",), where)
+    _check_value(key, high, context, path + ("high",), where)
+    return out
+
+
+def _read_number(value: Any, number_type: type, path: tuple, where: Marks) -> int | float:
+    if number_type is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise where.error(path, f"expected an integer, got {value!r}")
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    raise where.error(path, f"expected a number, got {value!r}")
+
+
+@dataclass
+class _ValueContext:
+    """What a single swept value is checked against: the base (over defaults) and the swept keys."""
+
+    base_config: dict[str, Any]
+    swept: set[str]
+
+
+def _check_value(key: str, value: Any, context: _ValueContext, path: tuple, where: Marks) -> Any:
+    """Coerce one swept value to its trainer type and check it with the base (K0 <= K aside).
+
+    A complaint about another swept key is left to the combinations, which name both values.
+    """
+    try:
+        value = check_value(key, value)
+    except ConfigError as exc:
+        raise where.error(path, exc.detail.lstrip(": ")) from None
+    config = copy.deepcopy(context.base_config)
+    set_dotted(config, key, value)
+    queue = config["queue"]
+    if queue_overfull(config):
+        queue["initial_size"] = queue["size"]  # the pair is judged per combination, never here
+    try:
+        run_config.RunConfig.from_dict(config)
+    except ConfigError as exc:
+        if exc.key == key:
+            raise where.error(path, f"value {format_value(value)}{exc.detail}") from None
+        if exc.key in context.swept:
+            return value
+        raise where.error(path, f"value {format_value(value)} does not fit the base: {exc}") from None
+    return value
+

@@ -1,0 +1,68 @@
+"""Preflight: a study that cannot run exits 2 with one line before Ray starts a trial."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from sweep.preflight import preflight_resources
+from sweep.runner import run_study
+from sweep.spec import load_study
+from trainer.errors import UserError
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def write_study(tmp_path: Path, base: str, extra: str = "") -> Path:
+    path = tmp_path / "study.yaml"
+    path.write_text(f"name: pre\nbase: {base}\nresults_dir: {tmp_path / 'results'}\n{extra}")
+    return path
+
+
+def test_a_gpu_study_on_a_machine_without_gpu_exits_2_in_seconds(tmp_path):
+    path = write_study(tmp_path, "{model: embedded, method: simcse, max_steps: 2}", "resources: {gpu: 1}\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "CUDA_VISIBLE_DEVICES": ""}  # no GPU, also on a GPU machine
+    started = time.monotonic()
+    result = subprocess.run([sys.executable, "-m", "sweep", "run", str(path)], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=120)
+    elapsed = time.monotonic() - started
+    assert result.returncode == 2, result.stderr
+    assert elapsed < 20, elapsed
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and "asks for 1 GPU but this machine has no GPU" in lines[0]
+    assert "resources: {gpu: 0}" in lines[0]  # how to fix it
+    assert not (tmp_path / "results").exists()  # nothing written, Ray never started
+
+
+@pytest.mark.parametrize("nodes, cpu, gpu, fragment", [
+    ([{"CPU": 16.0}], 1, 1, "no GPU"),
+    ([{"CPU": 4.0, "GPU": 1.0}, {"CPU": 4.0, "GPU": 1.0}], 1, 2, "at most 1 GPU(s) on one node"),
+    ([{"CPU": 2.0}], 4, 0, "asks for 4 CPUs"),
+])
+def test_a_trial_must_fit_on_one_node(nodes, cpu, gpu, fragment):
+    with pytest.raises(UserError, match=fragment.replace("(", r"\(").replace(")", r"\)")):
+        preflight_resources(cpu, gpu, nodes, "the Ray cluster at head:6379")
+    preflight_resources(0.5, 0.5, [{"CPU": 1.0, "GPU": 1.0}])  # fractions fit
+
+
+@pytest.mark.parametrize("base, fragment", [
+    ("{model: /no/such/model-folder, method: simcse}", "model '/no/such/model-folder': no such local folder"),
+    ("{model: no-such-org/no-such-model, method: simcse}", "cannot load model 'no-such-org/no-such-model'"),
+    ("{model: embedded, method: simcse, data: {data_dir: /no/such/data}}",
+     "data directory /no/such/data does not exist"),
+    ("{model: embedded, method: simcse, data: {corpus: /no/such/corpus.txt}}", "training corpus /no/such/corpus.txt"),
+])
+def test_a_model_or_data_that_is_not_there_stops_the_study_before_any_trial(tmp_path, monkeypatch, base, fragment):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # a hub id that is not in the cache cannot be fetched here
+    spec = load_study(write_study(tmp_path, base))
+    with pytest.raises(UserError) as info:
+        run_study(spec, _train_fn="unused:train")
+    assert fragment in str(info.value) and "\n" not in str(info.value)
+    assert not (Path(spec.study_dir) / "trials").exists()  # no trial started
+    assert not (Path(spec.study_dir) / "ray.log").exists()  # nor Ray
