@@ -1,6 +1,8 @@
 """`sweep run`: run (or resume) a study through Ray Tune, mirrored live to Optuna and results/<study>/.
 
-    run_study(spec, address=None, max_concurrent=None) -> exit code (0: every trial ended, 130: Ctrl-C)
+    run_study(spec, address=None, max_concurrent=None) -> exit code (README "Exit codes"):
+        0 every trial ended with a result (ok, diverged, collapsed, pruned); 1 a trial ended in an
+        error or was interrupted; 130/143/129 stopped by SIGINT (Ctrl-C) / SIGTERM / SIGHUP.
 
 One Tune trial = one trainer run in a fresh worker process (`reuse_actors=False`: a new Ray actor,
 hence a new process, per trial). The driver is the only writer of the Optuna study and of
@@ -16,6 +18,14 @@ Resume (no Ray restore; the same command again after Ctrl-C, kill -9 or a crashe
 - Every other key (never run, interrupted, or failed with an error) runs (again) as a new Optuna trial;
   the stale attempt stays FAIL. So each key ends final exactly once.
 A lock file (flock on results/<study>/.driver.lock) stops two drivers from running one study at once.
+
+Stopping (SIGTERM from Slurm's time limit or `scancel`, SIGINT from Ctrl-C, SIGHUP from a closed
+terminal): the driver stops launching trials, asks Tune to stop the running ones (a Tune Stopper), and
+after STOP_GRACE_S (or at a second signal) stops waiting; running trials become FAIL "interrupted",
+Ray is shut down, leftover Ray processes of a local instance are killed, and the driver prints one
+line and exits 128 + the signal number. Ray installs its own SIGTERM handlers in ray.init (sys.exit,
+plus the C++ core worker's crash dump); ours are installed again after ray.init, and Tune's SIGINT
+handler (which prints a `Tuner.restore` hint) is turned off with TUNE_DISABLE_SIGINT_HANDLER.
 """
 
 from __future__ import annotations
@@ -27,6 +37,7 @@ import json
 import logging
 import math
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -50,6 +61,12 @@ FORWARDED_ENV = ("SWEEP_DATA_DIR", "HF_HOME", "HF_HUB_OFFLINE", "TRANSFORMERS_OF
 STEP_KEY, CURVE_KEY = "step", "dev_stsb"
 SUMMARY_KEY, ERROR_KEY = "sweep_summary", "sweep_error"
 _MAX_DROPPED_ASKS = 100
+# Signals that stop a sweep cleanly; the exit status is 128 + the signal number (the shell's convention).
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+# Seconds the running trials get to stop after the first signal before the driver stops waiting for them.
+STOP_GRACE_S = float(os.environ.get("SWEEP_STOP_GRACE_S", "15"))
+# Trainer statuses that are results, not errors: a study with only these exits 0.
+RESULT_STATUSES = ("ok", "diverged", "collapsed", "pruned", "dropped", "duplicate")
 
 
 def run_study(spec: StudySpec, address: str | None = None, max_concurrent: int | None = None,
@@ -63,8 +80,144 @@ def run_study(spec: StudySpec, address: str | None = None, max_concurrent: int |
         raise UserError("--max-concurrent: expected a positive integer")
     train_fn = _train_fn or os.environ.get("SWEEP_TRAIN_FN") or DEFAULT_TRAIN_FN
     run = _StudyRun(spec, train_fn)
-    with run.locked():
+    with run.stop.installed(), run.locked():
         return run.execute(address, max_concurrent)
+
+
+# ---- stopping on a signal ----------------------------------------------------------------------------
+class _StopNow(BaseException):
+    """Raised in the driver's main thread to stop waiting for the trials (second signal, grace over)."""
+
+
+class _StopSignals:
+    """The driver's SIGTERM/SIGINT/SIGHUP handling: the first signal asks for a clean stop (and arms a
+    SIGALRM after STOP_GRACE_S), a second one, or the alarm, raises _StopNow.
+
+        stop = _StopSignals()
+        with stop.installed():
+            ...                      # stop.signum is set once a signal arrived
+    """
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    @property
+    def requested(self) -> bool:
+        return self.signum is not None
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name if self.signum else ""
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + int(self.signum or 0)
+
+    @contextlib.contextmanager
+    def installed(self):
+        import threading
+
+        if threading.current_thread() is not threading.main_thread():
+            yield  # signal handlers can only be set from the main thread (e.g. run_study in a thread)
+            return
+        for sig in (*STOP_SIGNALS, signal.SIGALRM):
+            self._previous.setdefault(sig, signal.getsignal(sig))
+        self.install()
+        try:
+            yield
+        finally:
+            signal.alarm(0)
+            for sig, handler in self._previous.items():
+                signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+
+    def install(self) -> None:
+        """(Re)install the handlers: ray.init replaces the SIGTERM handler with its own."""
+        if not self._previous:
+            return
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, self._on_signal)
+        signal.signal(signal.SIGALRM, self._on_alarm)
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        if self.signum is not None:
+            raise _StopNow()
+        self.signum = signum
+        signal.alarm(max(1, math.ceil(STOP_GRACE_S)))
+
+    def _on_alarm(self, signum: int, frame: Any) -> None:
+        if self.signum is not None:
+            raise _StopNow()
+
+
+class _StopOnSignal(tune.Stopper):
+    """Tune stops every trial (and asks for no new one) once a stop signal arrived."""
+
+    def __init__(self, stop: _StopSignals):
+        self.stop = stop
+
+    def __call__(self, trial_id: str, result: dict) -> bool:
+        return False
+
+    def stop_all(self) -> bool:
+        return self.stop.requested
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {}  # Tune pickles its config (see _TrialFeed.__getstate__)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.stop = _StopSignals()
+
+
+def _descendants() -> list[Any]:
+    import psutil
+
+    try:
+        return psutil.Process().children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def _kill_leftovers(grace: float = 3.0) -> None:
+    """SIGTERM, then SIGKILL, every process still below the driver after ray.shutdown (a Ray agent the
+    raylet left behind, e.g. when a signal came while Ray was starting). Only for a Ray we started."""
+    import psutil
+
+    left = _descendants()
+    for proc in left:
+        with contextlib.suppress(psutil.Error):
+            proc.terminate()
+    _, alive = psutil.wait_procs(left, timeout=grace)
+    for proc in alive:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    psutil.wait_procs(alive, timeout=grace)
+
+
+@contextlib.contextmanager
+def _child_subreaper():
+    """Make the driver the reaper of orphaned descendants (Linux), so that Ray agents whose raylet died
+    are re-parented to it, found by _kill_leftovers, and not left running under init."""
+    libc = None
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        with contextlib.suppress(OSError):
+            libc = ctypes.CDLL(None, use_errno=True)
+    PR_SET_CHILD_SUBREAPER, PR_GET_CHILD_SUBREAPER = 36, 37
+    before = None
+    if libc is not None:
+        import ctypes
+
+        value = ctypes.c_int(0)
+        if libc.prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(value), 0, 0, 0) == 0:
+            before = value.value
+            libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    try:
+        yield
+    finally:
+        if libc is not None and before is not None:
+            libc.prctl(PR_SET_CHILD_SUBREAPER, before, 0, 0, 0)
 
 
 # ---- the trial process ------------------------------------------------------------------------------
@@ -152,6 +305,7 @@ class _StudyRun:
         self.table: TrialsTable | None = None
         self.progress: Progress | None = None
         self.interrupted = False
+        self.stop = _StopSignals()
 
     # ---- lock -----------------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -201,22 +355,61 @@ class _StudyRun:
         return total
 
     def execute(self, address: str | None, max_concurrent: int | None) -> int:
-        if self.prepare() == 0:
-            self._print_summary()
-            return 0
+        if self.prepare() == 0 or self.stop.requested:
+            return self._finish()
+        with contextlib.ExitStack() as stack:
+            if not address:
+                stack.enter_context(_child_subreaper())
+            started_ray = False
+            try:
+                started_ray = self._init_ray(address)
+                if not self.stop.requested:
+                    self._fit(max_concurrent)
+            except _StopNow:
+                pass
+            except KeyboardInterrupt:  # a SIGINT before our handler was (re)installed
+                self.stop.signum = self.stop.signum or signal.SIGINT
+            finally:
+                self._hold_signals()
+                try:
+                    self._finish_interrupted()
+                    self._shutdown_ray(started_ray or not address)
+                finally:
+                    self.stop.install()
+        return self._finish()
+
+    def _finish(self) -> int:
+        """Print the summary; the exit code (module docstring)."""
+        if self.stop.requested:
+            self.interrupted = True
+        self._print_summary()
+        if self.stop.requested:
+            return self.stop.exit_code
+        errors = [r for r in self.table.rows.values()
+                  if r["state"] == "FAIL" and (r.get("status") or "error") not in RESULT_STATUSES]
+        return 1 if errors or self.interrupted else 0
+
+    def _hold_signals(self) -> None:
+        """From here on the driver is stopping anyway: a further signal must not cut the clean-up short
+        (it only records which signal came, when none had)."""
+        signal.alarm(0)
+        if not self.stop._previous:
+            return
+
+        def note(signum: int, frame: Any) -> None:
+            self.stop.signum = self.stop.signum or signum
+
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, note)
+
+    def _shutdown_ray(self, local: bool) -> None:
+        """ray.shutdown(), then (for a Ray started here) kill what Ray left."""
         import ray
 
-        started_ray = self._init_ray(address)
-        try:
-            self._fit(max_concurrent)
-        except KeyboardInterrupt:
-            self.interrupted = True
-        finally:
-            self._finish_interrupted()
-            if started_ray:
-                ray.shutdown()
-        self._print_summary()
-        return 130 if self.interrupted else 0
+        if ray.is_initialized():
+            ray.shutdown()
+        if local:
+            _kill_leftovers()
 
     def _planned_trials(self) -> list[Trial]:
         if self.spec.method == "tpe":
@@ -309,12 +502,17 @@ class _StudyRun:
             kwargs["runtime_env"] = {"env_vars": env_vars}
         if ray.is_initialized():
             return False
+        os.environ.setdefault("TUNE_DISABLE_SIGINT_HANDLER", "1")  # ours stops the run (no Tuner.restore hint)
         try:
             if address:
                 ray.init(address=address, **kwargs)
             else:
                 # "local": a new instance of our own, even when another Ray runs on this machine
                 ray.init(address="local", num_cpus=os.cpu_count() or 1, include_dashboard=False, **kwargs)
+        except SystemExit:
+            # ray.init's own SIGTERM handlers (installed while it starts) end in sys.exit
+            self.stop.signum = self.stop.signum or signal.SIGTERM
+            return True
         except (ConnectionError, RuntimeError, ValueError) as exc:
             where = f"the Ray cluster at {address}" if address else "a local Ray instance"
             hint = ""
@@ -322,6 +520,8 @@ class _StudyRun:
                 hint = ("; if the cluster uses token authentication (Ray's default for `ray start`), set "
                         "RAY_AUTH_MODE=token (the token is read from $RAY_AUTH_TOKEN or ~/.ray/auth_token)")
             raise UserError(f"cannot start or reach {where}: {' '.join(str(exc).split())[:300]}{hint}") from None
+        finally:
+            self.stop.install()  # replaces ray.init's SIGTERM handlers and the core worker's crash dump
         return True
 
     def _fit(self, max_concurrent: int | None) -> None:
@@ -344,10 +544,11 @@ class _StudyRun:
             run_config=tune.RunConfig(
                 name=time.strftime("run-%Y%m%d-%H%M%S"), storage_path=str(self.folder.ray_dir),
                 verbose=0, callbacks=[callback], failure_config=tune.FailureConfig(max_failures=0),
+                stop=_StopOnSignal(self.stop),
             ),
         )
         tuner.fit()
-        # Tune ends fit() quietly on Ctrl-C (it catches SIGINT): trials still running were interrupted.
+        # Tune ends fit() quietly when its stopper stops it: trials still running were interrupted.
         if self.mirror.running or self.handed_out or searcher.has_more():
             self.interrupted = True
 
@@ -373,6 +574,8 @@ class _StudyRun:
 
     # ---- trial events (called from the Tune driver loop) -----------------------------------------
     def next_job(self) -> dict[str, Any] | None:
+        if self.stop.requested:
+            return None  # stopping: launch nothing new
         if not self.to_run and self.asks_left > 0:
             self._ask_tpe()
         if not self.to_run:
@@ -485,7 +688,11 @@ class _StudyRun:
                 self.progress.say(f"  {row['key']} {row.get('status')}: {_short(row['reason'])}  "
                                   f"(log: {self.folder.log_path(row['key'])})")
         self.progress.say(f"trials.csv: {self.folder.trials_csv}")
-        if self.interrupted:
+        if self.stop.requested:
+            done = sum(1 for r in rows if _is_done(r))
+            self.progress.say(f"interrupted by {self.stop.name}: {done} of {len(rows)} trials done; "
+                              "run the same command to go on")
+        elif self.interrupted:
             self.progress.say("run the same command again to resume")
 
 
@@ -546,7 +753,15 @@ class _Mirroring(tune.Callback):
                                     if k in result})
             self.run.trial_result(live["key"], live["number"], result)
 
+    def _stopped_by_signal(self, trial: Any) -> bool:
+        """A trial that Tune ended because the driver is stopping, with no verdict of its own: it stays
+        RUNNING in Optuna until _finish_interrupted records it FAIL (interrupted)."""
+        live = self.live.get(trial.trial_id)
+        return live is not None and self.run.stop.requested and live["summary"] is None and live["error"] is None
+
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        if self._stopped_by_signal(trial):
+            return
         live = self.live.pop(trial.trial_id, None)
         if live is None:
             return
@@ -562,6 +777,8 @@ class _Mirroring(tune.Callback):
         self.run.trial_ended(live["key"], live["number"], summary)
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        if self._stopped_by_signal(trial):
+            return
         live = self.live.pop(trial.trial_id, None)
         if live is None:
             return
@@ -590,6 +807,11 @@ class _Mirroring(tune.Callback):
             folder.write_summary(key, summary)
         if not folder.metrics_path(key).exists() and live["metrics"]:
             folder.write_metrics(key, live["metrics"])
+
+
+def _is_done(row: dict[str, Any]) -> bool:
+    """A trials.csv row whose trial has ended for good (skipped by the next run)."""
+    return row["state"] in ("COMPLETE", "PRUNED") or (row["state"] == "FAIL" and row.get("status") in ("diverged", "collapsed"))
 
 
 def _trial_error(trial: Any) -> str:
