@@ -7,6 +7,7 @@ Every subcommand parses its arguments and calls one function; user mistakes surf
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 
 from trainer.errors import UserError
@@ -126,16 +127,32 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _Signalled(KeyboardInterrupt):
+    """SIGTERM or SIGHUP outside `sweep run`'s own handling: stop like Ctrl-C does."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_signalled(signum: int, frame: object) -> None:
+    raise _Signalled(signum)
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; exit status 0, 1 (`sweep run`: a trial failed), 2 (user error), 128 + N (signal N)."""
     args = build_parser().parse_args(argv)
+    for sig in (signal.SIGTERM, signal.SIGHUP):  # SIGINT already raises KeyboardInterrupt
+        signal.signal(sig, _raise_signalled)
     try:
         return int(args.func(args) or 0)
     except UserError as exc:
         print(f"sweep: error: {exc}", file=sys.stderr)
         return exc.exit_code
-    except KeyboardInterrupt:
-        print("sweep: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        signum = getattr(exc, "signum", signal.SIGINT)
+        print(f"sweep: interrupted by {signal.Signals(signum).name}; run the same command to go on", file=sys.stderr)
+        return 128 + signum
 
 
 if __name__ == "__main__":

@@ -41,6 +41,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -65,6 +66,10 @@ _MAX_DROPPED_ASKS = 100
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 # Seconds the running trials get to stop after the first signal before the driver stops waiting for them.
 STOP_GRACE_S = float(os.environ.get("SWEEP_STOP_GRACE_S", "15"))
+# Seconds after the grace period before a watchdog thread finishes the stop itself, when the main thread is
+# stuck inside Ray (a SIGTERM to the whole process group also kills Ray's GCS, and the driver's core worker
+# then blocks for a minute before it aborts).
+STUCK_AFTER_S = 10.0
 # Trainer statuses that are results, not errors: a study with only these exits 0.
 RESULT_STATUSES = ("ok", "diverged", "collapsed", "pruned", "dropped", "duplicate")
 
@@ -101,6 +106,10 @@ class _StopSignals:
     def __init__(self) -> None:
         self.signum: int | None = None
         self._previous: dict[int, Any] = {}
+        self._seen = 0  # signals the main thread's handler has seen
+        self.on_stuck: Callable[[], None] | None = None  # called by the watchdog when the main thread hangs
+        self.done = None  # threading.Event: set when the driver no longer needs the watchdog
+        self.ray_processes: list[Any] = []  # psutil processes of a local Ray's GCS and raylet
 
     @property
     def requested(self) -> bool:
@@ -116,20 +125,58 @@ class _StopSignals:
 
     @contextlib.contextmanager
     def installed(self):
-        import threading
-
         if threading.current_thread() is not threading.main_thread():
             yield  # signal handlers can only be set from the main thread (e.g. run_study in a thread)
             return
         for sig in (*STOP_SIGNALS, signal.SIGALRM):
             self._previous.setdefault(sig, signal.getsignal(sig))
         self.install()
+        # Python's C-level handler writes each signal number to the wakeup fd even while the main thread
+        # is blocked in C++ (where no Python handler can run): the watchdog thread reads it there.
+        read_fd, write_fd = os.pipe()
+        os.set_blocking(write_fd, False)
+        previous_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+        self.done = threading.Event()
+        watchdog = threading.Thread(target=self._watch, args=(read_fd,), name="sweep-stop-watchdog", daemon=True)
+        watchdog.start()
         try:
             yield
         finally:
+            self.done.set()
             signal.alarm(0)
+            signal.set_wakeup_fd(previous_fd)
+            os.close(write_fd)  # ends the watchdog's read
+            watchdog.join(timeout=5)
+            os.close(read_fd)
             for sig, handler in self._previous.items():
                 signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+
+    def _watch(self, read_fd: int) -> None:
+        """Wait for a stop signal; if the driver has not finished STOP_GRACE_S + STUCK_AFTER_S later, the
+        main thread is stuck in Ray: call on_stuck (which ends the process)."""
+        while True:
+            try:
+                data = os.read(read_fd, 64)
+            except OSError:
+                return
+            if not data or self.done.is_set():
+                return
+            stops = [b for b in data if b in STOP_SIGNALS]
+            if stops:
+                break
+        if self.signum is None:
+            self.signum = stops[0]
+        deadline = time.monotonic() + STOP_GRACE_S + STUCK_AFTER_S
+        dead_since = None
+        while not self.done.wait(0.5):
+            # With its GCS or raylet gone (the signal went to the whole process group), the local Ray
+            # cannot stop anything any more: do not wait out the grace period.
+            if self.ray_processes and not all(_alive(p) for p in self.ray_processes):
+                dead_since = dead_since or time.monotonic()
+            if time.monotonic() > deadline or (dead_since and time.monotonic() - dead_since > 2):
+                if self.on_stuck is not None:
+                    self.on_stuck()
+                return
 
     def install(self) -> None:
         """(Re)install the handlers: ray.init replaces the SIGTERM handler with its own."""
@@ -140,9 +187,11 @@ class _StopSignals:
         signal.signal(signal.SIGALRM, self._on_alarm)
 
     def _on_signal(self, signum: int, frame: Any) -> None:
-        if self.signum is not None:
+        self._seen += 1
+        if self._seen > 1:
             raise _StopNow()
-        self.signum = signum
+        if self.signum is None:
+            self.signum = signum
         signal.alarm(max(1, math.ceil(STOP_GRACE_S)))
 
     def _on_alarm(self, signum: int, frame: Any) -> None:
@@ -167,6 +216,15 @@ class _StopOnSignal(tune.Stopper):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.stop = _StopSignals()
+
+
+def _alive(proc: Any) -> bool:
+    import psutil
+
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def _descendants() -> list[Any]:
@@ -357,26 +415,36 @@ class _StudyRun:
     def execute(self, address: str | None, max_concurrent: int | None) -> int:
         if self.prepare() == 0 or self.stop.requested:
             return self._finish()
+        self.stop.on_stuck = lambda: self._abandon(local=not address)
         with contextlib.ExitStack() as stack:
             if not address:
                 stack.enter_context(_child_subreaper())
             started_ray = False
             try:
-                started_ray = self._init_ray(address)
-                if not self.stop.requested:
-                    self._fit(max_concurrent)
-            except _StopNow:
-                pass
-            except KeyboardInterrupt:  # a SIGINT before our handler was (re)installed
-                self.stop.signum = self.stop.signum or signal.SIGINT
+                try:
+                    started_ray = self._init_ray(address)
+                    if not self.stop.requested:
+                        self._fit(max_concurrent)
+                except _StopNow:
+                    pass
+                except KeyboardInterrupt:  # a SIGINT before our handler was (re)installed
+                    self.stop.signum = self.stop.signum or signal.SIGINT
+                except BaseException:
+                    self._hold_signals()
+                    self._finish_interrupted()
+                    raise
+                self._hold_signals()
+                self._finish_interrupted()
+                # The summary comes before ray.shutdown: Ray's shutdown resets SIGTERM to its default
+                # action for a moment, so a second SIGTERM then ends the driver at once (status 143).
+                code = self._finish()
             finally:
                 self._hold_signals()
                 try:
-                    self._finish_interrupted()
                     self._shutdown_ray(started_ray or not address)
                 finally:
                     self.stop.install()
-        return self._finish()
+        return code
 
     def _finish(self) -> int:
         """Print the summary; the exit code (module docstring)."""
@@ -388,6 +456,21 @@ class _StudyRun:
         errors = [r for r in self.table.rows.values()
                   if r["state"] == "FAIL" and (r.get("status") or "error") not in RESULT_STATUSES]
         return 1 if errors or self.interrupted else 0
+
+    def _abandon(self, local: bool) -> None:
+        """Called by the stop watchdog when the main thread is stuck inside Ray after a stop signal: record
+        the running trials as interrupted, print the summary, kill what Ray left, and exit."""
+        for step in (self._finish_interrupted, self._finish):
+            try:
+                step()
+            except Exception as exc:  # best effort: the process ends right after
+                print(f"sweep: while stopping: {type(exc).__name__}: {exc}", file=sys.stderr)
+        if local:
+            with contextlib.suppress(Exception):
+                _kill_leftovers(grace=1.0)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(self.stop.exit_code)
 
     def _hold_signals(self) -> None:
         """From here on the driver is stopping anyway: a further signal must not cut the clean-up short
@@ -522,6 +605,7 @@ class _StudyRun:
             raise UserError(f"cannot start or reach {where}: {' '.join(str(exc).split())[:300]}{hint}") from None
         finally:
             self.stop.install()  # replaces ray.init's SIGTERM handlers and the core worker's crash dump
+        self.stop.ray_processes = [p for p in _descendants() if p.name() in ("gcs_server", "raylet")]
         return True
 
     def _fit(self, max_concurrent: int | None) -> None:
