@@ -277,6 +277,25 @@ def summary_attrs(summary: dict[str, Any]) -> dict[str, Any]:
     return attrs
 
 
+def summary_from_attrs(attrs: dict[str, Any]) -> dict[str, Any]:
+    """The summary.json fields that summary_attrs recorded in Optuna (the inverse, for a damaged
+    summary.json); marked "restored_from": "optuna" (curves and the config are not in Optuna)."""
+    summary: dict[str, Any] = {"status": attrs.get("status"), "reason": attrs.get("reason")}
+    for name in ("steps", "best_step", "best_dev_stsb", "align", "uniform", "sentences_per_s", "wall_time_s"):
+        if name in attrs:
+            summary[name] = attrs[name]
+    test = {name: attrs[name] for name in (*TASKS, "avg") if name in attrs}
+    if test:
+        summary["test"] = test
+    mtd = {name: attrs[f"mtd_{name}"] for name in ("age_mean", "age_max", "eta") if f"mtd_{name}" in attrs}
+    if "mtd" in attrs:
+        mtd["formula"] = attrs["mtd"]
+    if mtd:
+        summary["mtd"] = mtd
+    summary["restored_from"] = "optuna"
+    return summary
+
+
 def _attr_value(value: Any) -> Any:
     """User attrs are stored as JSON: keep them finite and plain."""
     if isinstance(value, float) and not math.isfinite(value):

@@ -31,6 +31,7 @@ handler (which prints a `Tuner.restore` hint) is turned off with TUNE_DISABLE_SI
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import importlib
 import json
@@ -85,8 +86,37 @@ def run_study(spec: StudySpec, address: str | None = None, max_concurrent: int |
         raise UserError("--max-concurrent: expected a positive integer")
     train_fn = _train_fn or os.environ.get("SWEEP_TRAIN_FN") or DEFAULT_TRAIN_FN
     run = _StudyRun(spec, train_fn)
-    with run.stop.installed(), run.locked():
-        return run.execute(address, max_concurrent)
+    try:
+        with run.stop.installed(), run.locked():
+            return run.execute(address, max_concurrent)
+    except Exception as exc:
+        problem = _storage_problem(exc, run)
+        if problem is None:
+            raise
+        raise UserError(f"{problem}; what could be written was written: free space or make it writable, then "
+                        "run the same command to go on") from None
+
+
+# errnos of a results folder that cannot take more data: no space, quota, read-only, no permission
+_NO_WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
+_NO_WRITE_DB = ("database or disk is full", "readonly database", "unable to open database file", "disk i/o error")
+
+
+def _storage_problem(exc: BaseException, run: "_StudyRun") -> str | None:
+    """One line naming the path when `exc` (or what it was raised from) is a full disk or a read-only
+    folder / database; None for anything else."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in _NO_WRITE_ERRNOS:
+            path = exc.filename or run.folder.path
+            return f"cannot write {path}: {exc.strerror}"
+        text = str(exc).lower()
+        for needle in _NO_WRITE_DB:
+            if needle in text:
+                return f"cannot write the Optuna storage {_display_url(run.storage_url)}: {needle}"
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 # ---- stopping on a signal ----------------------------------------------------------------------------
@@ -431,7 +461,8 @@ class _StudyRun:
                     self.stop.signum = self.stop.signum or signal.SIGINT
                 except BaseException:
                     self._hold_signals()
-                    self._finish_interrupted()
+                    with contextlib.suppress(Exception):  # best effort: the first error is the one to report
+                        self._finish_interrupted()
                     raise
                 self._hold_signals()
                 self._finish_interrupted()
@@ -523,6 +554,9 @@ class _StudyRun:
             row = self.table.add(trial)
             attempts = by_key.get(trial.key, [])
             final = [a for a in attempts if self.mirror.is_final(a)]
+            problem = self.folder.summary_problem(trial.key)
+            if problem:
+                self._damaged_summary(trial.key, problem, final[-1] if final else None)
             summary = self.folder.read_summary(trial.key)
             if final:
                 last = final[-1]
@@ -543,6 +577,22 @@ class _StudyRun:
             asked = {t.number for ts in by_key.values() for t in ts if t.user_attrs.get("asked")}
             self.asks_left = max(0, (self.spec.budget or 1) - len(asked))
         return skipped
+
+    def _damaged_summary(self, key: str, problem: str, final: Any) -> None:
+        """A summary.json that does not parse: never read as "no result". When Optuna holds the trial's
+        final attempt, the file is set aside and rebuilt from that attempt's user attributes (the key stays
+        done); otherwise the trial's folder is set aside and the trial runs again."""
+        from sweep.mirror import summary_from_attrs
+
+        path = self.folder.summary_path(key)
+        if final is not None:
+            aside = self.folder.set_aside(path)
+            self.folder.write_summary(key, summary_from_attrs(dict(final.user_attrs)))
+            print(f"trial {key}: {path} {problem}; kept as {aside.name}, results restored from Optuna trial "
+                  f"{final.number}", flush=True)
+        else:
+            aside = self.folder.set_aside(self.folder.trial_dir(key))
+            print(f"trial {key}: {path} {problem}; its folder kept as {aside}, the trial runs again", flush=True)
 
     def _tpe_known_trials(self, by_key: dict[str, list[Any]]) -> list[Trial]:
         """tpe: every seed of the parameter sets asked in earlier runs, rebuilt from Optuna."""

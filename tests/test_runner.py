@@ -207,7 +207,7 @@ def test_a_raising_trial_and_a_diverging_trial_are_recorded_and_the_rest_complet
     for lr in (3e-5, 1e8):
         raised = rows[(str(missing), lr)]
         assert (raised["state"], raised["status"]) == ("FAIL", "error")
-        assert raised["reason"].startswith("UserError: model") and "not found" in raised["reason"]
+        assert raised["reason"].startswith("UserError: model folder") and "does not exist" in raised["reason"]
         summary = json.loads((study_dir / "trials" / raised["key"] / "summary.json").read_text())
         assert summary["status"] == "error" and summary["reason"] == raised["reason"]
 

@@ -29,6 +29,16 @@ def resolve_model_path(name: str) -> str:
     return name
 
 
+def _looks_like_path(name: str) -> bool:
+    """A name meant as a local folder, not an HF id ('org/model'): ./x, ../x, /x, ~/x, a/b/c, x/.
+
+    >>> [_looks_like_path(n) for n in ("./no-such-model", "/data/bert", "a/b/c", "bert-base-uncased", "org/model")]
+    [True, True, True, False, False]
+    """
+    return (name.startswith((".", "/", "~")) or name.endswith("/") or name.count("/") > 1
+            or (os.sep != "/" and os.sep in name))
+
+
 def load_encoder(name: str, dropout: float | None = None, output_hidden_states: bool = False):
     """(model, tokenizer) for `name`; `dropout` overrides hidden and attention dropout (SimCSE uses 0.1)."""
     from transformers import AutoConfig, AutoModel, AutoTokenizer
@@ -40,8 +50,10 @@ def load_encoder(name: str, dropout: float | None = None, output_hidden_states: 
         path = str(local)
         if not (local / "config.json").is_file():
             raise UserError(f"model path {local} has no config.json: pass a folder saved with save_pretrained")
-    elif os.sep in path and not path.count("/") == 1:
-        raise UserError(f"model '{name}' not found: not a local folder, nor an HF id like 'bert-base-uncased'")
+    elif _looks_like_path(path):
+        raise UserError(f"model folder {name} does not exist ({local.resolve()}): pass an existing folder saved with "
+                        "save_pretrained, "
+                        "'embedded', or an HF id like 'bert-base-uncased'")
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     logging.getLogger("transformers").setLevel(logging.ERROR)
