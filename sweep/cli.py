@@ -34,13 +34,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     spec = load_study(args.study)
     if args.dry_run:
+        from sweep.history import check_same_study
         from sweep.spec import print_dry_run
 
+        change = check_same_study(spec, extend=args.extend)  # refused here as `sweep run` would refuse it
         print_dry_run(spec)
+        if change is not None:
+            print(f"would extend study {spec.name}: {', '.join(change.added + change.changed)}")
         return 0
     from sweep.runner import run_study
 
-    return run_study(spec, address=args.address, max_concurrent=args.max_concurrent)
+    return run_study(spec, address=args.address, max_concurrent=args.max_concurrent, extend=args.extend)
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
@@ -108,6 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--address", help="address of an existing Ray cluster (default: start Ray locally)")
     run.add_argument("--max-concurrent", type=int, help="at most N trials at once")
     run.add_argument("--dry-run", action="store_true", help="print the trial table and exit without starting Ray")
+    run.add_argument("--extend", action="store_true",
+                     help="add this spec's trials to the study recorded in results/<name>/ although it differs in more "
+                     "than added values or seeds (recorded in study_history.yaml)")
     run.set_defaults(func=_cmd_run)
 
     st = sub.add_parser("status", help="show the trials of a study and their states")

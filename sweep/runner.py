@@ -52,8 +52,9 @@ from ray import tune
 from ray.tune.search import Searcher
 
 from sweep.progress import Progress
+from sweep.resume import decide, is_final
 from sweep.spec import StudySpec, Trial
-from sweep.store import FINAL_STATUSES, StudyFolder, TrialsTable, metric_value, to_jsonable
+from sweep.store import StudyFolder, TrialsTable, metric_value, to_jsonable
 from trainer.errors import UserError
 
 DEFAULT_TRAIN_FN = "trainer.train:train"
@@ -76,16 +77,22 @@ RESULT_STATUSES = ("ok", "diverged", "collapsed", "pruned", "dropped", "duplicat
 
 
 def run_study(spec: StudySpec, address: str | None = None, max_concurrent: int | None = None,
-              *, _train_fn: str | None = None) -> int:
+              *, extend: bool = False, _train_fn: str | None = None) -> int:
     """Run every trial of `spec` that has not ended yet; return 0, or 130 when interrupted (Ctrl-C).
 
     `address`: an existing Ray cluster ("host:port" or "auto"); None starts Ray on this machine.
+    `extend`: accept a spec that differs from the one recorded in results/<name>/ by more than added
+    values or seeds (sweep.history); the change is recorded in the study's history.
     `_train_fn` ("module:function", also $SWEEP_TRAIN_FN) replaces trainer.train, for development.
     """
     if max_concurrent is not None and max_concurrent < 1:
         raise UserError("--max-concurrent: expected a positive integer")
     train_fn = _train_fn or os.environ.get("SWEEP_TRAIN_FN") or DEFAULT_TRAIN_FN
+    from sweep.history import check_same_study
+
+    change = check_same_study(spec, extend=extend)  # before anything is written
     run = _StudyRun(spec, train_fn)
+    run.change = change
     try:
         with run.stop.installed(), run.locked():
             return run.execute(address, max_concurrent)
@@ -394,6 +401,8 @@ class _StudyRun:
         self.progress: Progress | None = None
         self.interrupted = False
         self.stop = _StopSignals()
+        self.change: Any = None  # sweep.history.StudyChange when this run extends the recorded study
+        self.progress_note = ""
 
     # ---- lock -----------------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -423,6 +432,11 @@ class _StudyRun:
         trials.csv; return how many trials this run will run."""
         from sweep.mirror import OptunaMirror
 
+        if self.change is not None:
+            from sweep.history import record_change
+
+            record_change(self.folder, self.change, extend=bool(self.change.changed))
+            self.progress_note = f"study {self.spec.name} extended: {', '.join(self.change.added + self.change.changed)}"
         self.folder.write_study_yaml(self.spec)
         planned = self._planned_trials()
         distributions = self._distributions(planned)
@@ -553,12 +567,13 @@ class _StudyRun:
             self.trials[trial.key] = trial
             row = self.table.add(trial)
             attempts = by_key.get(trial.key, [])
-            final = [a for a in attempts if self.mirror.is_final(a)]
+            final = [a for a in attempts if is_final(a)]
             problem = self.folder.summary_problem(trial.key)
             if problem:
                 self._damaged_summary(trial.key, problem, final[-1] if final else None)
             summary = self.folder.read_summary(trial.key)
-            if final:
+            action = decide(attempts, summary)  # the one decision, shared with --dry-run and status
+            if action == "skip":
                 last = final[-1]
                 row.update(state=last.state.name, optuna_trial=last.number)
                 if summary is not None:
@@ -566,7 +581,7 @@ class _StudyRun:
                 else:
                     row.update(status=last.user_attrs.get("status"), reason=last.user_attrs.get("reason"))
                 skipped += 1
-            elif summary is not None and summary.get("status") in FINAL_STATUSES:
+            elif action == "record":
                 number, state = self.mirror.add_finished(trial, summary, self.folder.read_metrics(trial.key))
                 row.update(state=state, optuna_trial=number)
                 self.table.set_summary(trial.key, summary)
@@ -617,6 +632,8 @@ class _StudyRun:
             parts.append(f"{stale} left running by an earlier driver marked FAIL (interrupted)")
         parts.append(f"{self.progress.total} to run")
         self.progress.say(", ".join(parts))
+        if self.progress_note:
+            self.progress.say(self.progress_note + " (see study_history.yaml)")
         self.progress.say(f"results: {self.folder.path}  optuna: {_display_url(self.storage_url)}")
 
     # ---- Ray ------------------------------------------------------------------------------------

@@ -313,18 +313,11 @@ def trial_from_params(spec: StudySpec, params: dict[str, Any], seed: int) -> Tri
 
 
 def read_trial_states(spec: StudySpec) -> dict[str, str] | None:
-    """key -> state from <results_dir>/<name>/trials.csv; None when the study has not run here."""
-    path = Path(spec.study_dir) / "trials.csv"
-    if not path.is_file():
-        return None
-    try:
-        with path.open(newline="", encoding="utf-8") as handle:
-            reader = csv.DictReader(handle)
-            if not reader.fieldnames or "key" not in reader.fieldnames or "state" not in reader.fieldnames:
-                return None
-            return {row["key"]: row["state"] or "-" for row in reader if row.get("key")}
-    except (OSError, csv.Error, UnicodeDecodeError):
-        return None  # a half-written or foreign file must not stop a dry run
+    """key -> what `sweep run` would do with it (sweep.resume.trial_states: the trial folders and the
+    Optuna study, as the run decides); None when the study has not run here."""
+    from sweep.resume import trial_states
+
+    return trial_states(spec)
 
 
 def format_trial_table(spec: StudySpec, trials: list[Trial], states: dict[str, str] | None = None) -> str:
@@ -1225,7 +1218,7 @@ def _dry_run_text(spec: StudySpec) -> str:
             state = states.get(trial.key, "not run")
             counts[state] = counts.get(state, 0) + 1
         summary = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
-        line("status", f"{summary} (from {Path(spec.study_dir) / 'trials.csv'})")
+        line("status", f"{summary} (from {spec.study_dir}: trial folders and the Optuna study)")
     out.append("")
     out.append(format_trial_table(spec, trials, states))
     return "\n".join(out)

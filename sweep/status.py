@@ -54,6 +54,9 @@ def show_status(study: str) -> int:
         if problem:
             print(f"trial {row['key']}: {location.folder.summary_path(row['key'])} {problem}; "
                   "`sweep run` sets it aside and restores it from Optuna (or runs the trial again)")
+    next_run = _next_run(location, [row.get("key") for row in rows if row.get("key")])
+    if next_run:
+        print(next_run)
     if counts.get("RUNNING") and not _driver_running(location.folder):
         print("no `sweep run` is running this study: its RUNNING trials were interrupted and run again "
               "on the next `sweep run`")
@@ -79,6 +82,23 @@ def _optuna_trials(location: StudyLocation) -> list[Any] | None:
     except Exception as exc:  # sqlalchemy: "file is not a database", a server gone, ...
         raise UserError(f"cannot read the Optuna storage {_display(url)}: {' '.join(str(exc).split())[:200]} "
                         "(trials.csv is intact; restore or remove the storage file)") from None
+
+
+def _next_run(location: StudyLocation, keys: list[str]) -> str | None:
+    """What the next `sweep run` does, decided as it decides (sweep.resume); None without a valid study.yaml."""
+    from sweep.resume import trial_states
+    from sweep.spec import load_study
+
+    try:
+        spec = load_study(location.folder.study_yaml)
+    except UserError:
+        return None
+    if spec.name != location.name:
+        return None
+    states = trial_states(spec, keys=keys) or {}
+    to_run = [k for k, state in states.items() if "runs again" in state or state in ("not run",) or "damaged" in state]
+    return (f"next `sweep run`: {len(states) - len(to_run)} done (skipped), {len(to_run)} to run"
+            + (f" ({', '.join(to_run[:5])}{', ...' if len(to_run) > 5 else ''})" if to_run else ""))
 
 
 def _latest_optuna_by_key(trials: list[Any]) -> dict[str, Any]:
