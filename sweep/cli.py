@@ -7,6 +7,7 @@ Every subcommand parses its arguments and calls one function; user mistakes surf
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 
@@ -44,7 +45,22 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return 0
     from sweep.runner import run_study
 
-    return run_study(spec, address=args.address, max_concurrent=args.max_concurrent, extend=args.extend)
+    code = run_study(spec, address=args.address, max_concurrent=args.max_concurrent, extend=args.extend)
+    if code >= 128:
+        # Stopped by a signal, everything recorded and Ray shut down: exit now. Ray's core worker can crash
+        # in the interpreter's teardown after a signal came while it was starting (seen: SIGSEGV).
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
+
+
+def _cmd_slurm(args: argparse.Namespace) -> int:
+    from sweep.slurm import slurm_command
+
+    return slurm_command(args.study, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
+                         cpus_per_node=args.cpus_per_node, time=args.time, partition=args.partition,
+                         account=args.account, margin=args.signal_margin, dry_run=args.dry_run)
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
@@ -116,6 +132,21 @@ def build_parser() -> argparse.ArgumentParser:
                      help="add this spec's trials to the study recorded in results/<name>/ although it differs in more "
                      "than added values or seeds (recorded in study_history.yaml)")
     run.set_defaults(func=_cmd_run)
+
+    sl = sub.add_parser("slurm", help="run a study on a Slurm cluster, requeued until it is finished")
+    sl.add_argument("study", help="path to the study YAML file")
+    sl.add_argument("--nodes", type=int, default=1, help="nodes per allocation (default 1)")
+    sl.add_argument("--gpus-per-node", type=int, default=0, help="GPUs per node (default 0)")
+    sl.add_argument("--cpus-per-node", type=int, help="CPUs per node (default: Slurm's default)")
+    sl.add_argument("--time", default="4:00:00", help="time limit of one allocation, Slurm format (default 4:00:00; "
+                    "at least 15 minutes is sensible)")
+    sl.add_argument("--partition", help="Slurm partition (default: the cluster's default)")
+    sl.add_argument("--account", help="Slurm account")
+    sl.add_argument("--signal-margin", type=int, default=180, metavar="SECONDS",
+                    help="SIGTERM this many seconds before the time limit (default 180; Slurm may send it up to a "
+                    "minute earlier)")
+    sl.add_argument("--dry-run", action="store_true", help="print the sbatch script; submit nothing")
+    sl.set_defaults(func=_cmd_slurm)
 
     st = sub.add_parser("status", help="show the trials of a study and their states")
     st.add_argument("study", help="study YAML file or its results folder")
