@@ -273,12 +273,13 @@ def _descendants() -> list[Any]:
         return []
 
 
-def _kill_leftovers(grace: float = 3.0) -> None:
+def _kill_leftovers(grace: float = 3.0, keep: set[int] | frozenset[int] = frozenset()) -> None:
     """SIGTERM, then SIGKILL, every process still below the driver after ray.shutdown (a Ray agent the
-    raylet left behind, e.g. when a signal came while Ray was starting). Only for a Ray we started."""
+    raylet left behind, e.g. when a signal came while Ray was starting), except the pids in `keep`
+    (children the caller had before Ray started). Only for a Ray we started."""
     import psutil
 
-    left = _descendants()
+    left = [p for p in _descendants() if p.pid not in keep]
     for proc in left:
         with contextlib.suppress(psutil.Error):
             proc.terminate()
@@ -402,6 +403,7 @@ class _StudyRun:
         self.interrupted = False
         self.stop = _StopSignals()
         self.change: Any = None  # sweep.history.StudyChange when this run extends the recorded study
+        self.children_before: set[int] = set()  # processes below the driver before Ray started (not Ray's)
         self.progress_note = ""
 
     # ---- lock -----------------------------------------------------------------------------------
@@ -463,6 +465,7 @@ class _StudyRun:
         with contextlib.ExitStack() as stack:
             if not address:
                 stack.enter_context(_child_subreaper())
+                self.children_before = {p.pid for p in _descendants()}
             started_ray = False
             try:
                 try:
@@ -512,7 +515,7 @@ class _StudyRun:
                 print(f"sweep: while stopping: {type(exc).__name__}: {exc}", file=sys.stderr)
         if local:
             with contextlib.suppress(Exception):
-                _kill_leftovers(grace=1.0)
+                _kill_leftovers(grace=1.0, keep=self.children_before)
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(self.stop.exit_code)
@@ -537,7 +540,7 @@ class _StudyRun:
         if ray.is_initialized():
             ray.shutdown()
         if local:
-            _kill_leftovers()
+            _kill_leftovers(keep=self.children_before)
 
     def _planned_trials(self) -> list[Trial]:
         if self.spec.method == "tpe":

@@ -68,7 +68,6 @@ from __future__ import annotations
 
 import ast
 import copy
-import csv
 import difflib
 import functools
 import hashlib
@@ -317,7 +316,13 @@ def read_trial_states(spec: StudySpec) -> dict[str, str] | None:
     Optuna study, as the run decides); None when the study has not run here."""
     from sweep.resume import trial_states
 
-    return trial_states(spec)
+    try:
+        return trial_states(spec)
+    except UserError as exc:  # e.g. a PostgreSQL storage out of reach: the dry run still shows the trials
+        import sys
+
+        print(f"note: trial states unknown: {exc}", file=sys.stderr)
+        return None
 
 
 def format_trial_table(spec: StudySpec, trials: list[Trial], states: dict[str, str] | None = None) -> str:

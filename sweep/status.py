@@ -95,6 +95,10 @@ def _next_run(location: StudyLocation, keys: list[str]) -> str | None:
         return None
     if spec.name != location.name:
         return None
+    if Path(spec.study_dir).resolve() != location.folder.path:  # a relative results_dir, read from elsewhere
+        import dataclasses
+
+        spec = dataclasses.replace(spec, results_dir=str(location.folder.path.parent))
     states = trial_states(spec, keys=keys) or {}
     to_run = [k for k, state in states.items() if "runs again" in state or state in ("not run",) or "damaged" in state]
     return (f"next `sweep run`: {len(states) - len(to_run)} done (skipped), {len(to_run)} to run"

@@ -10,7 +10,7 @@ import optuna
 import pytest
 import yaml
 
-from test_stop import fake_env, fake_study, rows
+from test_stop import fake_env, fake_study
 
 
 def sweep(args, cwd):
