@@ -90,7 +90,10 @@ def _dotted_differences(before: dict[str, Any], after: dict[str, Any], prefix: s
         a, b = before.get(key), after.get(key)
         if a == b:
             continue
-        if isinstance(a, dict) and isinstance(b, dict):
+        if isinstance(a, dict) or isinstance(b, dict):  # a section added or removed: name its keys
+            a = a if isinstance(a, dict) else {}
+            b = b if isinstance(b, dict) else {}
+        if isinstance(a, dict) and isinstance(b, dict) and (a or b):
             out.extend(_dotted_differences(a, b, f"{prefix}{key}."))
         else:
             out.append(f"{prefix}{key}")

@@ -131,6 +131,17 @@ class _StopNow(BaseException):
     """Raised in the driver's main thread to stop waiting for the trials (second signal, grace over)."""
 
 
+def _raised_by_stop(exc: BaseException | None) -> bool:
+    """Whether `exc` comes from a _StopNow raised by our signal handler inside other code."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, _StopNow):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
 class _StopSignals:
     """The driver's SIGTERM/SIGINT/SIGHUP handling: the first signal asks for a clean stop (and arms a
     SIGALRM after STOP_GRACE_S), a second one, or the alarm, raises _StopNow.
@@ -288,6 +299,23 @@ def _kill_leftovers(grace: float = 3.0, keep: set[int] | frozenset[int] = frozen
         with contextlib.suppress(psutil.Error):
             proc.kill()
     psutil.wait_procs(alive, timeout=grace)
+
+
+@contextlib.contextmanager
+def _reaper():
+    """sweep.reaper watching this driver: kills the Ray agents a local Ray would leave if the driver is
+    killed with SIGKILL (no handler runs then). Ended when the driver ends normally."""
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "sweep.reaper", str(os.getpid())], stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    except OSError:
+        proc = None
+    try:
+        yield
+    finally:
+        if proc is not None:
+            proc.kill()
+            proc.wait()
 
 
 @contextlib.contextmanager
@@ -466,6 +494,7 @@ class _StudyRun:
             if not address:
                 stack.enter_context(_child_subreaper())
                 self.children_before = {p.pid for p in _descendants()}
+                stack.enter_context(_reaper())
             started_ray = False
             try:
                 try:
@@ -476,6 +505,12 @@ class _StudyRun:
                     pass
                 except KeyboardInterrupt:  # a SIGINT before our handler was (re)installed
                     self.stop.signum = self.stop.signum or signal.SIGINT
+                except Exception as exc:
+                    if not _raised_by_stop(exc):  # Ray's C code wraps _StopNow (SystemError), Tune re-raises
+                        self._hold_signals()
+                        with contextlib.suppress(Exception):
+                            self._finish_interrupted()
+                        raise
                 except BaseException:
                     self._hold_signals()
                     with contextlib.suppress(Exception):  # best effort: the first error is the one to report

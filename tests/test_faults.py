@@ -123,20 +123,16 @@ def small_tmpfs(tmp_path):
 def fill(folder: Path) -> Path:
     """Fill the file system of `folder` to the last byte."""
     filler = folder / "filler"
-    with open(filler, "wb") as f:
-        try:
-            while True:
-                f.write(b"\0" * 65536)
-                f.flush()
-        except OSError:
-            pass
-    with open(filler, "ab") as f:
-        try:
-            while True:
-                f.write(b"\0")
-                f.flush()
-        except OSError:
-            pass
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        for chunk in (b"\0" * 65536, b"\0"):
+            try:
+                while True:
+                    os.write(fd, chunk)
+            except OSError:
+                pass
+    finally:
+        os.close(fd)
     return filler
 
 

@@ -215,3 +215,18 @@ def test_exit_status_1_when_a_trial_raised_and_0_for_a_diverged_trial(tmp_path, 
                             capture_output=True, text=True, timeout=180, start_new_session=True)
     assert result.returncode == 1, result.stdout + result.stderr
     assert Counter(r["status"] for r in rows(tmp_path / "results" / "raising")) == {"ok": 1, "error": 1}
+
+
+def test_kill_9_of_the_driver_leaves_no_ray_agent_behind(tmp_path, shared_data_dir):
+    """kill -9 runs no handler: sweep.reaper (started before Ray) kills the agents the raylet leaves."""
+    path = fake_study(tmp_path, "killed", shared_data_dir)
+    study_dir = tmp_path / "results" / "killed"
+    driver = Driver(["run", str(path)], tmp_path, fake_env(steps=100, step_s=0.2))
+    try:
+        driver.wait_for(lambda: running(study_dir))
+        os.kill(driver.proc.pid, signal.SIGKILL)
+        driver.finish()
+        left = session_left(driver.proc.pid, wait=60)
+        assert left == [], left
+    finally:
+        kill_session(driver.proc.pid)
