@@ -76,7 +76,7 @@ def test_a_second_study_under_the_same_name_is_refused_before_anything_is_writte
     assert "2 already ended (skipped)" in result.stdout and "4 to run" in result.stdout
     history = yaml.safe_load((study_dir / "study_history.yaml").read_text())
     assert history[-1]["kind"] == "extended" and history[-1]["previous_study_yaml"] == recorded
-    assert history[-1]["added"] == ["seeds +[2]", "parameters.ema.decay +[0.3]"]
+    assert sorted(history[-1]["added"]) == ["parameters.ema.decay +[0.3]", "seeds +[2]"]
     status = sweep(["status", str(study_dir)], tmp_path)
     assert "next `sweep run`: 6 done (skipped), 0 to run" in status.stdout, status.stdout
 
