@@ -52,6 +52,33 @@ def _alive(pid: int, started: str) -> bool:
     return info is not None and info[1] != "Z" and info[2] == started
 
 
+def name(pid: int) -> str:
+    """The process's command name (/proc/<pid>/comm), "" when it is gone."""
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def kill_all(procs: dict[int, str], grace: float = 3.0) -> None:
+    """SIGTERM the processes (pid -> start time) still alive, then SIGKILL those left after `grace` s."""
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 1.0)):
+        for pid, start in procs.items():
+            if _alive(pid, start):
+                try:
+                    os.kill(pid, sig)
+                except OSError:
+                    pass
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and any(_alive(p, s) for p, s in procs.items()):
+            time.sleep(0.1)
+
+
+def alive(pid: int, started: str) -> bool:
+    """Whether the process that started at `started` still runs under `pid` (not a zombie)."""
+    return _alive(pid, started)
+
+
 def watch(driver_pid: int, interval: float = 1.0) -> None:
     me = os.getpid()
     seen: dict[int, str] = {}
@@ -61,17 +88,7 @@ def watch(driver_pid: int, interval: float = 1.0) -> None:
     while _alive(driver_pid, driver[2]):
         seen.update({pid: start for pid, start in descendants(driver_pid).items() if pid != me})
         time.sleep(interval)
-    left = {pid: start for pid, start in seen.items() if _alive(pid, start)}
-    for sig, wait in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 0.0)):
-        for pid, start in left.items():
-            if _alive(pid, start):
-                try:
-                    os.kill(pid, sig)
-                except OSError:
-                    pass
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline and any(_alive(p, s) for p, s in left.items()):
-            time.sleep(0.1)
+    kill_all(seen)
 
 
 if __name__ == "__main__":

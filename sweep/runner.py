@@ -157,7 +157,7 @@ class _StopSignals:
         self._seen = 0  # signals the main thread's handler has seen
         self.on_stuck: Callable[[], None] | None = None  # called by the watchdog when the main thread hangs
         self.done = None  # threading.Event: set when the driver no longer needs the watchdog
-        self.ray_processes: list[Any] = []  # psutil processes of a local Ray's GCS and raylet
+        self.ray_processes: dict[int, str] = {}  # pid -> start time of a local Ray's GCS and raylet
 
     @property
     def requested(self) -> bool:
@@ -214,12 +214,14 @@ class _StopSignals:
                 break
         if self.signum is None:
             self.signum = stops[0]
+        from sweep.reaper import alive
+
         deadline = time.monotonic() + STOP_GRACE_S + STUCK_AFTER_S
         dead_since = None
         while not self.done.wait(0.5):
             # With its GCS or raylet gone (the signal went to the whole process group), the local Ray
             # cannot stop anything any more: do not wait out the grace period.
-            if self.ray_processes and not all(_alive(p) for p in self.ray_processes):
+            if self.ray_processes and not all(alive(pid, start) for pid, start in self.ray_processes.items()):
                 dead_since = dead_since or time.monotonic()
             if time.monotonic() > deadline or (dead_since and time.monotonic() - dead_since > 2):
                 if self.on_stuck is not None:
@@ -266,39 +268,20 @@ class _StopOnSignal(tune.Stopper):
         self.stop = _StopSignals()
 
 
-def _alive(proc: Any) -> bool:
-    import psutil
+def _descendants() -> dict[int, str]:
+    """pid -> start time of every process below the driver (from /proc)."""
+    from sweep.reaper import descendants
 
-    try:
-        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
-def _descendants() -> list[Any]:
-    import psutil
-
-    try:
-        return psutil.Process().children(recursive=True)
-    except psutil.Error:
-        return []
+    return descendants(os.getpid())
 
 
 def _kill_leftovers(grace: float = 3.0, keep: set[int] | frozenset[int] = frozenset()) -> None:
     """SIGTERM, then SIGKILL, every process still below the driver after ray.shutdown (a Ray agent the
     raylet left behind, e.g. when a signal came while Ray was starting), except the pids in `keep`
     (children the caller had before Ray started). Only for a Ray we started."""
-    import psutil
+    from sweep.reaper import kill_all
 
-    left = [p for p in _descendants() if p.pid not in keep]
-    for proc in left:
-        with contextlib.suppress(psutil.Error):
-            proc.terminate()
-    _, alive = psutil.wait_procs(left, timeout=grace)
-    for proc in alive:
-        with contextlib.suppress(psutil.Error):
-            proc.kill()
-    psutil.wait_procs(alive, timeout=grace)
+    kill_all({pid: start for pid, start in _descendants().items() if pid not in keep}, grace=grace)
 
 
 @contextlib.contextmanager
@@ -493,7 +476,7 @@ class _StudyRun:
         with contextlib.ExitStack() as stack:
             if not address:
                 stack.enter_context(_child_subreaper())
-                self.children_before = {p.pid for p in _descendants()}
+                self.children_before = set(_descendants())
                 stack.enter_context(_reaper())
             started_ray = False
             try:
@@ -710,7 +693,10 @@ class _StudyRun:
             raise UserError(f"cannot start or reach {where}: {' '.join(str(exc).split())[:300]}{hint}") from None
         finally:
             self.stop.install()  # replaces ray.init's SIGTERM handlers and the core worker's crash dump
-        self.stop.ray_processes = [p for p in _descendants() if p.name() in ("gcs_server", "raylet")]
+        from sweep.reaper import name
+
+        self.stop.ray_processes = {pid: start for pid, start in _descendants().items()
+                                   if name(pid) in ("gcs_server", "raylet")}
         return True
 
     def _fit(self, max_concurrent: int | None) -> None:
