@@ -84,6 +84,6 @@ def test_a_second_study_under_the_same_name_is_refused_before_anything_is_writte
     result = sweep(["run", str(second), "--extend"], tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     history = yaml.safe_load((study_dir / "study_history.yaml").read_text())
-    assert history[-1]["kind"] == "extended with --extend" and history[-1]["changed"] == ["base.optim.lr"]
+    assert history[-1]["kind"] == "extended with --extend" and "base.optim.lr" in history[-1]["changed"]
     trials = optuna.load_study(study_name="tiny", storage=storage).get_trials()
     assert all(n == 1 for n in Counter(t.user_attrs["key"] for t in trials if t.state.name == "COMPLETE").values())
