@@ -62,9 +62,11 @@ def optuna_attempts(name: str, storage_url: str) -> dict[str, list[Any]] | None:
 
 
 def trial_states(spec: Any, keys: list[str] | None = None) -> dict[str, str] | None:
-    """key -> what `sweep run` would find: the final Optuna state (skipped), "ended (recorded next run)",
-    "FAIL (runs again)" / "RUNNING (runs again)" for an earlier attempt, or "not run". None when the
-    study has not run here (no Optuna study and no trial folders)."""
+    """key -> what `sweep run` would find, one word each (a table cell): the final Optuna state (skipped:
+    COMPLETE, PRUNED, FAIL/diverged, FAIL/collapsed), "ended-not-in-optuna" (recorded on the next run),
+    "FAIL->rerun" / "RUNNING->rerun" for an earlier attempt that runs again, "damaged" for a summary.json
+    that does not parse. Keys never run are left out. None when the study has not run here (no Optuna
+    study and no trial folders)."""
     folder = StudyFolder(spec.study_dir)
     by_key = optuna_attempts(spec.name, spec.storage_url)
     trials_dir = folder.path / "trials"
@@ -84,11 +86,14 @@ def trial_states(spec: Any, keys: list[str] | None = None) -> dict[str, str] | N
             status = last.user_attrs.get("status")
             states[key] = last.state.name if last.state.name != "FAIL" else f"FAIL/{status}"
         elif action == "record":
-            states[key] = "ended (recorded next run)"
-        elif attempts:
-            states[key] = f"{attempts[-1].state.name} (runs again)"
+            states[key] = "ended-not-in-optuna"
         elif folder.summary_problem(key):
-            states[key] = "damaged summary (see sweep run)"
-        else:
-            states[key] = "not run"
+            states[key] = "damaged"
+        elif attempts:
+            states[key] = f"{attempts[-1].state.name}->rerun"
     return states
+
+
+def is_done(state: str | None) -> bool:
+    """Whether a trial_states label means the next `sweep run` skips the trial (None: never run)."""
+    return state is not None and not state.endswith("->rerun") and state != "damaged"

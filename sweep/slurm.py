@@ -227,13 +227,13 @@ scontrol requeue "$SLURM_JOB_ID"
 
 def progress(study: str) -> str:
     """"DONE of TOTAL" trials of the study, as `sweep run` decides (sweep.resume); for the batch script."""
-    from sweep.resume import trial_states
+    from sweep.resume import is_done, trial_states
     from sweep.spec import expand, load_study
 
     spec = load_study(study)
     keys = [t.key for t in expand(spec)]
     states = trial_states(spec, keys) or {}
-    done = sum(1 for s in states.values() if not (s == "not run" or "runs again" in s or "damaged" in s))
+    done = sum(1 for key in keys if is_done(states.get(key)))
     total = len(keys) if spec.method != "tpe" else max(len(keys), (spec.budget or 1) * len(spec.seeds))
     return f"{done} of {total}"
 

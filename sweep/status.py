@@ -86,7 +86,7 @@ def _optuna_trials(location: StudyLocation) -> list[Any] | None:
 
 def _next_run(location: StudyLocation, keys: list[str]) -> str | None:
     """What the next `sweep run` does, decided as it decides (sweep.resume); None without a valid study.yaml."""
-    from sweep.resume import trial_states
+    from sweep.resume import is_done, trial_states
     from sweep.spec import load_study
 
     try:
@@ -100,8 +100,8 @@ def _next_run(location: StudyLocation, keys: list[str]) -> str | None:
 
         spec = dataclasses.replace(spec, results_dir=str(location.folder.path.parent))
     states = trial_states(spec, keys=keys) or {}
-    to_run = [k for k, state in states.items() if "runs again" in state or state in ("not run",) or "damaged" in state]
-    return (f"next `sweep run`: {len(states) - len(to_run)} done (skipped), {len(to_run)} to run"
+    to_run = [k for k in keys if not is_done(states.get(k))]
+    return (f"next `sweep run`: {len(keys) - len(to_run)} done (skipped), {len(to_run)} to run"
             + (f" ({', '.join(to_run[:5])}{', ...' if len(to_run) > 5 else ''})" if to_run else ""))
 
 
