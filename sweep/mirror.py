@@ -35,8 +35,9 @@ from trainer.errors import UserError
 
 INTERRUPTED = "interrupted"
 
-# Trainer statuses whose Optuna trial is final although not COMPLETE (re-running would not help).
-FINAL_FAIL_STATUSES = ("diverged", "collapsed")
+# Trainer statuses whose Optuna trial is final although not COMPLETE (re-running would not help);
+# defined with the resume decision in sweep.resume.
+from sweep.resume import FINAL_FAIL_STATUSES  # noqa: E402
 
 
 def open_storage(url: str) -> optuna.storages.RDBStorage:
@@ -166,9 +167,9 @@ class OptunaMirror:
     @staticmethod
     def is_final(frozen: FrozenTrial) -> bool:
         """True when this attempt ended the key for good (not re-run on resume)."""
-        if frozen.state in (TrialState.COMPLETE, TrialState.PRUNED):
-            return True
-        return frozen.state == TrialState.FAIL and frozen.user_attrs.get("status") in FINAL_FAIL_STATUSES
+        from sweep.resume import is_final
+
+        return is_final(frozen)
 
     # ---- live trials ----------------------------------------------------------------------------
     def start(self, trial: Trial, attrs: dict[str, Any] | None = None) -> int:

@@ -17,7 +17,8 @@ from typing import Any
 
 from sweep.store import FINAL_STATUSES, StudyFolder
 
-FINAL_FAIL_STATUSES = ("diverged", "collapsed")  # = sweep.mirror.FINAL_FAIL_STATUSES (no Optuna import here)
+# Trainer statuses whose Optuna trial is final although not COMPLETE (re-running would not help).
+FINAL_FAIL_STATUSES = ("diverged", "collapsed")
 
 
 def is_final(attempt: Any) -> bool:
