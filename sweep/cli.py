@@ -7,6 +7,8 @@ Every subcommand parses its arguments and calls one function; user mistakes surf
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
 
 from trainer.errors import UserError
@@ -33,9 +35,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     spec = load_study(args.study)
     if args.dry_run:
+        from sweep.history import check_same_study
         from sweep.spec import print_dry_run
 
+        change = check_same_study(spec, extend=args.extend)  # refused here as `sweep run` would refuse it
         print_dry_run(spec)
+        if change is not None:
+            print(f"would extend study {spec.name}: {', '.join(change.added + change.changed)}")
         return 0
     if not args.address:  # before Ray is even imported: a study asking for a missing GPU fails in seconds
         from sweep.preflight import preflight_resources
@@ -43,8 +49,23 @@ def _cmd_run(args: argparse.Namespace) -> int:
         preflight_resources(spec.resources.cpu, spec.resources.gpu)
     from sweep.runner import run_study
 
-    return run_study(spec, address=args.address, max_concurrent=args.max_concurrent,
+    code = run_study(spec, address=args.address, max_concurrent=args.max_concurrent, extend=args.extend,
                      rerun_changed=args.rerun_changed)
+    if code >= 128:
+        # Stopped by a signal, everything recorded and Ray shut down: exit now. Ray's core worker can crash
+        # in the interpreter's teardown after a signal came while it was starting (seen: SIGSEGV).
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
+
+
+def _cmd_slurm(args: argparse.Namespace) -> int:
+    from sweep.slurm import slurm_command
+
+    return slurm_command(args.study, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
+                         cpus_per_node=args.cpus_per_node, time=args.time, partition=args.partition,
+                         account=args.account, margin=args.signal_margin, dry_run=args.dry_run)
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
@@ -122,9 +143,25 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--address", help="address of an existing Ray cluster (default: start Ray locally)")
     run.add_argument("--max-concurrent", type=int, help="at most N trials at once")
     run.add_argument("--dry-run", action="store_true", help="print the trial table and exit without starting Ray")
-    run.add_argument("--rerun-changed", action="store_true",
-                     help="re-run finished trials whose config now resolves differently (a default changed)")
+    run.add_argument("--extend", action="store_true",
+                     help="add this spec's trials to the study recorded in results/<name>/ although it differs in more "
+                     "than added values or seeds (recorded in study_history.yaml)")
     run.set_defaults(func=_cmd_run)
+
+    sl = sub.add_parser("slurm", help="run a study on a Slurm cluster, requeued until it is finished")
+    sl.add_argument("study", help="path to the study YAML file")
+    sl.add_argument("--nodes", type=int, default=1, help="nodes per allocation (default 1)")
+    sl.add_argument("--gpus-per-node", type=int, default=0, help="GPUs per node (default 0)")
+    sl.add_argument("--cpus-per-node", type=int, help="CPUs per node (default: Slurm's default)")
+    sl.add_argument("--time", default="4:00:00", help="time limit of one allocation, Slurm format (default 4:00:00; "
+                    "at least 15 minutes is sensible)")
+    sl.add_argument("--partition", help="Slurm partition (default: the cluster's default)")
+    sl.add_argument("--account", help="Slurm account")
+    sl.add_argument("--signal-margin", type=int, default=180, metavar="SECONDS",
+                    help="SIGTERM this many seconds before the time limit (default 180; Slurm may send it up to a "
+                    "minute earlier)")
+    sl.add_argument("--dry-run", action="store_true", help="print the sbatch script; submit nothing")
+    sl.set_defaults(func=_cmd_slurm)
 
     ex = sub.add_parser("export", help="write a trial's kept weights as a sentence-transformers folder with a model card")
     ex.add_argument("study", help="study YAML file or its results folder")
@@ -153,16 +190,32 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class _Signalled(KeyboardInterrupt):
+    """SIGTERM or SIGHUP outside `sweep run`'s own handling: stop like Ctrl-C does."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_signalled(signum: int, frame: object) -> None:
+    raise _Signalled(signum)
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; exit status 0, 1 (`sweep run`: a trial failed), 2 (user error), 128 + N (signal N)."""
     args = build_parser().parse_args(argv)
+    for sig in (signal.SIGTERM, signal.SIGHUP):  # SIGINT already raises KeyboardInterrupt
+        signal.signal(sig, _raise_signalled)
     try:
         return int(args.func(args) or 0)
     except UserError as exc:
         print(f"sweep: error: {exc}", file=sys.stderr)
         return exc.exit_code
-    except KeyboardInterrupt:
-        print("sweep: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        signum = getattr(exc, "signum", signal.SIGINT)
+        print(f"sweep: interrupted by {signal.Signals(signum).name}; run the same command to go on", file=sys.stderr)
+        return 128 + signum
 
 
 if __name__ == "__main__":

@@ -36,8 +36,9 @@ from trainer.files import json_safe
 
 INTERRUPTED = "interrupted"
 
-# Trainer statuses whose Optuna trial is final although not COMPLETE (re-running would not help).
-FINAL_FAIL_STATUSES = ("diverged", "collapsed")
+# Trainer statuses whose Optuna trial is final although not COMPLETE (re-running would not help);
+# defined with the resume decision in sweep.resume.
+from sweep.resume import FINAL_FAIL_STATUSES  # noqa: E402
 
 
 def open_storage(url: str) -> optuna.storages.RDBStorage:
@@ -167,9 +168,9 @@ class OptunaMirror:
     @staticmethod
     def is_final(frozen: FrozenTrial) -> bool:
         """True when this attempt ended the key for good (not re-run on resume)."""
-        if frozen.state in (TrialState.COMPLETE, TrialState.PRUNED):
-            return True
-        return frozen.state == TrialState.FAIL and frozen.user_attrs.get("status") in FINAL_FAIL_STATUSES
+        from sweep.resume import is_final
+
+        return is_final(frozen)
 
     # ---- live trials ----------------------------------------------------------------------------
     def start(self, trial: Trial, attrs: dict[str, Any] | None = None) -> int:
@@ -279,6 +280,29 @@ def summary_attrs(summary: dict[str, Any]) -> dict[str, Any]:
         if summary.get(name) is not None:
             attrs[name] = summary[name]
     return attrs
+
+
+def summary_from_attrs(attrs: dict[str, Any]) -> dict[str, Any]:
+    """The summary.json fields that summary_attrs recorded in Optuna (the inverse, for a damaged
+    summary.json); marked "restored_from": "optuna" (curves and the config are not in Optuna)."""
+    summary: dict[str, Any] = {"status": attrs.get("status"), "reason": attrs.get("reason")}
+    for name in ("steps", "best_step", "best_dev_stsb", "align", "uniform", "sentences_per_s", "wall_time_s"):
+        if name in attrs:
+            summary[name] = attrs[name]
+    test = {name: attrs[name] for name in (*TASKS, "avg") if name in attrs}
+    if test:
+        summary["test"] = test
+    mtd = {name: attrs[f"mtd_{name}"] for name in ("measured", "ema_age", "queue_age_mean", "queue_age_max", "eta")
+           if f"mtd_{name}" in attrs}
+    if "mtd" in attrs:
+        mtd["formula"] = attrs["mtd"]
+    if mtd:
+        summary["mtd"] = mtd
+    for name in ("variant", "precision"):
+        if name in attrs:
+            summary[name] = attrs[name]
+    summary["restored_from"] = "optuna"
+    return summary
 
 
 def _hide_password(url: str) -> str:

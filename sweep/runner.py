@@ -1,6 +1,8 @@
 """`sweep run`: run (or resume) a study through Ray Tune, mirrored live to Optuna and results/<study>/.
 
-    run_study(spec, address=None, max_concurrent=None) -> exit code (0: every trial ended, 130: Ctrl-C)
+    run_study(spec, address=None, max_concurrent=None) -> exit code (README "Exit codes"):
+        0 every trial ended with a result (ok, diverged, collapsed, pruned); 1 a trial ended in an
+        error or was interrupted; 130/143/129 stopped by SIGINT (Ctrl-C) / SIGTERM / SIGHUP.
 
 One Tune trial = one trainer run in a fresh worker process (`reuse_actors=False`: a new Ray actor,
 hence a new process, per trial). The driver is the only writer of the Optuna study and of
@@ -23,11 +25,19 @@ the trials outside the top k by the study metric and records kept | deleted | no
 column `weights` (summary.json stays as the trainer wrote it).
 Curves (study key `loggers`): Ray Tune's own logger callbacks, fed only the trainer's evaluation
 reports, with the trainer step as the x axis (TensorBoard, MLflow; W&B plots against the evaluation number).
+Stopping (SIGTERM from Slurm's time limit or `scancel`, SIGINT from Ctrl-C, SIGHUP from a closed
+terminal): the driver stops launching trials, asks Tune to stop the running ones (a Tune Stopper), and
+after STOP_GRACE_S (or at a second signal) stops waiting; running trials become FAIL "interrupted",
+Ray is shut down, leftover Ray processes of a local instance are killed, and the driver prints one
+line and exits 128 + the signal number. Ray installs its own SIGTERM handlers in ray.init (sys.exit,
+plus the C++ core worker's crash dump); ours are installed again after ray.init, and Tune's SIGINT
+handler (which prints a `Tuner.restore` hint) is turned off with TUNE_DISABLE_SIGINT_HANDLER.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import importlib
 import importlib.util
@@ -36,9 +46,11 @@ import logging
 import math
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -49,8 +61,9 @@ from ray.tune.result import TIMESTEPS_TOTAL
 from ray.tune.search import Searcher
 
 from sweep.progress import Progress
+from sweep.resume import decide, is_final
 from sweep.spec import StudySpec, Trial
-from sweep.store import FINAL_STATUSES, StudyFolder, TrialsTable, metric_value, weights_state
+from sweep.store import StudyFolder, TrialsTable, metric_value, weights_state
 from trainer.errors import UserError
 from trainer.files import json_safe
 
@@ -69,21 +82,269 @@ LOGGER_CALLBACKS = {
 }
 
 
+# Signals that stop a sweep cleanly; the exit status is 128 + the signal number (the shell's convention).
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+# Seconds the running trials get to stop after the first signal before the driver stops waiting for them.
+STOP_GRACE_S = float(os.environ.get("SWEEP_STOP_GRACE_S", "15"))
+# Seconds after the grace period before a watchdog thread finishes the stop itself, when the main thread is
+# stuck inside Ray (a SIGTERM to the whole process group also kills Ray's GCS, and the driver's core worker
+# then blocks for a minute before it aborts).
+STUCK_AFTER_S = 10.0
+# Trainer statuses that are results, not errors: a study with only these exits 0.
+RESULT_STATUSES = ("ok", "diverged", "collapsed", "pruned", "dropped", "duplicate")
+
+
 def run_study(spec: StudySpec, address: str | None = None, max_concurrent: int | None = None,
-              *, rerun_changed: bool = False, _train_fn: str | None = None) -> int:
+              *, extend: bool = False, rerun_changed: bool = False, _train_fn: str | None = None) -> int:
     """Run every trial of `spec` that has not ended yet; return 0, or 130 when interrupted (Ctrl-C).
 
     `address`: an existing Ray cluster ("host:port" or "auto"); None starts Ray on this machine.
+    `extend`: accept a spec that differs from the one recorded in results/<name>/ by more than added
+    values or seeds (sweep.history); the change is recorded in the study's history.
     `rerun_changed`: also re-run finished trials whose config now resolves differently (a default changed).
     `_train_fn` ("module:function", also $SWEEP_TRAIN_FN) replaces trainer.train, for development.
     """
     if max_concurrent is not None and max_concurrent < 1:
         raise UserError("--max-concurrent: expected a positive integer")
     train_fn = _train_fn or os.environ.get("SWEEP_TRAIN_FN") or DEFAULT_TRAIN_FN
-    check_loggers(spec.loggers)  # before anything is written or Ray starts
+    from sweep.history import check_same_study
+
+    change = check_same_study(spec, extend=extend)  # before anything is written
+    check_loggers(spec.loggers)  # before Ray starts
     run = _StudyRun(spec, train_fn, rerun_changed=rerun_changed)
-    with run.locked():
-        return run.execute(address, max_concurrent)
+    run.change = change
+    try:
+        with run.stop.installed(), run.locked():
+            return run.execute(address, max_concurrent)
+    except Exception as exc:
+        problem = _storage_problem(exc, run)
+        if problem is None:
+            raise
+        raise UserError(f"{problem}; what could be written was written: free space or make it writable, then "
+                        "run the same command to go on") from None
+
+
+# errnos of a results folder that cannot take more data: no space, quota, read-only, no permission
+_NO_WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
+_NO_WRITE_DB = ("database or disk is full", "readonly database", "unable to open database file", "disk i/o error")
+
+
+def _storage_problem(exc: BaseException, run: "_StudyRun") -> str | None:
+    """One line naming the path when `exc` (or what it was raised from) is a full disk or a read-only
+    folder / database; None for anything else."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, OSError) and exc.errno in _NO_WRITE_ERRNOS:
+            path = exc.filename or run.folder.path
+            return f"cannot write {path}: {exc.strerror}"
+        text = str(exc).lower()
+        for needle in _NO_WRITE_DB:
+            if needle in text:
+                return f"cannot write the Optuna storage {_display_url(run.storage_url)}: {needle}"
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+# ---- stopping on a signal ----------------------------------------------------------------------------
+class _StopNow(BaseException):
+    """Raised in the driver's main thread to stop waiting for the trials (second signal, grace over)."""
+
+
+def _raised_by_stop(exc: BaseException | None) -> bool:
+    """Whether `exc` comes from a _StopNow raised by our signal handler inside other code."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, _StopNow):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+class _StopSignals:
+    """The driver's SIGTERM/SIGINT/SIGHUP handling: the first signal asks for a clean stop (and arms a
+    SIGALRM after STOP_GRACE_S), a second one, or the alarm, raises _StopNow.
+
+        stop = _StopSignals()
+        with stop.installed():
+            ...                      # stop.signum is set once a signal arrived
+    """
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._previous: dict[int, Any] = {}
+        self._seen = 0  # signals the main thread's handler has seen
+        self.on_stuck: Callable[[], None] | None = None  # called by the watchdog when the main thread hangs
+        self.done = None  # threading.Event: set when the driver no longer needs the watchdog
+        self.ray_processes: dict[int, str] = {}  # pid -> start time of a local Ray's GCS and raylet
+
+    @property
+    def requested(self) -> bool:
+        return self.signum is not None
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name if self.signum else ""
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + int(self.signum or 0)
+
+    @contextlib.contextmanager
+    def installed(self):
+        if threading.current_thread() is not threading.main_thread():
+            yield  # signal handlers can only be set from the main thread (e.g. run_study in a thread)
+            return
+        for sig in (*STOP_SIGNALS, signal.SIGALRM):
+            self._previous.setdefault(sig, signal.getsignal(sig))
+        self.install()
+        # Python's C-level handler writes each signal number to the wakeup fd even while the main thread
+        # is blocked in C++ (where no Python handler can run): the watchdog thread reads it there.
+        read_fd, write_fd = os.pipe()
+        os.set_blocking(write_fd, False)
+        previous_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+        self.done = threading.Event()
+        watchdog = threading.Thread(target=self._watch, args=(read_fd,), name="sweep-stop-watchdog", daemon=True)
+        watchdog.start()
+        try:
+            yield
+        finally:
+            self.done.set()
+            signal.alarm(0)
+            signal.set_wakeup_fd(previous_fd)
+            os.close(write_fd)  # ends the watchdog's read
+            watchdog.join(timeout=5)
+            os.close(read_fd)
+            for sig, handler in self._previous.items():
+                signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+
+    def _watch(self, read_fd: int) -> None:
+        """Wait for a stop signal; if the driver has not finished STOP_GRACE_S + STUCK_AFTER_S later, the
+        main thread is stuck in Ray: call on_stuck (which ends the process)."""
+        while True:
+            try:
+                data = os.read(read_fd, 64)
+            except OSError:
+                return
+            if not data or self.done.is_set():
+                return
+            stops = [b for b in data if b in STOP_SIGNALS]
+            if stops:
+                break
+        if self.signum is None:
+            self.signum = stops[0]
+        from sweep.reaper import alive
+
+        deadline = time.monotonic() + STOP_GRACE_S + STUCK_AFTER_S
+        dead_since = None
+        while not self.done.wait(0.5):
+            # With its GCS or raylet gone (the signal went to the whole process group), the local Ray
+            # cannot stop anything any more: do not wait out the grace period.
+            if self.ray_processes and not all(alive(pid, start) for pid, start in self.ray_processes.items()):
+                dead_since = dead_since or time.monotonic()
+            if time.monotonic() > deadline or (dead_since and time.monotonic() - dead_since > 2):
+                if self.on_stuck is not None:
+                    self.on_stuck()
+                return
+
+    def install(self) -> None:
+        """(Re)install the handlers: ray.init replaces the SIGTERM handler with its own."""
+        if not self._previous:
+            return
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, self._on_signal)
+        signal.signal(signal.SIGALRM, self._on_alarm)
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self._seen += 1
+        if self._seen > 1:
+            raise _StopNow()
+        if self.signum is None:
+            self.signum = signum
+        signal.alarm(max(1, math.ceil(STOP_GRACE_S)))
+
+    def _on_alarm(self, signum: int, frame: Any) -> None:
+        if self.signum is not None:
+            raise _StopNow()
+
+
+class _StopOnSignal(tune.Stopper):
+    """Tune stops every trial (and asks for no new one) once a stop signal arrived."""
+
+    def __init__(self, stop: _StopSignals):
+        self.stop = stop
+
+    def __call__(self, trial_id: str, result: dict) -> bool:
+        return False
+
+    def stop_all(self) -> bool:
+        return self.stop.requested
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {}  # Tune pickles its config (see _TrialFeed.__getstate__)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.stop = _StopSignals()
+
+
+def _descendants() -> dict[int, str]:
+    """pid -> start time of every process below the driver (from /proc)."""
+    from sweep.reaper import descendants
+
+    return descendants(os.getpid())
+
+
+def _kill_leftovers(grace: float = 3.0, keep: set[int] | frozenset[int] = frozenset()) -> None:
+    """SIGTERM, then SIGKILL, every process still below the driver after ray.shutdown (a Ray agent the
+    raylet left behind, e.g. when a signal came while Ray was starting), except the pids in `keep`
+    (children the caller had before Ray started). Only for a Ray we started."""
+    from sweep.reaper import kill_all
+
+    kill_all({pid: start for pid, start in _descendants().items() if pid not in keep}, grace=grace)
+
+
+@contextlib.contextmanager
+def _reaper():
+    """sweep.reaper watching this driver: kills the Ray agents a local Ray would leave if the driver is
+    killed with SIGKILL (no handler runs then). Ended when the driver ends normally."""
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "sweep.reaper", str(os.getpid())], stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    except OSError:
+        proc = None
+    try:
+        yield
+    finally:
+        if proc is not None:
+            proc.kill()
+            proc.wait()
+
+
+@contextlib.contextmanager
+def _child_subreaper():
+    """Make the driver the reaper of orphaned descendants (Linux), so that Ray agents whose raylet died
+    are re-parented to it, found by _kill_leftovers, and not left running under init."""
+    libc = None
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        with contextlib.suppress(OSError):
+            libc = ctypes.CDLL(None, use_errno=True)
+    PR_SET_CHILD_SUBREAPER, PR_GET_CHILD_SUBREAPER = 36, 37
+    before = None
+    if libc is not None:
+        import ctypes
+
+        value = ctypes.c_int(0)
+        if libc.prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(value), 0, 0, 0) == 0:
+            before = value.value
+            libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    try:
+        yield
+    finally:
+        if libc is not None and before is not None:
+            libc.prctl(PR_SET_CHILD_SUBREAPER, before, 0, 0, 0)
 
 
 # ---- the trial process ------------------------------------------------------------------------------
@@ -164,6 +425,10 @@ class _StudyRun:
         self.table: TrialsTable | None = None
         self.progress: Progress | None = None
         self.interrupted = False
+        self.stop = _StopSignals()
+        self.change: Any = None  # sweep.history.StudyChange when this run extends the recorded study
+        self.children_before: set[int] = set()  # processes below the driver before Ray started (not Ray's)
+        self.progress_note = ""
 
     # ---- lock -----------------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -193,6 +458,11 @@ class _StudyRun:
         trials.csv; return how many trials this run will run."""
         from sweep.mirror import OptunaMirror
 
+        if self.change is not None:
+            from sweep.history import record_change
+
+            record_change(self.folder, self.change, extend=bool(self.change.changed))
+            self.progress_note = f"study {self.spec.name} extended: {', '.join(self.change.added + self.change.changed)}"
         self.folder.write_study_yaml(self.spec)
         planned = self._planned_trials()
         distributions = self._distributions(planned)
@@ -214,30 +484,103 @@ class _StudyRun:
         return total
 
     def execute(self, address: str | None, max_concurrent: int | None) -> int:
-        if self.prepare() == 0:
-            self._print_summary()
-            return 0
-        import ray
-
+        if self.prepare() == 0 or self.stop.requested:
+            return self._finish()
         from sweep.preflight import cluster_nodes, preflight_inputs, preflight_resources
 
         cpu, gpu = self.spec.resources.cpu, self.spec.resources.gpu
         if not address:
             preflight_resources(cpu, gpu)  # before Ray starts: seconds, not a 60 s Ray warning and a hang
         preflight_inputs(self._configs_to_run())
-        started_ray = self._init_ray(address)
-        try:
-            if address:
-                preflight_resources(cpu, gpu, cluster_nodes(), f"the Ray cluster at {address}")
-            self._fit(max_concurrent)
-        except KeyboardInterrupt:
+        self.stop.on_stuck = lambda: self._abandon(local=not address)
+        with contextlib.ExitStack() as stack:
+            if not address:
+                stack.enter_context(_child_subreaper())
+                self.children_before = set(_descendants())
+                stack.enter_context(_reaper())
+            started_ray = False
+            try:
+                try:
+                    started_ray = self._init_ray(address)
+                    if address and not self.stop.requested:
+                        preflight_resources(cpu, gpu, cluster_nodes(), f"the Ray cluster at {address}")
+                    if not self.stop.requested:
+                        self._fit(max_concurrent)
+                except _StopNow:
+                    pass
+                except KeyboardInterrupt:  # a SIGINT before our handler was (re)installed
+                    self.stop.signum = self.stop.signum or signal.SIGINT
+                except Exception as exc:
+                    if not _raised_by_stop(exc):  # Ray's C code wraps _StopNow (SystemError), Tune re-raises
+                        self._hold_signals()
+                        with contextlib.suppress(Exception):
+                            self._finish_interrupted()
+                        raise
+                except BaseException:
+                    self._hold_signals()
+                    with contextlib.suppress(Exception):  # best effort: the first error is the one to report
+                        self._finish_interrupted()
+                    raise
+                self._hold_signals()
+                self._finish_interrupted()
+                # The summary comes before ray.shutdown: Ray's shutdown resets SIGTERM to its default
+                # action for a moment, so a second SIGTERM then ends the driver at once (status 143).
+                code = self._finish()
+            finally:
+                self._hold_signals()
+                try:
+                    self._shutdown_ray(started_ray or not address)
+                finally:
+                    self.stop.install()
+        return code
+
+    def _finish(self) -> int:
+        """Print the summary; the exit code (module docstring)."""
+        if self.stop.requested:
             self.interrupted = True
-        finally:
-            self._finish_interrupted()
-            if started_ray:
-                ray.shutdown()
         self._print_summary()
-        return 130 if self.interrupted else 0
+        if self.stop.requested:
+            return self.stop.exit_code
+        errors = [r for r in self.table.rows.values()
+                  if r["state"] == "FAIL" and (r.get("status") or "error") not in RESULT_STATUSES]
+        return 1 if errors or self.interrupted else 0
+
+    def _abandon(self, local: bool) -> None:
+        """Called by the stop watchdog when the main thread is stuck inside Ray after a stop signal: record
+        the running trials as interrupted, print the summary, kill what Ray left, and exit."""
+        for step in (self._finish_interrupted, self._finish):
+            try:
+                step()
+            except Exception as exc:  # best effort: the process ends right after
+                print(f"sweep: while stopping: {type(exc).__name__}: {exc}", file=sys.stderr)
+        if local:
+            with contextlib.suppress(Exception):
+                _kill_leftovers(grace=1.0, keep=self.children_before)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(self.stop.exit_code)
+
+    def _hold_signals(self) -> None:
+        """From here on the driver is stopping anyway: a further signal must not cut the clean-up short
+        (it only records which signal came, when none had)."""
+        signal.alarm(0)
+        if not self.stop._previous:
+            return
+
+        def note(signum: int, frame: Any) -> None:
+            self.stop.signum = self.stop.signum or signum
+
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, note)
+
+    def _shutdown_ray(self, local: bool) -> None:
+        """ray.shutdown(), then (for a Ray started here) kill what Ray left."""
+        import ray
+
+        if ray.is_initialized():
+            ray.shutdown()
+        if local:
+            _kill_leftovers(keep=self.children_before)
 
     def _configs_to_run(self) -> list[dict[str, Any]]:
         """The configs this run will start (tpe: the base with each model the study may choose)."""
@@ -278,15 +621,18 @@ class _StudyRun:
             self.trials[trial.key] = trial
             row = self.table.add(trial)
             attempts = by_key.get(trial.key, [])
-            final = [a for a in attempts if self.mirror.is_final(a)]
+            final = [a for a in attempts if is_final(a)]
+            problem = self.folder.summary_problem(trial.key)
+            if problem:
+                self._damaged_summary(trial.key, problem, final[-1] if final else None)
             summary = self.folder.read_summary(trial.key)
-            ended = final or (summary is not None and summary.get("status") in FINAL_STATUSES)
-            changed = self._changed_fields(trial) if ended else []
+            action = decide(attempts, summary)  # the one decision, shared with --dry-run and status
+            changed = self._changed_fields(trial) if action in ("skip", "record") else []
             if changed:
                 self.changed[trial.key] = changed
             if changed and self.rerun_changed:
                 self.to_run.append(trial)
-            elif final:
+            elif action == "skip":
                 last = final[-1]
                 row.update(state=last.state.name, optuna_trial=last.number)
                 if summary is not None:
@@ -294,7 +640,7 @@ class _StudyRun:
                 else:
                     row.update(status=last.user_attrs.get("status"), reason=last.user_attrs.get("reason"))
                 skipped += 1
-            elif summary is not None and summary.get("status") in FINAL_STATUSES:
+            elif action == "record":
                 number, state = self.mirror.add_finished(trial, summary, self.folder.read_metrics(trial.key))
                 row.update(state=state, optuna_trial=number)
                 self.table.set_summary(trial.key, summary)
@@ -318,6 +664,22 @@ class _StudyRun:
             return []
         before, now = flatten(stored), flatten(trial.config)
         return sorted(k for k in now if k in before and k != "output_dir" and before[k] != now[k])
+
+    def _damaged_summary(self, key: str, problem: str, final: Any) -> None:
+        """A summary.json that does not parse: never read as "no result". When Optuna holds the trial's
+        final attempt, the file is set aside and rebuilt from that attempt's user attributes (the key stays
+        done); otherwise the trial's folder is set aside and the trial runs again."""
+        from sweep.mirror import summary_from_attrs
+
+        path = self.folder.summary_path(key)
+        if final is not None:
+            aside = self.folder.set_aside(path)
+            self.folder.write_summary(key, summary_from_attrs(dict(final.user_attrs)))
+            print(f"trial {key}: {path} {problem}; kept as {aside.name}, results restored from Optuna trial "
+                  f"{final.number}", flush=True)
+        else:
+            aside = self.folder.set_aside(self.folder.trial_dir(key))
+            print(f"trial {key}: {path} {problem}; its folder kept as {aside}, the trial runs again", flush=True)
 
     def _tpe_known_trials(self, by_key: dict[str, list[Any]]) -> list[Trial]:
         """tpe: every seed of the parameter sets asked in earlier runs, rebuilt from Optuna."""
@@ -348,6 +710,8 @@ class _StudyRun:
                     "their results are kept; add --rerun-changed to re-run them")
             self.progress.say(f"study {spec.name}: {len(self.changed)} finished trials would now resolve "
                               f"differently ({fields}); {what}")
+        if self.progress_note:
+            self.progress.say(self.progress_note + " (see study_history.yaml)")
         self.progress.say(f"results: {self.folder.path}  optuna: {_display_url(self.storage_url)}")
 
     # ---- Ray ------------------------------------------------------------------------------------
@@ -366,6 +730,7 @@ class _StudyRun:
             kwargs["runtime_env"] = {"env_vars": env_vars}
         if ray.is_initialized():
             return False
+        os.environ.setdefault("TUNE_DISABLE_SIGINT_HANDLER", "1")  # ours stops the run (no Tuner.restore hint)
         # ray.init(configure_logging=False) starts by clearing the "ray" logger's handlers, so what it logs
         # itself (e.g. "Token authentication is enabled ...") would reach stderr through logging.lastResort.
         handler = self._ray_log_handler()
@@ -376,6 +741,10 @@ class _StudyRun:
             else:
                 # "local": a new instance of our own, even when another Ray runs on this machine
                 ray.init(address="local", num_cpus=os.cpu_count() or 1, include_dashboard=False, **kwargs)
+        except SystemExit:
+            # ray.init's own SIGTERM handlers (installed while it starts) end in sys.exit
+            self.stop.signum = self.stop.signum or signal.SIGTERM
+            return True
         except (ConnectionError, RuntimeError, ValueError) as exc:
             where = f"the Ray cluster at {address}" if address else "a local Ray instance"
             hint = ""
@@ -385,9 +754,14 @@ class _StudyRun:
             raise UserError(f"cannot start or reach {where}: {' '.join(str(exc).split())[:300]}{hint}") from None
         finally:
             logging.lastResort = saved_last_resort
+            self.stop.install()  # replaces ray.init's SIGTERM handlers and the core worker's crash dump
         ray_logger = logging.getLogger("ray")
         ray_logger.handlers = [handler]
         ray_logger.propagate = False
+        from sweep.reaper import name
+
+        self.stop.ray_processes = {pid: start for pid, start in _descendants().items()
+                                   if name(pid) in ("gcs_server", "raylet")}
         return True
 
     def _ray_log_handler(self) -> logging.Handler:
@@ -417,11 +791,11 @@ class _StudyRun:
             run_config=tune.RunConfig(
                 name=time.strftime("run-%Y%m%d-%H%M%S"), storage_path=str(self.folder.ray_dir),
                 verbose=0, callbacks=[callback, *logger_callbacks(self.spec)],
-                failure_config=tune.FailureConfig(max_failures=0),
+                failure_config=tune.FailureConfig(max_failures=0), stop=_StopOnSignal(self.stop),
             ),
         )
         tuner.fit()
-        # Tune ends fit() quietly on Ctrl-C (it catches SIGINT): trials still running were interrupted.
+        # Tune ends fit() quietly when its stopper stops it: trials still running were interrupted.
         if self.mirror.running or self.handed_out or searcher.has_more():
             self.interrupted = True
 
@@ -447,6 +821,8 @@ class _StudyRun:
 
     # ---- trial events (called from the Tune driver loop) -----------------------------------------
     def next_job(self) -> dict[str, Any] | None:
+        if self.stop.requested:
+            return None  # stopping: launch nothing new
         if not self.to_run and self.asks_left > 0:
             self._ask_tpe()
         if not self.to_run:
@@ -587,7 +963,11 @@ class _StudyRun:
                 self.progress.say(f"  {row['key']} {row.get('status')}: {_short(row['reason'])}  "
                                   f"(log: {self.folder.log_path(row['key'])})")
         self.progress.say(f"trials.csv: {self.folder.trials_csv}")
-        if self.interrupted:
+        if self.stop.requested:
+            done = sum(1 for r in rows if _is_done(r))
+            self.progress.say(f"interrupted by {self.stop.name}: {done} of {len(rows)} trials done; "
+                              "run the same command to go on")
+        elif self.interrupted:
             self.progress.say("run the same command again to resume")
 
 
@@ -648,7 +1028,15 @@ class _Mirroring(tune.Callback):
                                     if k in result})
             self.run.trial_result(live["key"], live["number"], result)
 
+    def _stopped_by_signal(self, trial: Any) -> bool:
+        """A trial that Tune ended because the driver is stopping, with no verdict of its own: it stays
+        RUNNING in Optuna until _finish_interrupted records it FAIL (interrupted)."""
+        live = self.live.get(trial.trial_id)
+        return live is not None and self.run.stop.requested and live["summary"] is None and live["error"] is None
+
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        if self._stopped_by_signal(trial):
+            return
         live = self.live.pop(trial.trial_id, None)
         if live is None:
             return
@@ -664,6 +1052,8 @@ class _Mirroring(tune.Callback):
         self.run.trial_ended(live["key"], live["number"], summary)
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        if self._stopped_by_signal(trial):
+            return
         live = self.live.pop(trial.trial_id, None)
         if live is None:
             return
@@ -692,6 +1082,11 @@ class _Mirroring(tune.Callback):
             folder.write_summary(key, summary)
         if not folder.metrics_path(key).exists() and live["metrics"]:
             folder.write_metrics(key, live["metrics"])
+
+
+def _is_done(row: dict[str, Any]) -> bool:
+    """A trials.csv row whose trial has ended for good (skipped by the next run)."""
+    return row["state"] in ("COMPLETE", "PRUNED") or (row["state"] == "FAIL" and row.get("status") in ("diverged", "collapsed"))
 
 
 # ---- logger callbacks ----------------------------------------------------------------------------

@@ -49,6 +49,14 @@ def show_status(study: str) -> int:
         optuna_counts = Counter(t.state.name for t in optuna_trials)
         print(f"optuna ({_display(location.storage)}): {len(optuna_trials)} trials: "
               + ", ".join(f"{n} {state}" for state, n in sorted(optuna_counts.items())))
+    for row in rows:  # a damaged result is reported, not shown as if the trial had none
+        problem = location.folder.summary_problem(row.get("key") or "") if row.get("key") else None
+        if problem:
+            print(f"trial {row['key']}: {location.folder.summary_path(row['key'])} {problem}; "
+                  "`sweep run` sets it aside and restores it from Optuna (or runs the trial again)")
+    next_run = _next_run(location, [row.get("key") for row in rows if row.get("key")])
+    if next_run:
+        print(next_run)
     if counts.get("RUNNING") and not _driver_running(location.folder):
         print("no `sweep run` is running this study: its RUNNING trials were interrupted and run again "
               "on the next `sweep run`")
@@ -65,12 +73,36 @@ def _optuna_trials(location: StudyLocation) -> list[Any] | None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     from sweep.mirror import open_storage
 
+    storage = open_storage(url)  # a UserError (one line, exit 2) when the storage cannot be opened
     try:
-        storage = open_storage(url)
         study = optuna.load_study(study_name=location.name, storage=storage)
-    except (KeyError, UserError):
+        return study.get_trials(deepcopy=False)
+    except KeyError:
+        return None  # the storage holds no such study (yet)
+    except Exception as exc:  # sqlalchemy: "file is not a database", a server gone, ...
+        raise UserError(f"cannot read the Optuna storage {_display(url)}: {' '.join(str(exc).split())[:200]} "
+                        "(trials.csv is intact; restore or remove the storage file)") from None
+
+
+def _next_run(location: StudyLocation, keys: list[str]) -> str | None:
+    """What the next `sweep run` does, decided as it decides (sweep.resume); None without a valid study.yaml."""
+    from sweep.resume import is_done, trial_states
+    from sweep.spec import load_study
+
+    try:
+        spec = load_study(location.folder.study_yaml)
+    except UserError:
         return None
-    return study.get_trials(deepcopy=False)
+    if spec.name != location.name:
+        return None
+    if Path(spec.study_dir).resolve() != location.folder.path:  # a relative results_dir, read from elsewhere
+        import dataclasses
+
+        spec = dataclasses.replace(spec, results_dir=str(location.folder.path.parent))
+    states = trial_states(spec, keys=keys) or {}
+    to_run = [k for k in keys if not is_done(states.get(k))]
+    return (f"next `sweep run`: {len(keys) - len(to_run)} done (skipped), {len(to_run)} to run"
+            + (f" ({', '.join(to_run[:5])}{', ...' if len(to_run) > 5 else ''})" if to_run else ""))
 
 
 def _latest_optuna_by_key(trials: list[Any]) -> dict[str, Any]:

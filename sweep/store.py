@@ -14,7 +14,9 @@ import csv
 import io
 import json
 import math
+import os
 import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
@@ -131,12 +133,39 @@ class StudyFolder:
         return data if isinstance(data, dict) else None
 
     def read_summary(self, key: str) -> dict[str, Any] | None:
-        """The trial's summary.json, or None when absent or unreadable."""
+        """The trial's summary.json, or None when absent or unreadable (see summary_problem)."""
         try:
             data = json.loads(self.summary_path(key).read_text())
         except (OSError, ValueError):
             return None
         return data if isinstance(data, dict) else None
+
+    def summary_problem(self, key: str) -> str | None:
+        """Why the trial's summary.json exists but cannot be used (None when it is absent or fine).
+
+        A summary is written atomically, so one that does not parse was damaged afterwards (a disk or
+        a hand edit): it is reported, never taken as "no result".
+        """
+        path = self.summary_path(key)
+        try:
+            data = json.loads(path.read_text())
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            return f"cannot be read ({exc.strerror})"
+        except ValueError as exc:
+            return f"does not parse ({exc})"
+        return None if isinstance(data, dict) else "does not hold a JSON object"
+
+    def set_aside(self, path: Path) -> Path:
+        """Rename a damaged file or trial folder to <name>.damaged-<time> beside it; return the new path."""
+        target = path.with_name(f"{path.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
+        n = 1
+        while target.exists():
+            n += 1
+            target = path.with_name(f"{path.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}-{n}")
+        os.replace(path, target)
+        return target
 
     def read_metrics(self, key: str) -> list[dict[str, Any]]:
         rows = []

@@ -480,7 +480,11 @@ def test_tpe_gives_a_search_space_and_builds_trials(tmp_path):
 
 
 # ---- dry-run table ---------------------------------------------------------------------------------
-def test_dry_run_shows_states_from_trials_csv(tmp_path, capsys):
+def test_dry_run_shows_the_states_sweep_run_acts_on(tmp_path, capsys):
+    """The dry run reads what `sweep run` decides on (the Optuna study and the trial folders), not
+    trials.csv (issue 15): a trials.csv that says otherwise is ignored."""
+    import optuna
+
     results = tmp_path / "out"
     text = (GRID_HEAD + "  ema: {schedule: constant}\n"
             + f"parameters:\n  ema.decay: [0.5, 0.9]\n  queue.size: [128, 256]\nresults_dir: {results}\n")
@@ -490,21 +494,30 @@ def test_dry_run_shows_states_from_trials_csv(tmp_path, capsys):
     assert "status" not in capsys.readouterr().out  # never ran: no status column
 
     (results / "t").mkdir(parents=True)
-    with (results / "t" / "trials.csv").open("w", newline="") as handle:
+    with (results / "t" / "trials.csv").open("w", newline="") as handle:  # stale: every trial COMPLETE
         writer = csv.writer(handle)
         writer.writerow(["key", "seed", "state", "dev_stsb"])
-        writer.writerow([trials[0].key, 42, "COMPLETE", 80.1])
-        writer.writerow([trials[1].key, 42, "FAIL", ""])
-    assert read_trial_states(spec) == {trials[0].key: "COMPLETE", trials[1].key: "FAIL"}
+        for trial in trials:
+            writer.writerow([trial.key, 42, "COMPLETE", 80.1])
+    study = optuna.create_study(study_name="t", storage=f"sqlite:///{results / 't' / 'optuna.db'}", direction="maximize")
+    study.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.COMPLETE, value=80.1,
+                                              user_attrs={"key": trials[0].key, "status": "ok"}))
+    study.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.FAIL,
+                                              user_attrs={"key": trials[1].key, "status": "error"}))
+    (results / "t" / "trials" / trials[2].key).mkdir(parents=True)
+    (results / "t" / "trials" / trials[2].key / "summary.json").write_text('{"status": "diverged"}')
+    assert read_trial_states(spec) == {trials[0].key: "COMPLETE", trials[1].key: "FAIL->rerun",
+                                       trials[2].key: "ended-not-in-optuna"}
     print_dry_run(spec)
     out = capsys.readouterr().out
     header = next(line for line in out.splitlines() if line.startswith("key"))
     assert header.split() == ["key", "seed", "ema.decay", "queue.size", "mtd", "status"]
     rows = {line.split()[0]: line.split() for line in out.splitlines() if re.match(r"^[0-9a-f]{12}\s", line)}
     assert rows[trials[0].key][-1] == "COMPLETE" and rows[trials[0].key][-2] == "6.00"  # 1/(1-0.5) + 128/32
-    assert rows[trials[1].key][-1] == "FAIL"
-    assert rows[trials[2].key][-1] == "-"
-    assert "1 COMPLETE, 1 FAIL, 2 not run" in out
+    assert rows[trials[1].key][-1] == "FAIL->rerun"
+    assert rows[trials[2].key][-1] == "ended-not-in-optuna"
+    assert rows[trials[3].key][-1] == "-"
+    assert "1 COMPLETE, 1 FAIL->rerun, 1 ended-not-in-optuna, 1 not run" in out
 
 
 def test_format_trial_table_without_states(tmp_path):

@@ -67,10 +67,8 @@ class OptimConfig(Section):
 
 
 class EMAConfig(Section):
-    """EMA of the target branch (MoCoSE eq. 2): theta_t <- eta*theta_t + (1-eta)*theta_o.
-
-    The paper ramps eta 0.75 -> 0.95 by a cosine over the run and holds it; the released code ramps
-    eta0 -> 1.0 over T = 15000 steps and never clamps (`released.ema_schedule`). Null keys follow it."""
+    """EMA of the target branch (MoCoSE eq. 2): theta_t <- eta*theta_t + (1-eta)*theta_o; null keys follow
+    `released.ema_schedule` (paper: 0.75 -> 0.95 over the run, held; released: -> 1.0 over 15000, unclamped)."""
 
     schedule: Literal["constant", "cosine"] = "cosine"
     decay: Float = Field(0.75, ge=0, lt=1)  # eta (constant) or eta0 (cosine start)
@@ -95,9 +93,7 @@ class HeadsConfig(Section):
 
     projection_layers: Int = Field(1, ge=0)
     predictor_layers: Int = Field(2, ge=0)
-    # the embedding the loss sees (projection output, predictor layers, queue; MoCoSE Table 6a, the
-    # release's out_size); null: the encoder's size
-    embedding_dim: Int | None = Field(None, ge=1)
+    embedding_dim: Int | None = Field(None, ge=1)  # what the loss sees (projection out, predictor, queue): Table 6a
     predictor_hidden_dim: Int | None = Field(None, ge=1)  # the predictor's inner width; null: embedding_dim
 
 
@@ -133,9 +129,8 @@ class EvalConfig(Section):
     final_tasks: StrList | None = None  # None: the seven STS tasks
     align_uniform_split: Literal["dev", "test"] = "dev"
     transfer_mode: Literal["test", "fasttest"] = "test"  # SentEval's classifier settings for transfer tasks
-    # Model selection: STS-B dev (the papers' protocol). test_avg = the released MoCoSE code's selection on
-    # the seven-task TEST average: leaks the test set, only on explicit request, labelled in the summary.
-    selection: Literal["dev", "test_avg"] = "dev"
+    # dev: STS-B dev (the papers' protocol); test_avg: the released MoCoSE code's selection on the seven-task
+    selection: Literal["dev", "test_avg"] = "dev"  # TEST average (leaks the test set; labelled in the summary)
 
 
 class ReleasedConfig(Section):

@@ -14,16 +14,37 @@ from pathlib import Path
 from typing import Any, Callable
 
 
+def current_umask() -> int:
+    """The process's umask, read without changing it where Linux shows it (/proc/self/status).
+
+    >>> 0 <= current_umask() <= 0o777
+    True
+    """
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)  # elsewhere: the classic two calls (briefly changes it for the process)
+    os.umask(mask)
+    return mask
+
+
 def write_atomic(path: str | Path, write: Callable[[Path], Any], fsync: bool = True) -> Path:
     """Call `write(temporary_path)` for a temporary file beside `path`, then move it into place.
 
-    The temporary file is removed when `write` raises (the old `path`, if any, stays as it was).
+    The temporary file is removed when `write` raises (the old `path`, if any, stays as it was). The
+    file gets the mode a plain open() would give it (0666 less the umask), not mkstemp's 0600, so a
+    group sharing the results folder can read it.
     >>> write_atomic(Path(tempfile.mkdtemp()) / "x.txt", lambda tmp: tmp.write_text("hi")).read_text()
     'hi'
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.fchmod(fd, 0o666 & ~current_umask())
     os.close(fd)
     tmp = Path(name)
     try:

@@ -29,6 +29,16 @@ def resolve_model_path(name: str) -> str:
     return name
 
 
+def _looks_like_path(name: str) -> bool:
+    """A name meant as a local folder, not an HF id ('org/model'): ./x, ../x, /x, ~/x, a/b/c, x/.
+
+    >>> [_looks_like_path(n) for n in ("./no-such-model", "/data/bert", "a/b/c", "bert-base-uncased", "org/model")]
+    [True, True, True, False, False]
+    """
+    return (name.startswith((".", "/", "~")) or name.endswith("/") or name.count("/") > 1
+            or (os.sep != "/" and os.sep in name))
+
+
 def check_model(name: str) -> None:
     """Load `name`'s tokenizer and config only (seconds, no weights): a missing local folder, an id neither
     in the HF cache nor reachable, or a folder without config.json is a one-line UserError naming it."""
@@ -38,8 +48,9 @@ def check_model(name: str) -> None:
     local = Path(path).expanduser()
     if local.exists():
         path = str(local)
-    elif path.startswith((".", "/", "~")) or path.count("/") > 1:
-        raise UserError(f"model '{name}': no such local folder {local}; fix the path, or pass an HF id or 'embedded'")
+    elif _looks_like_path(path):
+        raise UserError(f"model folder {name} does not exist ({local.resolve()}): fix the path, or pass an HF id "
+                        "or 'embedded'")
     try:
         AutoConfig.from_pretrained(path)
         AutoTokenizer.from_pretrained(path)
@@ -60,8 +71,10 @@ def load_encoder(name: str, dropout: float | None = None, output_hidden_states: 
         path = str(local)
         if not (local / "config.json").is_file():
             raise UserError(f"model path {local} has no config.json: pass a folder saved with save_pretrained")
-    elif os.sep in path and not path.count("/") == 1:
-        raise UserError(f"model '{name}' not found: not a local folder, nor an HF id like 'bert-base-uncased'")
+    elif _looks_like_path(path):
+        raise UserError(f"model folder {name} does not exist ({local.resolve()}): pass an existing folder saved with "
+                        "save_pretrained, "
+                        "'embedded', or an HF id like 'bert-base-uncased'")
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     logging.getLogger("transformers").setLevel(logging.ERROR)

@@ -2,28 +2,26 @@
 
 from __future__ import annotations
 
-import csv
+import sys
 from pathlib import Path
 from typing import Any
 
 from sweep.spec.expand import expansion
 from sweep.spec.schema import StudySpec, Trial
 from sweep.spec.text import format_value, is_expr, one_line, plural
+from trainer.errors import UserError
 
 
 def read_trial_states(spec: StudySpec) -> dict[str, str] | None:
-    """key -> state from <results_dir>/<name>/trials.csv; None when the study has not run here."""
-    path = Path(spec.study_dir) / "trials.csv"
-    if not path.is_file():
-        return None
+    """key -> what `sweep run` would do with it (sweep.resume.trial_states: the trial folders and the
+    Optuna study, as the run decides); None when the study has not run here."""
+    from sweep.resume import trial_states
+
     try:
-        with path.open(newline="", encoding="utf-8") as handle:
-            reader = csv.DictReader(handle)
-            if not reader.fieldnames or "key" not in reader.fieldnames or "state" not in reader.fieldnames:
-                return None
-            return {row["key"]: row["state"] or "-" for row in reader if row.get("key")}
-    except (OSError, csv.Error, UnicodeDecodeError):
-        return None  # a half-written or foreign file must not stop a dry run
+        return trial_states(spec)
+    except UserError as exc:  # e.g. a PostgreSQL storage out of reach: the dry run still shows the trials
+        print(f"note: trial states unknown: {exc}", file=sys.stderr)
+        return None
 
 
 def format_trial_table(spec: StudySpec, trials: list[Trial], states: dict[str, str] | None = None) -> str:

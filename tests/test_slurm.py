@@ -1,0 +1,153 @@
+"""`sweep slurm` on a real one-node Slurm (tests/slurm/start_local_slurm.sh; root, e.g. CI), and its
+bad-input cases (issue 15). The end-to-end test cuts the first allocation with the same signal Slurm
+sends at `--signal=B:TERM@margin` (`scancel --batch --signal=TERM`, to the batch shell only), lets the
+job requeue itself, lifts Slurm's requeue hold, and waits for the second allocation to finish the study.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import optuna
+import pytest
+
+from test_stop import fake_env, fake_study, rows
+
+REPO = Path(__file__).resolve().parents[1]
+START = REPO / "tests" / "slurm" / "start_local_slurm.sh"
+
+
+def sweep(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "sweep", *args], cwd=cwd, env=env or fake_env(), capture_output=True,
+                          text=True, timeout=120, check=False)
+
+
+@pytest.fixture(scope="module")
+def local_slurm() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("a local Slurm needs root (tests/slurm/start_local_slurm.sh)")
+    try:
+        done = subprocess.run(["bash", str(START)], capture_output=True, text=True, timeout=600, check=False)
+    except subprocess.TimeoutExpired:
+        pytest.skip("tests/slurm/start_local_slurm.sh did not finish in 10 minutes")
+    if done.returncode != 0:
+        pytest.skip(f"Slurm cannot start here: {(done.stderr or done.stdout).strip().splitlines()[-1:]}")
+
+
+def job(job_id: str) -> dict[str, str]:
+    text = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True, check=False).stdout
+    return dict(re.findall(r"(\w+)=(\S*)", text))
+
+
+def job_processes(job_id: str) -> list[int]:
+    """Processes still running with SLURM_JOB_ID=<job_id> in their environment (Ray's included)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if f"SLURM_JOB_ID={job_id}\0".encode() in (entry / "environ").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+# ---- bad input: one line, exit 2, nothing submitted ------------------------------------------------------
+def test_without_slurm_installed_nothing_is_submitted(tmp_path, shared_data_dir):
+    path = fake_study(tmp_path, "noslurm", shared_data_dir)
+    result = sweep(["slurm", str(path)], tmp_path, env=fake_env(PATH=str(tmp_path / "empty-bin")))
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()] and "no `sbatch` on PATH" in result.stderr
+    assert not (tmp_path / "results" / "noslurm" / "slurm" / "sweep.sbatch").exists()
+
+
+def test_the_dry_run_prints_the_script_and_submits_nothing(tmp_path, shared_data_dir):
+    path = fake_study(tmp_path, "dry", shared_data_dir)
+    result = sweep(["slurm", str(path), "--time", "1:00:00", "--nodes", "2", "--gpus-per-node", "4", "--dry-run"],
+                   tmp_path, env=fake_env(PATH=str(tmp_path / "empty-bin")))
+    assert result.returncode == 0, result.stderr
+    script = result.stdout
+    for line in ("#SBATCH --time=1:00:00", "#SBATCH --signal=B:TERM@180", "#SBATCH --requeue", "#SBATCH --nodes=2",
+                 "#SBATCH --gpus-per-node=4", "scontrol requeue", "--head", "-m sweep run"):
+        assert line in script, line
+    assert not (tmp_path / "results" / "dry" / "slurm").exists()
+
+
+def test_a_time_limit_shorter_than_the_signal_margin_is_refused(tmp_path, shared_data_dir):
+    path = fake_study(tmp_path, "short", shared_data_dir)
+    result = sweep(["slurm", str(path), "--time", "3", "--dry-run"], tmp_path)
+    assert result.returncode == 2 and "--time 3" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_an_unknown_partition_or_gpus_on_a_cpu_cluster_is_refused(tmp_path, shared_data_dir, local_slurm):
+    path = fake_study(tmp_path, "bad", shared_data_dir)
+    before = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True, check=False).stdout
+    partition = sweep(["slurm", str(path), "--partition", "no-such-partition"], tmp_path)
+    assert partition.returncode == 2 and "no such Slurm partition" in partition.stderr
+    gpus = sweep(["slurm", str(path), "--gpus-per-node", "1"], tmp_path)
+    assert gpus.returncode == 2 and "has no GPUs" in gpus.stderr
+    for result in (partition, gpus):
+        assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr
+    assert subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True, check=False).stdout == before
+    assert not (tmp_path / "results" / "bad" / "slurm" / "sweep.sbatch").exists()
+
+
+# ---- end to end ------------------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_a_study_cut_by_the_time_limit_signal_is_requeued_and_finished(tmp_path, shared_data_dir, local_slurm):
+    path = fake_study(tmp_path, "onslurm", shared_data_dir, decays=(0.1, 0.2, 0.3))
+    study_dir = tmp_path / "results" / "onslurm"
+    env = fake_env(steps=12, step_s=0.5)
+    submitted = sweep(["slurm", str(path), "--time", "30"], tmp_path, env=env)
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = re.search(r"submitted job (\d+)", submitted.stdout).group(1)
+    try:
+        # first allocation: wait for a finished trial and a running one, then Slurm's early signal
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            states = Counter(r["state"] for r in rows(study_dir))
+            if states["COMPLETE"] >= 1 and states["RUNNING"] >= 1:
+                break
+            assert job(job_id).get("JobState") in ("PENDING", "RUNNING", "CONFIGURING"), job(job_id)
+            time.sleep(0.5)
+        else:
+            raise AssertionError(f"the first allocation never had a finished and a running trial: {rows(study_dir)}")
+        subprocess.run(["scancel", "--batch", "--signal=TERM", job_id], check=True)
+
+        # the job requeues itself; lift Slurm's hold before a requeued job may start again
+        deadline = time.monotonic() + 180
+        while int(job(job_id).get("Restarts", 0)) < 1:
+            assert time.monotonic() < deadline, job(job_id)
+            time.sleep(0.5)
+        subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], check=False)
+        deadline = time.monotonic() + 300
+        while job(job_id).get("JobState") not in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"):
+            assert time.monotonic() < deadline, job(job_id)
+            if job(job_id).get("JobState") == "PENDING":
+                subprocess.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"], check=False)
+            time.sleep(1)
+    finally:
+        subprocess.run(["scancel", job_id], check=False)
+    info = job(job_id)
+    logs = study_dir / "slurm"
+    text = {p.name: p.read_text() for p in logs.glob("allocation-*.log")}
+    assert info["JobState"] == "COMPLETED" and int(info["Restarts"]) >= 1, (info, text)
+
+    first, second = text[f"allocation-{job_id}-0.log"], text[f"allocation-{job_id}-1.log"]
+    assert "SIGTERM from Slurm" in first and "interrupted by SIGTERM" in first and "requeueing job" in first
+    assert "already ended (skipped)" in second and "study finished" in second  # the resume line
+
+    assert [r["state"] for r in rows(study_dir)] == ["COMPLETE"] * 3
+    trials = optuna.load_study(study_name="onslurm", storage=f"sqlite:///{study_dir / 'optuna.db'}").get_trials()
+    complete = Counter(t.user_attrs["key"] for t in trials if t.state.name == "COMPLETE")
+    assert sorted(complete.values()) == [1, 1, 1]  # each trial COMPLETE exactly once, no duplicate
+    assert [t.user_attrs["reason"] for t in trials if t.state.name == "FAIL"] == ["interrupted"]
+    time.sleep(2)
+    assert job_processes(job_id) == []  # no Ray process (or anything else of the job) left

@@ -1,0 +1,232 @@
+"""`sweep run` stopped by SIGTERM / SIGINT / SIGHUP (issue 15, findings 1 and 2), with the fast fake trainer.
+
+Each test starts a real driver (and Ray) in its own session, signals it, and checks: the exit status,
+the one line saying how to go on, no Ray crash dump or Tuner.restore hint, running trials FAIL
+"interrupted" in trials.csv and Optuna, and no process of the session left behind.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow
+
+
+def fake_study(tmp_path: Path, name: str, shared_data_dir: Path, decays=(0.1, 0.2, 0.3), **top) -> Path:
+    """A study whose trials run tests/fake_train.py (no model is loaded)."""
+    spec = {
+        "name": name,
+        "base": {"model": "embedded", "method": "mocose", "pooler": "avg", "batch_size": 8, "max_steps": 6,
+                 "queue": {"size": 16, "initial_size": 8},
+                 "eval": {"eval_steps": 3, "final_tasks": ["STSBenchmark"]},
+                 "data": {"corpus": str(shared_data_dir / "corpus" / "wiki1m_sample.txt"),
+                          "data_dir": str(shared_data_dir), "max_sentences": 200}},
+        "parameters": {"ema.decay": list(decays)},
+        "seeds": [1],
+        "results_dir": str(tmp_path / "results"),
+        **top,
+    }
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    return path
+
+
+def fake_env(steps: int = 3, step_s: float = 0.2, **extra: str) -> dict[str, str]:
+    env = dict(os.environ, PYTHONPATH=str(REPO), SWEEP_TRAIN_FN="tests.fake_train:train",
+               FAKE_TRAIN_STEPS=str(steps), FAKE_TRAIN_STEP_S=str(step_s))
+    env.update(extra)
+    return env
+
+
+class Driver:
+    """`sweep ARGS` in the background in its own session; its output collected by a thread."""
+
+    def __init__(self, args: list[str], cwd: Path, env: dict[str, str]):
+        self.proc = subprocess.Popen([sys.executable, "-m", "sweep", *args], cwd=cwd, env=env, text=True,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+        self.lines: list[str] = []
+        self.reader = threading.Thread(target=lambda: self.lines.extend(self.proc.stdout), daemon=True)
+        self.reader.start()
+
+    @property
+    def out(self) -> str:
+        return "".join(self.lines)
+
+    def wait_for(self, condition, timeout: float = 150) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if condition():
+                return
+            assert self.proc.poll() is None, f"the driver ended early ({self.proc.returncode}):\n{self.out}"
+            time.sleep(0.1)
+        raise AssertionError(f"timed out; output so far:\n{self.out}")
+
+    def finish(self, timeout: float = 120) -> int:
+        code = self.proc.wait(timeout=timeout)
+        self.reader.join(timeout=10)
+        return code
+
+
+def rows(study_dir: Path) -> list[dict[str, str]]:
+    try:
+        with open(study_dir / "trials.csv", newline="") as f:
+            return list(csv.DictReader(f))
+    except FileNotFoundError:
+        return []
+
+
+def running(study_dir: Path) -> bool:
+    return any(r["state"] == "RUNNING" for r in rows(study_dir))
+
+
+def session_left(sid: int, wait: float = 10) -> list[str]:
+    """Processes still alive in the driver's session after `wait` seconds (Ray agents included)."""
+    deadline = time.monotonic() + wait
+    while True:
+        out = subprocess.run(["ps", "-e", "-o", "pid=,sid=,stat=,args="], capture_output=True, text=True).stdout
+        left = [line for line in out.splitlines()
+                if int(line.split()[1]) == sid and "Z" not in line.split()[2]]
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.5)
+
+
+def kill_session(sid: int) -> None:
+    for line in session_left(sid, wait=0):
+        with_pid = int(line.split()[0])
+        try:
+            os.kill(with_pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def assert_clean_stop(driver: Driver, code: int, name: str, study_dir: Path, expected: int, signame: str) -> None:
+    out = driver.out
+    assert code == expected, out
+    assert f"interrupted by {signame}: " in out and "trials done; run the same command to go on" in out, out
+    assert "*** SIGTERM received" not in out and "PC: @" not in out, out  # no Ray crash dump
+    assert "Tuner.restore" not in out, out
+    assert session_left(driver.proc.pid) == []
+    states = Counter(r["state"] for r in rows(study_dir))
+    assert states["RUNNING"] == 0, rows(study_dir)
+    trials = optuna.load_study(study_name=name, storage=f"sqlite:///{study_dir / 'optuna.db'}").get_trials()
+    assert all(t.state.name in ("COMPLETE", "FAIL") for t in trials)
+    interrupted = [t for t in trials if t.state.name == "FAIL"]
+    assert interrupted and all(t.user_attrs["reason"] == "interrupted" for t in interrupted)
+    assert {r["key"] for r in rows(study_dir) if r["state"] == "FAIL"} == {t.user_attrs["key"] for t in interrupted}
+    assert all(r["status"] == "interrupted" for r in rows(study_dir) if r["state"] == "FAIL")
+
+
+@pytest.mark.parametrize("signame, expected, to_group", [
+    ("SIGTERM", 143, False),  # Slurm's --signal=B:TERM, forwarded by the batch script; `kill PID`
+    ("SIGTERM", 143, True),  # scancel / the time limit: the whole process group, Ray's GCS included
+    ("SIGINT", 130, True),  # Ctrl-C in a terminal
+    ("SIGHUP", 129, False),  # the terminal closed
+])
+def test_a_stop_signal_interrupts_the_running_trial_and_exits_128_plus_n(tmp_path, shared_data_dir, signame,
+                                                                         expected, to_group):
+    name = "stop"
+    path = fake_study(tmp_path, name, shared_data_dir)
+    study_dir = tmp_path / "results" / name
+    driver = Driver(["run", str(path), "--max-concurrent", "1"], tmp_path, fake_env(steps=100, step_s=0.2))
+    try:
+        driver.wait_for(lambda: running(study_dir))
+        time.sleep(1)
+        sig = getattr(signal, signame)
+        os.killpg(driver.proc.pid, sig) if to_group else os.kill(driver.proc.pid, sig)
+        started = time.monotonic()
+        code = driver.finish()
+        took = time.monotonic() - started
+        assert_clean_stop(driver, code, name, study_dir, expected, signame)
+        assert took < 30, took
+    finally:
+        kill_session(driver.proc.pid)
+
+    # the same command goes on: the interrupted trial runs again, every trial ends COMPLETE once
+    result = subprocess.run([sys.executable, "-m", "sweep", "run", str(path)], cwd=tmp_path,
+                            env=fake_env(), capture_output=True, text=True, timeout=180, start_new_session=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert all(r["state"] == "COMPLETE" for r in rows(study_dir)) and len(rows(study_dir)) == 3
+    trials = optuna.load_study(study_name=name, storage=f"sqlite:///{study_dir / 'optuna.db'}").get_trials()
+    complete = Counter(t.user_attrs["key"] for t in trials if t.state.name == "COMPLETE")
+    assert sorted(complete.values()) == [1, 1, 1]
+
+
+def test_a_signal_while_ray_starts_leaves_no_ray_process(tmp_path, shared_data_dir):
+    path = fake_study(tmp_path, "early", shared_data_dir)
+    driver = Driver(["run", str(path)], tmp_path, fake_env())
+    try:
+        driver.wait_for(lambda: "results:" in driver.out)  # printed just before ray.init
+        time.sleep(1.5)  # Ray is starting its GCS, raylet and agents
+        os.killpg(driver.proc.pid, signal.SIGINT)
+        code = driver.finish()
+        assert code == 130, driver.out
+        assert "interrupted by SIGINT: 0 of 3 trials done; run the same command to go on" in driver.out
+        assert session_left(driver.proc.pid) == []  # no ray::DashboardAgent / RuntimeEnvAgent orphan
+    finally:
+        kill_session(driver.proc.pid)
+
+
+def test_a_second_signal_ends_the_driver_at_once(tmp_path, shared_data_dir):
+    path = fake_study(tmp_path, "twice", shared_data_dir)
+    study_dir = tmp_path / "results" / "twice"
+    # a long grace period: only the second signal can make the driver stop quickly
+    driver = Driver(["run", str(path)], tmp_path, fake_env(steps=100, step_s=0.2, SWEEP_STOP_GRACE_S="120"))
+    try:
+        driver.wait_for(lambda: running(study_dir))
+        os.kill(driver.proc.pid, signal.SIGTERM)
+        time.sleep(0.5)
+        os.kill(driver.proc.pid, signal.SIGTERM)
+        started = time.monotonic()
+        code = driver.finish()
+        assert time.monotonic() - started < 15
+        # 143: our exit; -15: the second SIGTERM came while ray.shutdown had reset SIGTERM (the shell
+        # shows 143 for both)
+        assert code in (143, -signal.SIGTERM), driver.out
+        assert "Tuner.restore" not in driver.out and "*** SIGTERM received" not in driver.out
+        assert session_left(driver.proc.pid) == []
+        assert not running(study_dir)
+    finally:
+        kill_session(driver.proc.pid)
+
+
+def test_exit_status_1_when_a_trial_raised_and_0_for_a_diverged_trial(tmp_path, shared_data_dir):
+    diverged = fake_study(tmp_path, "diverged", shared_data_dir, parameters={"optim.lr": [3e-5, 2.0]})
+    result = subprocess.run([sys.executable, "-m", "sweep", "run", str(diverged)], cwd=tmp_path, env=fake_env(),
+                            capture_output=True, text=True, timeout=180, start_new_session=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert Counter(r["status"] for r in rows(tmp_path / "results" / "diverged")) == {"ok": 1, "diverged": 1}
+
+    raising = fake_study(tmp_path, "raising", shared_data_dir, parameters={"model": ["embedded", "raise-me"]})
+    result = subprocess.run([sys.executable, "-m", "sweep", "run", str(raising)], cwd=tmp_path, env=fake_env(),
+                            capture_output=True, text=True, timeout=180, start_new_session=True)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert Counter(r["status"] for r in rows(tmp_path / "results" / "raising")) == {"ok": 1, "error": 1}
+
+
+def test_kill_9_of_the_driver_leaves_no_ray_agent_behind(tmp_path, shared_data_dir):
+    """kill -9 runs no handler: sweep.reaper (started before Ray) kills the agents the raylet leaves."""
+    path = fake_study(tmp_path, "killed", shared_data_dir)
+    study_dir = tmp_path / "results" / "killed"
+    driver = Driver(["run", str(path)], tmp_path, fake_env(steps=100, step_s=0.2))
+    try:
+        driver.wait_for(lambda: running(study_dir))
+        os.kill(driver.proc.pid, signal.SIGKILL)
+        driver.finish()
+        left = session_left(driver.proc.pid, wait=60)
+        assert left == [], left
+    finally:
+        kill_session(driver.proc.pid)
