@@ -114,14 +114,14 @@ def synthetic(n, dim, nclasses, seed):
 SMALL = {
     "fasttest": transfer.ClassifierSettings(kfold=3, optim="rmsprop", batch_size=32, tenacity=3, epoch_size=2,
                                             max_epoch=40),
-    "test": transfer.ClassifierSettings(kfold=3, optim="adam", batch_size=16, tenacity=5, epoch_size=4,
-                                        max_epoch=40),
+    "test": transfer.ClassifierSettings(kfold=3, optim="adam", batch_size=32, tenacity=5, epoch_size=4,
+                                        max_epoch=16),
 }
 
 
 # ---- the classifier ---------------------------------------------------------------------------------
-@pytest.mark.parametrize("mode", ["fasttest", "test"])
-@pytest.mark.parametrize("dim,nclasses,with_dev", [(16, 2, True), (16, 6, False), (5, 3, True)])
+@pytest.mark.parametrize("mode,dim,nclasses,with_dev", [
+    ("fasttest", 16, 2, True), ("test", 16, 2, True), ("fasttest", 16, 6, False), ("test", 5, 3, True)])
 def test_classifier_is_senteval_bit_for_bit(mode, dim, nclasses, with_dev):
     # dim 16 x 2 or 6 classes: weights updated stacked; 5 x 3: one by one. with_dev False: the 5% split.
     s = SMALL[mode]
@@ -133,6 +133,9 @@ def test_classifier_is_senteval_bit_for_bit(mode, dim, nclasses, with_dev):
         assert (fit["dev"], fit["epochs"]) == (best, epochs)
         assert torch.equal(fit["model"][0], model.weight.detach())
         assert torch.equal(fit["model"][1], model.bias.detach())
+        # the torch.optim path used on CUDA, run here on the CPU: the same fit
+        other = transfer._fit_torch(X, y, reg, s, nclasses, dev, "cpu")
+        assert (other["dev"], other["epochs"]) == (best, epochs) and torch.equal(other["model"][0], fit["model"][0])
     if (mode, dim, nclasses) == ("fasttest", 16, 6):  # one weight stops early while the others go on
         assert [f["epochs"] for f in ours] == [12, 12, 12, 10]
 
@@ -225,11 +228,20 @@ def test_missing_or_altered_file_is_a_user_error(tmp_path, shared_data_dir):
 
 
 # ---- the command line -------------------------------------------------------------------------------
-def _sweep(args, tmp_path):
+def _start_sweep(args, tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "SWEEP_DATA_DIR"}
     env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_HOME=str(tmp_path / "hf"), PYTHONPATH=str(REPO))
-    return subprocess.run([sys.executable, "-m", "sweep", *args], capture_output=True, text=True, env=env,
-                          cwd=REPO, timeout=300)
+    return subprocess.Popen([sys.executable, "-m", "sweep", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env, cwd=REPO)
+
+
+def _finish(process):
+    stdout, stderr = process.communicate(timeout=300)
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+def _sweep(args, tmp_path):
+    return _finish(_start_sweep(args, tmp_path))
 
 
 @pytest.mark.slow
@@ -244,11 +256,15 @@ def test_eval_json_has_transfer_keys(tmp_path, shared_data_dir, tiny_model_dir):
 
 
 def test_eval_bad_transfer_input_is_one_line_exit_2(tmp_path, shared_data_dir):
-    done = _sweep(["eval", "--model", "embedded", "--data-dir", str(tmp_path), "--tasks", "MR"], tmp_path)
+    # both at once: each pays the torch import
+    missing = _start_sweep(["eval", "--model", "embedded", "--data-dir", str(tmp_path), "--tasks", "MR"], tmp_path)
+    mode = _start_sweep(["eval", "--model", "embedded", "--tasks", "transfer", "--transfer-mode", "slow"], tmp_path)
+    done = _finish(missing)
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
-    assert "sweep data fetch" in done.stderr
-    done = _sweep(["eval", "--model", "embedded", "--tasks", "transfer", "--transfer-mode", "slow"], tmp_path)
-    assert done.returncode == 2 and "transfer-mode" in done.stderr.strip().splitlines()[-1]
+    assert "rt-polarity.pos is missing" in done.stderr and "sweep data fetch" in done.stderr
+    done = _finish(mode)
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "unknown --transfer-mode 'slow'" in done.stderr
 
 
 # ---- results plumbing: trials.csv columns, Optuna attributes, Table 2 --------------------------------

@@ -315,6 +315,8 @@ def fit_candidates(X: np.ndarray, y: np.ndarray, l2_weights: Sequence[float], se
     permutations (same length), so one draw and one gather serve all; each candidate keeps its own
     early stopping. Returns per weight: best dev accuracy, epochs run, and the best model (weight, bias).
     """
+    if torch.device(device).type == "cuda":
+        return [_fit_torch(X, y, l2, settings, nclasses, dev, device) for l2 in l2_weights]
     rng = np.random.RandomState(SEED)  # == np.random.seed(1111) then np.random.* (the legacy MT19937 stream)
     if dev is None:  # prepare_split with validation_split
         permutation = rng.permutation(len(X))
@@ -349,6 +351,48 @@ def fit_candidates(X: np.ndarray, y: np.ndarray, l2_weights: Sequence[float], se
                     fits.check(r, score, nepoch, settings.tenacity)
     return [{"l2": fits.l2[r], "dev": fits.best[r], "epochs": fits.epochs[r], "model": fits.best_model[r]}
             for r in range(len(fits.l2))]
+
+
+def _fit_torch(X: np.ndarray, y: np.ndarray, l2: float, settings: ClassifierSettings, nclasses: int,
+               dev: tuple[np.ndarray, np.ndarray] | None, device: str) -> dict:
+    """One fit with nn.Linear, autograd and torch.optim on `device`, the code path SentEval itself runs.
+
+    Used on CUDA, where torch.optim picks its multi-tensor kernels: running torch.optim itself keeps the
+    floats SentEval's on the same GPU. The model is created on the CPU and moved, as SentEval does.
+    """
+    rng = np.random.RandomState(SEED)
+    if dev is None:
+        permutation = rng.permutation(len(X))
+        cut = int(VALIDATION_SPLIT * len(X))
+        X, y, dev = X[permutation[cut:]], y[permutation[cut:]], (X[permutation[:cut]], y[permutation[:cut]])
+    Xt, yt = torch.from_numpy(np.ascontiguousarray(X)).to(device), torch.from_numpy(np.ascontiguousarray(y)).to(device)
+    Xd, yd = torch.from_numpy(np.ascontiguousarray(dev[0])).to(device), torch.from_numpy(np.ascontiguousarray(dev[1])).to(device)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(SEED)
+        model = torch.nn.Linear(X.shape[1], nclasses).to(device)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    optimizer = (torch.optim.Adam if settings.optim == "adam" else torch.optim.RMSprop)(model.parameters())
+    optimizer.param_groups[0]["weight_decay"] = l2
+    nepoch, best, bad_checks, best_model = 0, -1.0, 0, None
+    while nepoch <= settings.max_epoch:
+        for _ in range(settings.epoch_size):
+            permutation = torch.from_numpy(rng.permutation(len(Xt))).to(device)
+            for i in range(0, len(Xt), settings.batch_size):
+                idx = permutation[i:i + settings.batch_size]
+                loss = loss_fn(model(Xt.index_select(0, idx)), yt.index_select(0, idx))
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+        nepoch += settings.epoch_size
+        with torch.no_grad():
+            score = accuracy(model.weight, model.bias, Xd, yd, settings.batch_size)
+        if score > best:
+            best, best_model = score, (model.weight.detach().clone(), model.bias.detach().clone())
+        else:
+            if bad_checks >= settings.tenacity:
+                break
+            bad_checks += 1
+    return {"l2": l2, "dev": best, "epochs": nepoch, "model": best_model}
 
 
 # ---- the fits of one evaluation, as independent jobs --------------------------------------------
