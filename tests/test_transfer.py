@@ -57,7 +57,7 @@ def senteval_fit(X, y, settings, nclasses, l2, dev=None):
         nepoch += settings.epoch_size
         acc = senteval_score(model, devX, devy, settings.batch_size)
         if acc > best:
-            best, best_model, best_epoch = acc, copy.deepcopy(model), nepoch
+            best, best_model = acc, copy.deepcopy(model)
         else:
             if count >= settings.tenacity:
                 stop = True

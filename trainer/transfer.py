@@ -29,7 +29,6 @@ against a hand-written SentEval loop; bench/transfer_speed.py compares all seven
 
 from __future__ import annotations
 
-import math
 import multiprocessing
 import os
 import sys
