@@ -35,6 +35,9 @@ from analysis.mtd import ETA_CHOICES, K_CHOICES, config_traceable_distance
 MTD_SOURCES = ("formula", "measured")
 TASKS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness")
 SCORES = TASKS + ("avg",)
+# SentEval transfer accuracies (summary["transfer"]; "avg" there is the column transfer_avg)
+TRANSFER_TASKS = ("MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC")
+TRANSFER_SCORES = TRANSFER_TASKS + ("transfer_avg",)
 
 # Columns that are never swept parameters (bookkeeping, measurements, per-trial paths).
 NOT_PARAMETERS = {
@@ -42,8 +45,8 @@ NOT_PARAMETERS = {
     "queue_age_mean", "queue_age_max", "age_mean", "age_max", "variant", "precision",
     "best_step", "dev_stsb", "align", "uniform", "align_uniform_split", "sentences_per_s", "wall_time_s",
     "output_dir", "device", "save_model", "data.data_dir", "data.cache_dir", "data.corpus", "eval.batch_size",
-    "gaussian.m_per_batch", "error",
-    *SCORES,
+    "gaussian.m_per_batch", "error", "transfer_mode", "eval.final_tasks", "eval.transfer_mode",
+    *SCORES, *TRANSFER_SCORES,
 }
 # Top-level config keys without a dot that may be swept.
 UNDOTTED_CONFIG_KEYS = {
@@ -193,6 +196,11 @@ def _row_from_summary(key: str, summary: dict[str, Any], state: str | None = Non
     row["best_step"] = summary.get("best_step")
     row["dev_stsb"] = summary.get("best_dev_stsb")
     row.update(summary.get("test") or {})
+    transfer = summary.get("transfer") or {}
+    for name in TRANSFER_TASKS:
+        row[name] = transfer.get(name)
+    row["transfer_avg"] = transfer.get("avg")
+    row["transfer_mode"] = summary.get("transfer_mode")
     for name in ("align", "uniform", "align_uniform_split", "sentences_per_s", "wall_time_s"):
         row[name] = summary.get(name)
     return row
@@ -223,7 +231,7 @@ def _normalise(table: pd.DataFrame) -> pd.DataFrame:
     if "queue.slices" in table.columns:
         sizes = table["queue.size"] if "queue.size" in table.columns else [None] * len(table)
         table["queue.slices"] = [slices_label(v, s) for v, s in zip(table["queue.slices"], sizes)]
-    for name in SCORES + ("align", "uniform", "ema_age", "queue_age_mean", "queue_age_max", "dev_stsb"):
+    for name in SCORES + TRANSFER_SCORES + ("align", "uniform", "ema_age", "queue_age_mean", "queue_age_max", "dev_stsb"):
         if name in table.columns:
             table[name] = pd.to_numeric(table[name], errors="coerce")
     return table

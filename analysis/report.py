@@ -17,7 +17,8 @@ Which figures apply is decided from what varies among the finished trials:
 
 Each figure is written as <name>.png (200 dpi), <name>.pdf and <name>.csv (the plotted data);
 MTD figures add <name>.json (Spearman, fit, best MTD and its bootstrap interval). The per-task
-table is written as scores.md, scores.tex and scores.csv. Every file is written to a temporary
+table is written as scores.md, scores.tex and scores.csv; when trials ran the SentEval transfer tasks,
+their Table 2 (MR ... MRPC, Avg) as transfer.md, transfer.tex and transfer.csv. Every file is written to a temporary
 name in the same folder and moved into place with os.replace, so a reader never sees half a file.
 """
 
@@ -31,7 +32,7 @@ from typing import Any, Callable
 import pandas as pd
 
 from analysis import figures, tables
-from analysis.load import SCORES, ResultsError, load_results, read_study_spec, swept_parameters
+from analysis.load import SCORES, TRANSFER_SCORES, ResultsError, load_results, read_study_spec, swept_parameters
 
 PNG_DPI = 200
 
@@ -84,6 +85,11 @@ def analyze(
         written.append(write_text_atomic(out_dir / "scores.md", tables.markdown_table(table, by=params)))
         written.append(write_text_atomic(out_dir / "scores.tex", tables.latex_table(table, by=params)))
         written.append(write_text_atomic(out_dir / "scores.csv", numbers.to_csv(index=False)))
+    if any(column in table.columns and table[column].notna().any() for column in TRANSFER_SCORES):
+        numbers = tables.score_table(table, by=params, scores=TRANSFER_SCORES)
+        written.append(write_text_atomic(out_dir / "transfer.md", tables.transfer_markdown_table(table, by=params)))
+        written.append(write_text_atomic(out_dir / "transfer.tex", tables.transfer_latex_table(table, by=params)))
+        written.append(write_text_atomic(out_dir / "transfer.csv", numbers.to_csv(index=False)))
     return written
 
 

@@ -1,7 +1,8 @@
-"""Per-task score tables like the papers' Table 1, mean ± std over seeds, as Markdown and LaTeX.
+"""Per-task score tables like the papers' Table 1 (STS) and Table 2 (transfer), mean ± std over seeds.
 
-Rows are the combinations of the swept parameters (seeds pooled); columns are STS12..STS16, STS-B,
-SICK-R and Avg (test Spearman x100 of the best-dev state), then n (trials). A cell is "mean ± std"
+Rows are the combinations of the swept parameters (seeds pooled); Table 1's columns are STS12..STS16,
+STS-B, SICK-R and Avg (test Spearman x100 of the best-dev state), then n (trials); Table 2's are MR, CR,
+SUBJ, MPQA, SST-2, TREC, MRPC and Avg (SentEval test accuracy x100, trials that ran the transfer tasks). A cell is "mean ± std"
 with the sample std (ddof=1) over seeds, both to 2 decimals; a row with one trial shows the mean
 only. The papers' bert-base main results follow as reference rows for the methods in the study.
 """
@@ -14,20 +15,31 @@ import numpy as np
 import pandas as pd
 
 from analysis import paper_values
-from analysis.load import SCORES, swept_parameters
+from analysis.load import SCORES, TRANSFER_SCORES, swept_parameters
 
 HEADERS = {
     "STS12": "STS12", "STS13": "STS13", "STS14": "STS14", "STS15": "STS15", "STS16": "STS16",
     "STSBenchmark": "STS-B", "SICKRelatedness": "SICK-R", "avg": "Avg",
 }
+TRANSFER_HEADERS = {
+    "MR": "MR", "CR": "CR", "SUBJ": "SUBJ", "MPQA": "MPQA", "SST2": "SST-2", "TREC": "TREC", "MRPC": "MRPC",
+    "transfer_avg": "Avg",
+}
 
 
-def score_table(table: pd.DataFrame, by: Sequence[str] | None = None) -> pd.DataFrame:
-    """Numbers behind the table: the `by` columns, then `<task>_mean` and `<task>_std` per task, then n."""
+def score_table(table: pd.DataFrame, by: Sequence[str] | None = None,
+                scores: Sequence[str] = SCORES) -> pd.DataFrame:
+    """Numbers behind the table: the `by` columns, then `<task>_mean` and `<task>_std` per task, then n.
+
+    `scores=TRANSFER_SCORES` gives Table 2's numbers, over the trials that have transfer results."""
     by = swept_parameters(table) if by is None else [c for c in by if c in table.columns]
-    scores = [s for s in SCORES if s in table.columns]
+    transfer = list(scores) == list(TRANSFER_SCORES) or list(scores) == list(TRANSFER_HEADERS)
+    scores = [s for s in scores if s in table.columns]
     if not scores:
-        raise ValueError("the results have no test score columns (STS12 ... avg)")
+        raise ValueError("the results have no transfer score columns (MR ... transfer_avg)" if transfer
+                         else "the results have no test score columns (STS12 ... avg)")
+    if transfer:  # Table 2 covers the trials that ran the transfer tasks
+        table = table[table[scores].notna().any(axis=1)]
     if by:
         grouped = table.groupby(by, dropna=False, sort=True)
         out = grouped.size().rename("n").reset_index()
@@ -54,15 +66,32 @@ def format_mean_std(mean: float, std: float, digits: int = 2, latex: bool = Fals
 
 def markdown_table(table: pd.DataFrame, by: Sequence[str] | None = None, paper: bool = True) -> str:
     header, rows = _rows(table, by, paper, latex=False)
+    return _markdown(header, rows) + "Test Spearman x100 of the best STS-B-dev state; cells: mean ± std over seeds (ddof=1).\n"
+
+
+def transfer_markdown_table(table: pd.DataFrame, by: Sequence[str] | None = None) -> str:
+    """Table 2's layout: MR CR SUBJ MPQA SST-2 TREC MRPC Avg, mean ± std over seeds."""
+    header, rows = _rows(table, by, paper=False, latex=False, headers=TRANSFER_HEADERS)
+    return _markdown(header, rows) + ("SentEval transfer test accuracy x100 (trainer.transfer, the trials' "
+                                      "transfer_mode); cells: mean ± std over seeds (ddof=1).\n")
+
+
+def _markdown(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "| " + " | ".join("---" for _ in header) + " |"]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines) + "\n\n" + f"Test Spearman x100 of the best STS-B-dev state; cells: mean ± std over seeds (ddof=1).\n"
+    return "\n".join(lines) + "\n\n"
+
+
+def transfer_latex_table(table: pd.DataFrame, by: Sequence[str] | None = None) -> str:
+    return latex_table(table, by, paper=False, caption="SentEval transfer test accuracy x100, mean $\\pm$ std "
+                       "over seeds.", label="tab:transfer", headers=TRANSFER_HEADERS)
 
 
 def latex_table(table: pd.DataFrame, by: Sequence[str] | None = None, paper: bool = True,
-                caption: str = "STS test Spearman x100, mean $\\pm$ std over seeds.", label: str = "tab:sts") -> str:
-    header, rows = _rows(table, by, paper, latex=True)
-    align = "l" * (len(header) - len(HEADERS) - 1) + "c" * len(HEADERS) + "r"
+                caption: str = "STS test Spearman x100, mean $\\pm$ std over seeds.", label: str = "tab:sts",
+                headers: dict[str, str] = HEADERS) -> str:
+    header, rows = _rows(table, by, paper, latex=True, headers=headers)
+    align = "l" * (len(header) - len(headers) - 1) + "c" * len(headers) + "r"
     lines = [
         "\\begin{table}[t]",
         "\\centering",
@@ -78,17 +107,18 @@ def latex_table(table: pd.DataFrame, by: Sequence[str] | None = None, paper: boo
 
 
 # ---- internals ----------------------------------------------------------------------------------
-def _rows(table: pd.DataFrame, by: Sequence[str] | None, paper: bool, latex: bool) -> tuple[list[str], list[list[str]]]:
-    numbers = score_table(table, by)
+def _rows(table: pd.DataFrame, by: Sequence[str] | None, paper: bool, latex: bool,
+          headers: dict[str, str] = HEADERS) -> tuple[list[str], list[list[str]]]:
+    numbers = score_table(table, by, scores=list(headers))
     by_columns = [c for c in numbers.columns if not (c.endswith("_mean") or c.endswith("_std") or c == "n")]
     label_columns = by_columns or ["setting"]
-    header = label_columns + list(HEADERS.values()) + ["n"]
+    header = label_columns + list(headers.values()) + ["n"]
     escape = _latex_escape if latex else (lambda text: text)
 
     rows = []
     for _, record in numbers.iterrows():
         labels = [escape(_format_key(record[c])) for c in by_columns] or ["this study"]
-        cells = [format_mean_std(record.get(f"{s}_mean", np.nan), record.get(f"{s}_std", np.nan), latex=latex) for s in HEADERS]
+        cells = [format_mean_std(record.get(f"{s}_mean", np.nan), record.get(f"{s}_std", np.nan), latex=latex) for s in headers]
         rows.append(labels + cells + [str(int(record["n"]))])
     if paper:
         methods = table["method"].dropna().unique() if "method" in table.columns else []

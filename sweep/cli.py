@@ -27,6 +27,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     return eval_command(
         model=args.model, pooler=args.pooler, data_dir=args.data_dir, tasks=args.tasks,
         as_json=args.json, batch_size=args.batch_size, device=args.device, fast=not args.hf_forward,
+        transfer_mode=args.transfer_mode,
     )
 
 
@@ -123,14 +124,18 @@ def build_parser() -> argparse.ArgumentParser:
                        "the sample from a mirror, the full corpus when downloading)")
     fetch.set_defaults(func=_cmd_data_fetch)
 
-    ev = sub.add_parser("eval", help="evaluate a model on the seven STS tasks exactly as SentEval does")
+    ev = sub.add_parser("eval", help="evaluate a model on the STS and transfer tasks exactly as SentEval does")
     ev.add_argument("--model", required=True, help="HF model id, local path, or 'embedded'")
     # No argparse `choices`: an unknown pooler is a one-line UserError from eval_command, not a usage dump.
     ev.add_argument("--pooler", default="cls_before_pooler",
                     help="cls, cls_before_pooler (default), avg, avg_first_last or avg_top2")
     ev.add_argument("--data-dir", help="data directory (default: $SWEEP_DATA_DIR or the default data directory)")
     ev.add_argument("--tasks", nargs="+", metavar="TASK",
-                    help="subset of STS12 STS13 STS14 STS15 STS16 STSBenchmark SICKRelatedness")
+                    help="any mix of STS12 STS13 STS14 STS15 STS16 STSBenchmark SICKRelatedness (the default "
+                    "seven), MR CR SUBJ MPQA SST2 TREC MRPC, and `transfer` (all seven transfer tasks)")
+    ev.add_argument("--transfer-mode", default="test", metavar="MODE",
+                    help="transfer classifier settings as SimCSE's evaluation.py: test (default; the papers' "
+                    "tables: 10-fold, adam, batch 64) or fasttest (5-fold, rmsprop, batch 128)")
     ev.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     ev.add_argument("--batch-size", type=int, default=64)
     ev.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")

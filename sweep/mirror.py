@@ -30,7 +30,7 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, Floa
 from optuna.trial import FrozenTrial, TrialState
 
 from sweep.spec import StudySpec, Trial
-from sweep.store import TASKS, metric_value
+from sweep.store import TASKS, TRANSFER_TASKS, metric_value
 from trainer.errors import UserError
 from trainer.files import json_safe
 
@@ -270,6 +270,14 @@ def summary_attrs(summary: dict[str, Any]) -> dict[str, Any]:
     for name in (*TASKS, "avg"):
         if test.get(name) is not None:
             attrs[name] = test[name]
+    transfer = summary.get("transfer") or {}
+    for name in TRANSFER_TASKS:
+        if transfer.get(name) is not None:
+            attrs[name] = transfer[name]
+    if transfer.get("avg") is not None:
+        attrs["transfer_avg"] = transfer["avg"]
+    if summary.get("transfer_mode") is not None:
+        attrs["transfer_mode"] = summary["transfer_mode"]
     mtd = summary.get("mtd") or {}
     if mtd.get("formula") is not None:
         attrs["mtd"] = mtd["formula"]

@@ -27,6 +27,8 @@ from sweep.spec import StudySpec, Trial, dotted_get
 from trainer.files import json_safe, write_text_atomic
 
 TASKS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness")
+# SentEval transfer tasks (trainer.transfer.TRANSFER_TASKS): summary["transfer"] = {task: acc, ..., "avg": ...}
+TRANSFER_TASKS = ("MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC")
 
 # Trainer verdicts that end a trial for good: re-running the same config would give the same answer.
 # "pruned" is written by the driver when the scheduler stopped the trial.
@@ -40,7 +42,7 @@ CONFIG_COLUMNS = (
 )
 RESULT_COLUMNS = (
     "steps", "mtd", "mtd_measured", "ema_age", "queue_age_mean", "queue_age_max", "best_step", "dev_stsb",
-    *TASKS, "avg", "precision",
+    *TASKS, "avg", *TRANSFER_TASKS, "transfer_avg", "precision",
     "align", "uniform", "sentences_per_s", "wall_time_s", "weights",
 )
 
@@ -254,6 +256,10 @@ def summary_columns(summary: dict[str, Any]) -> dict[str, Any]:
         out["mtd"] = mtd["formula"]
     for name in (*TASKS, "avg"):
         out[name] = test.get(name)
+    transfer = summary.get("transfer") or {}
+    for name in TRANSFER_TASKS:
+        out[name] = transfer.get(name)
+    out["transfer_avg"] = transfer.get("avg")
     return out
 
 
@@ -268,11 +274,14 @@ def weights_state(folder: StudyFolder, key: str, summary: dict[str, Any]) -> str
 
 
 def metric_value(summary: dict[str, Any], name: str) -> float | None:
-    """The study metric from a summary: dev_stsb -> best_dev_stsb, task names and avg -> test[...]."""
+    """The study metric from a summary: dev_stsb -> best_dev_stsb, task names and avg -> test[...],
+    transfer task names and transfer_avg -> transfer[...]."""
     if name == "dev_stsb":
         value = summary.get("best_dev_stsb")
     elif name in TASKS or name == "avg":
         value = (summary.get("test") or {}).get(name)
+    elif name in TRANSFER_TASKS or name == "transfer_avg":
+        value = (summary.get("transfer") or {}).get("avg" if name == "transfer_avg" else name)
     else:
         value = summary.get(name)
     if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):

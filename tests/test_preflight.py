@@ -52,7 +52,7 @@ def test_a_trial_must_fit_on_one_node(nodes, cpu, gpu, fragment):
 
 
 @pytest.mark.parametrize("base, fragment", [
-    ("{model: /no/such/model-folder, method: simcse}", "model '/no/such/model-folder': no such local folder"),
+    ("{model: /no/such/model-folder, method: simcse}", "model folder /no/such/model-folder does not exist"),
     ("{model: no-such-org/no-such-model, method: simcse}", "cannot load model 'no-such-org/no-such-model'"),
     ("{model: embedded, method: simcse, data: {data_dir: /no/such/data}}",
      "data directory /no/such/data does not exist"),

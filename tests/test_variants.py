@@ -330,3 +330,14 @@ def test_measured_distance_of_a_constant_eta_run_tends_to_the_formula(eta, size,
     assert summary["measured"] == pytest.approx(1 / (1 - eta) + size / batch, rel=1e-3)
     assert summary["ema_age"] == pytest.approx(1 / (1 - eta), rel=1e-3)
     assert meter.current()["ema_age"] == pytest.approx(1 / (1 - eta), rel=1e-4)
+
+
+def test_final_tasks_may_include_transfer_tasks(make_config):
+    """eval.final_tasks mixes STS and transfer names; the summary carries `transfer` and its mode."""
+    summary = train_mod.train(make_config("simcse", max_steps=2, **{
+        "eval.eval_steps": 2, "eval.final_tasks": ["STSBenchmark", "TREC"], "eval.transfer_mode": "fasttest"}))
+    assert summary["status"] == "ok" and set(summary["test"]) == {"STSBenchmark", "avg"}
+    assert set(summary["transfer"]) == {"TREC", "avg"} and summary["transfer_mode"] == "fasttest"
+    assert 0 < summary["transfer"]["TREC"] <= 100 and summary["transfer"]["avg"] == summary["transfer"]["TREC"]
+    with pytest.raises(UserError, match="unknown task 'STS17'"):
+        train_mod.train(make_config("simcse", **{"eval.final_tasks": ["STS17"]}))

@@ -407,37 +407,74 @@ def format_table(result: STSResult) -> str:
     return "\n".join([rule, row(names), rule, row(values), rule])
 
 
+def split_tasks(tasks: Sequence[str] | None) -> tuple[list[str], list[str]]:
+    """(STS tasks, transfer tasks) of a `--tasks` list; `transfer` stands for the seven transfer tasks.
+
+    None -> the seven STS tasks only. An unknown name is a UserError listing both families.
+    """
+    from trainer.transfer import TRANSFER_TASKS
+
+    if not tasks:
+        return list(TASKS), []
+    sts, transfer = [], []
+    for task in tasks:
+        if task in TASKS:
+            sts.append(task)
+        elif task == "transfer":
+            transfer += TRANSFER_TASKS
+        elif task in TRANSFER_TASKS:
+            transfer.append(task)
+        else:
+            raise UserError(f"unknown task '{task}': choose from {', '.join(TASKS)}, "
+                            f"{', '.join(TRANSFER_TASKS)} or `transfer` (all seven transfer tasks)")
+    return list(dict.fromkeys(sts)), list(dict.fromkeys(transfer))
+
+
 def eval_command(model: str, pooler: str = "cls_before_pooler", data_dir: str | None = None,
                  tasks: Sequence[str] | None = None, as_json: bool = False, batch_size: int = 64,
-                 device: str = "auto", fast: bool = True) -> int:
-    """`sweep eval`: evaluate any HF id, local path or `embedded` and print the table or one JSON object.
+                 device: str = "auto", fast: bool = True, transfer_mode: str = "test") -> int:
+    """`sweep eval`: evaluate any HF id, local path or `embedded` and print the tables or one JSON object.
 
-    `fast=False` (`--hf-forward`) runs the transformers forward instead of trainer.fast_forward, to check
-    that both give the same figures."""
+    `tasks` mixes STS and transfer task names (`transfer` = all seven transfer tasks); transfer tasks run
+    in `transfer_mode` (test or fasttest). `fast=False` (`--hf-forward`) runs the transformers forward
+    instead of trainer.fast_forward, to check that both give the same figures."""
     from trainer.models import load_encoder, pick_device
+    from trainer import transfer as transfer_eval
 
     if pooler not in POOLERS:
         raise UserError(f"unknown pooler '{pooler}': choose from {', '.join(POOLERS)}")
-    for task in tasks or []:
-        if task not in TASKS:
-            raise UserError(f"unknown task '{task}': choose from {', '.join(TASKS)}")
+    sts_tasks, transfer_tasks = split_tasks(tasks)
+    if transfer_mode not in transfer_eval.MODES:
+        raise UserError(f"unknown --transfer-mode '{transfer_mode}': choose test (the papers' tables) or fasttest")
     root = resolve_data_dir(data_dir)
-    for task in list(tasks or TASKS):  # fail on missing/altered data before the model loads
+    for task in sts_tasks:  # fail on missing/altered data before the model loads
         load_task(root, task, "test")
-    load_task(root, "STSBenchmark", "dev")
+    if sts_tasks:
+        load_task(root, "STSBenchmark", "dev")
+    transfer_eval.load_transfer_tasks(root, transfer_tasks)
     torch_device = pick_device(device)
     encoder_model, tokenizer = load_encoder(model)
     encoder = SentenceEncoder(encoder_model.to(torch_device), tokenizer, pooler, torch_device, batch_size, fast=fast)
     forward = "fast" if encoder.uses_fast_forward() else "transformers"
-    result = evaluate_sts(encoder.encode, root, tasks)
+    result = evaluate_sts(encoder.encode, root, sts_tasks) if sts_tasks else None
+    transfer = None
+    if transfer_tasks:
+        transfer = transfer_eval.evaluate_transfer(encoder.encode, root, transfer_tasks, transfer_mode,
+                                                   device=torch_device, progress=not as_json)
+    seconds = (result.seconds if result else 0.0) + (transfer.seconds if transfer else 0.0)
     if as_json:
-        print(json.dumps({"model": model, "pooler": pooler, **result.to_json(), "forward": forward,
-                          "seconds": round(result.seconds, 1)}))
-    else:
-        print(f"model: {model}   pooler: {pooler}   data: {root}   forward: {forward}   ({result.seconds:.1f} s)")
+        out = {"model": model, "pooler": pooler, **(result.to_json() if result else {}),
+               **(transfer.to_json() if transfer else {}), "forward": forward, "seconds": round(seconds, 1)}
+        print(json.dumps(out))
+        return 0
+    print(f"model: {model}   pooler: {pooler}   data: {root}   forward: {forward}   ({seconds:.1f} s)")
+    if result:
         print(format_table(result))
         if result.align is not None:
             print(f"alignment {result.align:.4f}   uniformity {result.uniform:.4f}   (STS-B {align_uniform_label(result)})")
+    if transfer:
+        print(f"transfer tasks ({transfer.mode} mode, test accuracy; {transfer.seconds:.1f} s)")
+        print(transfer_eval.format_transfer_table(transfer))
     return 0
 
 

@@ -30,7 +30,15 @@ from trainer.config import RunConfig
 from trainer.corpus import load_corpus
 from trainer.data import corpus_path, data_dir
 from trainer.errors import UserError
-from trainer.evaluation import TASKS, EmbeddingCache, SentenceEncoder, cosine_scores, evaluate_sts, load_task
+from trainer.evaluation import (
+    TASKS,
+    EmbeddingCache,
+    SentenceEncoder,
+    cosine_scores,
+    evaluate_sts,
+    load_task,
+    split_tasks,
+)
 from trainer.files import json_safe, write_text_atomic
 from trainer.methods import Method, method_class
 from trainer.models import load_encoder, pick_device
@@ -105,6 +113,11 @@ def train(config: RunConfig, report: Report | None = None) -> dict[str, Any]:
         (out_dir / "metrics.jsonl").write_text("")  # a fresh run starts a fresh log
 
     dev = _DevEvaluator(root)  # fails early on missing/altered data
+    final_sts, final_transfer = split_tasks(config.eval.final_tasks)  # fails early on an unknown task name
+    if final_transfer:
+        from trainer.transfer import load_transfer_tasks
+
+        load_transfer_tasks(root, final_transfer)  # ... and on missing/altered transfer data
     encoder, tokenizer = load_encoder(config.model, dropout=config.dropout)
     _check_fgsm_precision(config, precision, encoder.get_input_embeddings().weight)
     corpus = load_corpus(corpus_path(root, config.data.corpus), tokenizer, config.data.max_length,
@@ -258,12 +271,20 @@ def train(config: RunConfig, report: Report | None = None) -> dict[str, Any]:
     selected = best_test if config.eval.selection == "test_avg" else best
     if selected["state"] is not None:
         _restore(method, selected["state"])
-    test = None
+    test = transfer = None
     align = uniform = au_split = None
     if status == "ok" or selected["state"] is not None:
-        result = evaluate_sts(encode_eval, root, config.eval.final_tasks, config.eval.align_uniform_split)
-        test = {**result.scores, "avg": result.avg}
-        align, uniform, au_split = result.align, result.uniform, result.align_uniform_split
+        if final_sts:
+            result = evaluate_sts(encode_eval, root, final_sts, config.eval.align_uniform_split)
+            test = {**result.scores, "avg": result.avg}
+            align, uniform, au_split = result.align, result.uniform, result.align_uniform_split
+        if final_transfer:
+            from trainer.transfer import evaluate_transfer
+
+            # the fits run on the trial's own thread budget (Ray sets it from resources.cpu), one per process
+            result = evaluate_transfer(encode_eval, root, final_transfer, config.eval.transfer_mode,
+                                       workers=torch.get_num_threads(), device=device)
+            transfer = {**result.scores, "avg": result.avg}
     if config.save_model and out_dir and selected["state"] is not None:
         encoder.save_pretrained(out_dir / "model")
         tokenizer.save_pretrained(out_dir / "model")
@@ -275,7 +296,8 @@ def train(config: RunConfig, report: Report | None = None) -> dict[str, Any]:
         "selection": "dev" if config.eval.selection == "dev" else f"test_avg: {TEST_SELECTED_LABEL}",
         "best_step": best["step"] if best["state"] is not None else None,
         "best_dev_stsb": round(best["dev"] * 100, 4) if best["state"] is not None else None,
-        "test": test, "align": align, "uniform": uniform, "align_uniform_split": au_split,
+        "test": test, "transfer": transfer, "transfer_mode": config.eval.transfer_mode if transfer else None,
+        "align": align, "uniform": uniform, "align_uniform_split": au_split,
         "mtd": None, **method.summary_fields(step),
         "sentences_per_s": round(step * batch / train_seconds, 2) if train_seconds > 0 else None,
         "train_seconds": round(train_seconds, 2), "eval_seconds": round(eval_seconds, 2),
