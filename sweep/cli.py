@@ -151,6 +151,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--extend", action="store_true",
                      help="add this spec's trials to the study recorded in results/<name>/ although it differs in more "
                      "than added values or seeds (recorded in study_history.yaml)")
+    run.add_argument("--rerun-changed", action="store_true",
+                     help="re-run finished trials whose config now resolves differently (a default changed)")
     run.set_defaults(func=_cmd_run)
 
     sl = sub.add_parser("slurm", help="run a study on a Slurm cluster, requeued until it is finished")
