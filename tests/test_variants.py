@@ -120,7 +120,8 @@ def test_released_initial_queue_keys_seen_at_steps_1_to_k_over_b_plus_1(make_con
 def _own_target_parameters(method):
     """(name, parameter) of the target branch, without the embedding layer it shares with the online one."""
     shared = {id(p) for p in method.encoder.embeddings.parameters()}
-    return [(f"{prefix}.{name}", p) for module, prefix in zip(method.target_modules(), ("encoder", "pooler", "projection"))
+    prefixes = ("encoder", "pooler", "projection")
+    return [(f"{prefix}.{name}", p) for module, prefix in zip(method.target_modules(), prefixes)
             for name, p in module.named_parameters() if id(p) not in shared]
 
 
@@ -168,7 +169,8 @@ def test_embedding_dim_sets_projection_predictor_and_queue_width(tiny_model_dir)
     assert method.online(ids, mask).shape == (3, 16) and method.target(ids, mask).shape == (3, 16)
     widths = {m.out_features for m in method.predictor.modules() if isinstance(m, nn.Linear)}
     assert widths == {16}  # every predictor layer is embedding_dim wide (the release's out_size)
-    hidden = RunConfig.from_dict({"model": str(tiny_model_dir), "heads": {"embedding_dim": 16, "predictor_hidden_dim": 64}})
+    hidden = RunConfig.from_dict({"model": str(tiny_model_dir),
+                                  "heads": {"embedding_dim": 16, "predictor_hidden_dim": 64}})
     method = MoCoSE(encoder, hidden.resolved(), torch.Generator(), torch.Generator())
     assert [m.out_features for m in method.predictor.modules() if isinstance(m, nn.Linear)] == [64, 16]
     with pytest.raises(UserError, match="heads.embedding_dim"):
@@ -177,7 +179,8 @@ def test_embedding_dim_sets_projection_predictor_and_queue_width(tiny_model_dir)
 
 def test_heads_init_statistics():
     torch.manual_seed(0)
-    released = [build_projection(512, 1, out_dim=512, released_init=True), build_predictor(512, None, 2, released_init=True)]
+    released = [build_projection(512, 1, out_dim=512, released_init=True),
+                build_predictor(512, None, 2, released_init=True)]
     paper = [build_projection(512, 1, out_dim=512), build_predictor(512, None, 2)]
     for module in released:
         for layer in module.modules():
@@ -237,7 +240,8 @@ def test_test_selected_checkpoint_is_reported_labelled_and_not_used_for_selectio
 
 def test_precision_defaults_follow_each_release():
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
-    assert [cls.precision_on(cuda, "auto") for cls in (SimCSE, GSInfoNCE, MoCoSE, MixCSE)] == ["fp16", "fp16", "fp32", "fp32"]
+    methods = (SimCSE, GSInfoNCE, MoCoSE, MixCSE)
+    assert [cls.precision_on(cuda, "auto") for cls in methods] == ["fp16", "fp16", "fp32", "fp32"]
     assert MoCoSE.precision_on(cuda, "bf16") == "bf16"
     assert all(cls.precision_on(cpu, "auto") == "fp32" for cls in (SimCSE, MoCoSE))
 

@@ -120,8 +120,9 @@ def train(config: RunConfig, report: Report | None = None) -> dict[str, Any]:
         load_transfer_tasks(root, final_transfer)  # ... and on missing/altered transfer data
     encoder, tokenizer = load_encoder(config.model, dropout=config.dropout)
     _check_fgsm_precision(config, precision, encoder.get_input_embeddings().weight)
+    cache_dir = Path(config.data.cache_dir) if config.data.cache_dir else root / "cache"
     corpus = load_corpus(corpus_path(root, config.data.corpus), tokenizer, config.data.max_length,
-                         config.data.max_sentences, Path(config.data.cache_dir) if config.data.cache_dir else root / "cache")
+                         config.data.max_sentences, cache_dir)
     batch = config.batch_size
     if len(corpus) < batch:
         raise UserError(f"the corpus has {len(corpus)} sentences, fewer than batch_size={batch}: lower batch_size")
@@ -135,7 +136,9 @@ def train(config: RunConfig, report: Report | None = None) -> dict[str, Any]:
     method.train()
     method.start(total_steps)
     # attached after the method is built: MoCoSE's target is a deep copy, which would copy the hook
-    fgsm = FGSM(config.fgsm.eps, config.fgsm.mode).attach(encoder.get_input_embeddings()) if config.fgsm.eps > 0 else None
+    fgsm = None
+    if config.fgsm.eps > 0:
+        fgsm = FGSM(config.fgsm.eps, config.fgsm.mode).attach(encoder.get_input_embeddings())
     autocast_dtype = AUTOCAST_DTYPES.get(precision)
     if fgsm is not None:
         fgsm.compute_dtype = autocast_dtype
@@ -145,8 +148,9 @@ def train(config: RunConfig, report: Report | None = None) -> dict[str, Any]:
                                   betas=tuple(config.optim.betas), eps=config.optim.eps)
     from transformers import get_constant_schedule_with_warmup, get_linear_schedule_with_warmup
 
-    scheduler = (get_linear_schedule_with_warmup(optimizer, config.optim.warmup_steps, total_steps)
-                 if config.optim.schedule == "linear" else get_constant_schedule_with_warmup(optimizer, config.optim.warmup_steps))
+    warmup = config.optim.warmup_steps
+    scheduler = (get_linear_schedule_with_warmup(optimizer, warmup, total_steps) if config.optim.schedule == "linear"
+                 else get_constant_schedule_with_warmup(optimizer, warmup))
     scaler = torch.amp.GradScaler("cuda") if precision == "fp16" else None
     pad_id = tokenizer.pad_token_id or 0
     encode_eval = SentenceEncoder(encoder, tokenizer, config.pooler, device, config.eval.batch_size,
