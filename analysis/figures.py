@@ -150,7 +150,9 @@ def figure_align_uniform_vs_mtd(table: pd.DataFrame, log_x: bool = True) -> tupl
 
 # ---- MoCoSE ablation tables as charts -----------------------------------------------------------
 @_styled
-def figure_queue_slices(table: pd.DataFrame, score: str = "avg", by: Sequence[str] | None = None) -> tuple[Figure, pd.DataFrame]:
+def figure_queue_slices(
+    table: pd.DataFrame, score: str = "avg", by: Sequence[str] | None = None,
+) -> tuple[Figure, pd.DataFrame]:
     """MoCoSE Table 8: which age-ordered queue positions the loss uses, as a bar chart."""
     trials = table[table["method"] == "mocose"]
     paper = paper_values.MOCOSE_TABLE8_QUEUE_SLICES
@@ -164,7 +166,9 @@ def figure_queue_slices(table: pd.DataFrame, score: str = "avg", by: Sequence[st
 
 
 @_styled
-def figure_ema_decay(table: pd.DataFrame, score: str = "avg", by: Sequence[str] | None = None) -> tuple[Figure, pd.DataFrame]:
+def figure_ema_decay(
+    table: pd.DataFrame, score: str = "avg", by: Sequence[str] | None = None,
+) -> tuple[Figure, pd.DataFrame]:
     """MoCoSE Table 3 / Fig. 8: EMA decay eta (constant schedule; eta0 under a cosine schedule)."""
     trials = table[table["method"] == "mocose"]
     constant = "ema.schedule" not in trials.columns or (trials["ema.schedule"] == "constant").all()
@@ -178,7 +182,9 @@ def figure_ema_decay(table: pd.DataFrame, score: str = "avg", by: Sequence[str] 
 
 
 @_styled
-def figure_queue_heatmap(table: pd.DataFrame, score: str = "avg", by: Sequence[str] | None = None) -> tuple[Figure, pd.DataFrame]:
+def figure_queue_heatmap(
+    table: pd.DataFrame, score: str = "avg", by: Sequence[str] | None = None,
+) -> tuple[Figure, pd.DataFrame]:
     """MoCoSE Table 7 / Fig. 12: queue size K x initial queue size K0, cells = mean ± std over seeds.
 
     Rows are K0 as a fraction of K (the paper's w.o. / K/4 / K/2 / all) when that gives fewer rows
@@ -240,7 +246,9 @@ def figure_queue_heatmap(table: pd.DataFrame, score: str = "avg", by: Sequence[s
 
 
 @_styled
-def figure_head_depth(table: pd.DataFrame, score: str = "avg", by: Sequence[str] | None = None) -> tuple[Figure, pd.DataFrame]:
+def figure_head_depth(
+    table: pd.DataFrame, score: str = "avg", by: Sequence[str] | None = None,
+) -> tuple[Figure, pd.DataFrame]:
     """MoCoSE Table 4: projection layers P / predictor layers Q."""
     trials = table[table["method"] == "mocose"].copy()
     trials["heads.depth"] = [
@@ -258,7 +266,9 @@ def figure_head_depth(table: pd.DataFrame, score: str = "avg", by: Sequence[str]
 
 
 @_styled
-def figure_predictor_width(table: pd.DataFrame, score: str = "avg", by: Sequence[str] | None = None) -> tuple[Figure, pd.DataFrame]:
+def figure_predictor_width(
+    table: pd.DataFrame, score: str = "avg", by: Sequence[str] | None = None,
+) -> tuple[Figure, pd.DataFrame]:
     """MoCoSE Table 6a: predictor hidden width."""
     trials = table[table["method"] == "mocose"]
     return _ablation_figure(
@@ -270,7 +280,9 @@ def figure_predictor_width(table: pd.DataFrame, score: str = "avg", by: Sequence
 
 
 @_styled
-def figure_batch_size(table: pd.DataFrame, score: str = "avg", by: Sequence[str] | None = None) -> tuple[Figure, pd.DataFrame]:
+def figure_batch_size(
+    table: pd.DataFrame, score: str = "avg", by: Sequence[str] | None = None,
+) -> tuple[Figure, pd.DataFrame]:
     """MoCoSE Table 6b: batch size N (the paper keeps K = 512, so MTD changes with N)."""
     all_mocose = (table["method"] == "mocose").all()
     return _ablation_figure(
@@ -282,7 +294,9 @@ def figure_batch_size(table: pd.DataFrame, score: str = "avg", by: Sequence[str]
 
 
 @_styled
-def figure_fgsm_eps(table: pd.DataFrame, score: str = "avg", by: Sequence[str] | None = None) -> tuple[Figure, pd.DataFrame]:
+def figure_fgsm_eps(
+    table: pd.DataFrame, score: str = "avg", by: Sequence[str] | None = None,
+) -> tuple[Figure, pd.DataFrame]:
     """MoCoSE Table 9: FGSM epsilon on the word embeddings (0 = no FGSM)."""
     all_mocose = (table["method"] == "mocose").all()
     return _ablation_figure(
@@ -295,7 +309,9 @@ def figure_fgsm_eps(table: pd.DataFrame, score: str = "avg", by: Sequence[str] |
 
 # ---- GS-InfoNCE and MixCSE -----------------------------------------------------------------------
 @_styled
-def figure_gaussian_m(table: pd.DataFrame, score: str = "avg", by: Sequence[str] | None = None) -> tuple[Figure, pd.DataFrame]:
+def figure_gaussian_m(
+    table: pd.DataFrame, score: str = "avg", by: Sequence[str] | None = None,
+) -> tuple[Figure, pd.DataFrame]:
     """GS-InfoNCE Table 3: number of Gaussian negatives M as a multiple of the batch size (0 = SimCSE)."""
     trials = table[table["method"].isin(["gs", "simcse"])]
     return _ablation_figure(
@@ -307,7 +323,9 @@ def figure_gaussian_m(table: pd.DataFrame, score: str = "avg", by: Sequence[str]
 
 
 @_styled
-def figure_mix_lambda(table: pd.DataFrame, score: str = "avg", by: Sequence[str] | None = None) -> tuple[Figure, pd.DataFrame]:
+def figure_mix_lambda(
+    table: pd.DataFrame, score: str = "avg", by: Sequence[str] | None = None,
+) -> tuple[Figure, pd.DataFrame]:
     """MixCSE: the mixing coefficient lambda (share of the anchor's own positive in the mixed negative)."""
     trials = table[table["method"] == "mix"]
     return _ablation_figure(

@@ -231,14 +231,16 @@ def _normalise(table: pd.DataFrame) -> pd.DataFrame:
     if "queue.slices" in table.columns:
         sizes = table["queue.size"] if "queue.size" in table.columns else [None] * len(table)
         table["queue.slices"] = [slices_label(v, s) for v, s in zip(table["queue.slices"], sizes)]
-    for name in SCORES + TRANSFER_SCORES + ("align", "uniform", "ema_age", "queue_age_mean", "queue_age_max", "dev_stsb"):
+    for name in SCORES + TRANSFER_SCORES + ("align", "uniform", "ema_age", "queue_age_mean", "queue_age_max",
+                                           "dev_stsb"):
         if name in table.columns:
             table[name] = pd.to_numeric(table[name], errors="coerce")
     return table
 
 
 def _state_counts(table: pd.DataFrame) -> dict[str, int]:
-    labels = [state if state != "COMPLETE" else f"COMPLETE/{status}" for state, status in zip(table["state"], table["status"])]
+    labels = [state if state != "COMPLETE" else f"COMPLETE/{status}"
+              for state, status in zip(table["state"], table["status"])]
     return pd.Series(labels).value_counts().to_dict()
 
 
@@ -271,7 +273,8 @@ def _config_from_row(row: pd.Series) -> dict[str, Any] | None:
         "ema": {
             "schedule": row["ema.schedule"],
             "decay": float(row["ema.decay"]),
-            "decay_end": float(row.get("ema.decay_end")) if not _is_missing(row.get("ema.decay_end")) else float(row["ema.decay"]),
+            "decay_end": (float(row.get("ema.decay_end")) if not _is_missing(row.get("ema.decay_end"))
+                          else float(row["ema.decay"])),
             "schedule_steps": _int_or_none(row.get("ema.schedule_steps")),
         },
         "queue": {

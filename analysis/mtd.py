@@ -4,7 +4,6 @@ The formula, the EMA schedule and the explicit choices under schedules and slice
 `trainer/mtd.py`, so the trainer, the dry run and the analysis compute d_trace the same way.
 """
 
-from trainer.schedules import cosine_eta
 from trainer.mtd import (
     ETA_CHOICES,
     K_CHOICES,
@@ -13,6 +12,7 @@ from trainer.mtd import (
     effective_eta,
     traceable_distance,
 )
+from trainer.schedules import cosine_eta
 
 __all__ = ["ETA_CHOICES", "K_CHOICES", "TraceableDistanceMeter", "config_traceable_distance", "cosine_eta",
            "effective_eta", "traceable_distance"]

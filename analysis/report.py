@@ -146,7 +146,8 @@ def _write_figure(out_dir: Path, name: str, fig: Any, data: pd.DataFrame) -> lis
     paths = [
         write_atomic(out_dir / f"{name}.png", lambda tmp: fig.savefig(tmp, format="png", dpi=PNG_DPI)),
         # no creation date in the PDF, so re-running on the same results gives the same file
-        write_atomic(out_dir / f"{name}.pdf", lambda tmp: fig.savefig(tmp, format="pdf", metadata={"CreationDate": None})),
+        write_atomic(out_dir / f"{name}.pdf",
+                     lambda tmp: fig.savefig(tmp, format="pdf", metadata={"CreationDate": None})),
         write_text_atomic(out_dir / f"{name}.csv", data.to_csv(index=False)),
     ]
     stats = data.attrs.get("stats")

@@ -2,8 +2,8 @@
 
 Rows are the combinations of the swept parameters (seeds pooled); Table 1's columns are STS12..STS16,
 STS-B, SICK-R and Avg (test Spearman x100 of the best-dev state), then n (trials); Table 2's are MR, CR,
-SUBJ, MPQA, SST-2, TREC, MRPC and Avg (SentEval test accuracy x100, trials that ran the transfer tasks). A cell is "mean ± std"
-with the sample std (ddof=1) over seeds, both to 2 decimals; a row with one trial shows the mean
+SUBJ, MPQA, SST-2, TREC, MRPC and Avg (SentEval test accuracy x100, trials that ran the transfer tasks).
+A cell is "mean ± std" with the sample std (ddof=1) over seeds, both to 2 decimals; a row with one trial shows the mean
 only. The papers' bert-base main results follow as reference rows for the methods in the study.
 """
 
@@ -66,7 +66,8 @@ def format_mean_std(mean: float, std: float, digits: int = 2, latex: bool = Fals
 
 def markdown_table(table: pd.DataFrame, by: Sequence[str] | None = None, paper: bool = True) -> str:
     header, rows = _rows(table, by, paper, latex=False)
-    return _markdown(header, rows) + "Test Spearman x100 of the best STS-B-dev state; cells: mean ± std over seeds (ddof=1).\n"
+    return _markdown(header, rows) + (
+        "Test Spearman x100 of the best STS-B-dev state; cells: mean ± std over seeds (ddof=1).\n")
 
 
 def transfer_markdown_table(table: pd.DataFrame, by: Sequence[str] | None = None) -> str:
@@ -118,7 +119,8 @@ def _rows(table: pd.DataFrame, by: Sequence[str] | None, paper: bool, latex: boo
     rows = []
     for _, record in numbers.iterrows():
         labels = [escape(_format_key(record[c])) for c in by_columns] or ["this study"]
-        cells = [format_mean_std(record.get(f"{s}_mean", np.nan), record.get(f"{s}_std", np.nan), latex=latex) for s in headers]
+        cells = [format_mean_std(record.get(f"{s}_mean", np.nan), record.get(f"{s}_std", np.nan), latex=latex)
+                 for s in headers]
         rows.append(labels + cells + [str(int(record["n"]))])
     if paper:
         methods = table["method"].dropna().unique() if "method" in table.columns else []
@@ -144,6 +146,7 @@ def _format_key(value: Any) -> str:
 
 
 def _latex_escape(text: str) -> str:
-    for char, replacement in (("\\", "\\textbackslash{}"), ("_", "\\_"), ("&", "\\&"), ("%", "\\%"), ("#", "\\#"), ("$", "\\$")):
+    for char, replacement in (("\\", "\\textbackslash{}"), ("_", "\\_"), ("&", "\\&"), ("%", "\\%"), ("#", "\\#"),
+                              ("$", "\\$")):
         text = text.replace(char, replacement)
     return text

@@ -6,7 +6,8 @@
 Ours: `trainer.evaluation.evaluate_sts` (each distinct sentence once, length-sorted batches, only the
 reported splits), with the default CPU forward (`trainer.fast_forward`); `--compare-hf` also times it
 with the transformers forward (`SentenceEncoder(fast=False)`). `--repeat` runs ours N times and reports
-every time and the median (this machine's speed drifts by +-10-15% between minutes). Reference: SentEval's procedure as SimCSE runs it, re-implemented here for timing and
+every time and the median (this machine's speed drifts by +-10-15% between minutes).
+Reference: SentEval's procedure as SimCSE runs it, re-implemented here for timing and
 for a second opinion on the numbers: per task, every split is loaded (STS-B and SICK train/dev/test),
 pairs sorted by (len s1, len s2, score), batches of 128 pairs, each side encoded separately (padding
 within the batch, no truncation), cosine per pair, Spearman. Both print the seven figures and Avg.
@@ -99,7 +100,8 @@ def main() -> None:
             line[f"{label}_seconds"] = float(np.median(times))
             line[f"{label}_all_seconds"] = times
         if args.compare_hf:
-            line["hf_forward_max_abs_diff"] = max(abs(line["ours"][k] - line["ours_hf_forward"][k]) for k in line["ours"])
+            line["hf_forward_max_abs_diff"] = max(
+                abs(line["ours"][k] - line["ours_hf_forward"][k]) for k in line["ours"])
         if not args.skip_reference:
             t0 = time.perf_counter()
             ref = senteval_procedure(model, tokenizer, pooler, root)

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch import nn
 from sklearn.model_selection import StratifiedKFold
+from torch import nn
 
 from trainer import transfer
 from trainer.data import data_dir

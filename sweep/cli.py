@@ -170,7 +170,8 @@ def build_parser() -> argparse.ArgumentParser:
     sl.add_argument("--dry-run", action="store_true", help="print the sbatch script; submit nothing")
     sl.set_defaults(func=_cmd_slurm)
 
-    ex = sub.add_parser("export", help="write a trial's kept weights as a sentence-transformers folder with a model card")
+    ex = sub.add_parser("export",
+                        help="write a trial's kept weights as a sentence-transformers folder with a model card")
     ex.add_argument("study", help="study YAML file or its results folder")
     ex.add_argument("dest", help="new (or empty) folder to write")
     ex.add_argument("--trial", metavar="KEY", help="the trial to export (see `sweep status`)")

@@ -94,12 +94,11 @@ def write_sentence_transformer(model_dir: Path, pooler: str, out: Path) -> None:
     import torch
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.sentence_transformer.modules import Pooling, Transformer, WeightedLayerPooling
+    from transformers import AutoConfig
+    from transformers.utils import logging as hf_logging
 
     from trainer.evaluation import SentenceEncoder
     from trainer.models import load_encoder
-
-    from transformers import AutoConfig
-    from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
     layers_needed = pooler in ("avg_top2", "avg_first_last")
@@ -111,7 +110,10 @@ def write_sentence_transformer(model_dir: Path, pooler: str, out: Path) -> None:
     modules: list[Any] = [transformer]
     if layers_needed:
         n = hf_config.num_hidden_layers  # hidden_states[0] is the embeddings, [1..n] the layers
-        start, weights = (n - 1, [1.0, 1.0]) if pooler == "avg_top2" else (1, [1.0] + [0.0] * (n - 2) + [1.0] if n > 1 else [1.0])
+        if pooler == "avg_top2":
+            start, weights = n - 1, [1.0, 1.0]
+        else:
+            start, weights = 1, ([1.0] + [0.0] * (n - 2) + [1.0] if n > 1 else [1.0])
         modules.append(WeightedLayerPooling(dim, num_hidden_layers=n, layer_start=start,
                                             layer_weights=torch.nn.Parameter(torch.tensor(weights))))
     modules.append(Pooling(dim, pooling_mode="cls" if pooler == "cls_before_pooler" else "mean"))

@@ -54,7 +54,8 @@ def fetch_data(source: str | None = None, dest: str | None = None, corpus: str =
             _progress(f"copied {i}/{len(todo)} files")
         if todo:
             _log("")
-        corpus_files = {"auto": [SAMPLE_CORPUS, FULL_CORPUS], "sample": [SAMPLE_CORPUS], "full": [FULL_CORPUS], "none": []}[corpus]
+        corpus_files = {"auto": [SAMPLE_CORPUS, FULL_CORPUS], "sample": [SAMPLE_CORPUS],
+                        "full": [FULL_CORPUS], "none": []}[corpus]
         installed_corpus = False
         for relative in corpus_files:
             if (mirror / relative).is_file():
@@ -127,7 +128,8 @@ def _install_senteval_archive(root: Path, todo: list[str]) -> None:
         except tarfile.TarError as exc:
             raise UserError(f"downloaded senteval.tar is not a valid archive ({exc}); run the command again") from None
     if wanted:
-        raise UserError(f"senteval.tar lacks {len(wanted)} expected files, e.g. {sorted(wanted)[0]}; use --from DIR with a mirror")
+        raise UserError(f"senteval.tar lacks {len(wanted)} expected files, e.g. {sorted(wanted)[0]}; "
+                        "use --from DIR with a mirror")
 
 
 def _senteval_relative(member_name: str) -> str | None:
@@ -162,7 +164,8 @@ def _download_to(url: str, tmp: Path, name: str, verify) -> None:
                 pct = f"{100 * done / total:5.1f}% of {total / 1e6:.1f} MB" if total else f"{done / 1e6:.1f} MB"
                 _progress(f"downloading {name}: {pct} ({rate:.1f} MB/s)")
     except (urllib.error.URLError, OSError) as exc:
-        raise UserError(f"download of {url} broke off ({exc}); run the command again (it resumes from scratch)") from None
+        raise UserError(f"download of {url} broke off ({exc}); "
+                        "run the command again (it resumes from scratch)") from None
     _log("")
     if total and done != total:
         raise UserError(f"download of {url} is incomplete ({done} of {total} bytes); run the command again")

@@ -38,7 +38,6 @@ INTERRUPTED = "interrupted"
 
 # Trainer statuses whose Optuna trial is final although not COMPLETE (re-running would not help);
 # defined with the resume decision in sweep.resume.
-from sweep.resume import FINAL_FAIL_STATUSES  # noqa: E402
 
 
 def open_storage(url: str) -> optuna.storages.RDBStorage:
@@ -49,7 +48,8 @@ def open_storage(url: str) -> optuna.storages.RDBStorage:
     try:
         return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
     except Exception as exc:  # sqlalchemy: bad URL, missing driver, server down
-        raise UserError(f"cannot open Optuna storage {_hide_password(url)}: {' '.join(str(exc).split())[:300]}") from None
+        reason = " ".join(str(exc).split())[:300]
+        raise UserError(f"cannot open Optuna storage {_hide_password(url)}: {reason}") from None
 
 
 def optuna_value(value: Any) -> Any:

@@ -1,6 +1,9 @@
 """Live progress of a sweep in the terminal: one compact line per change.
 
-    [00:01:12] done 3f2a9c1b7e20 ok dev_stsb=71.20 | 3/8 ended (1 failed), 2 running | best dev_stsb 71.20 (3f2a9c1b7e20) | ETA 00:02:30
+    [00:01:12] done 3f2a9c1b7e20 ok dev_stsb=71.20 | 3/8 ended (1 failed), 2 running \
+        | best dev_stsb 71.20 (3f2a9c1b7e20) | ETA 00:02:30
+
+(one line on the terminal; wrapped here)
 """
 
 from __future__ import annotations

@@ -24,7 +24,9 @@ FINAL_FAIL_STATUSES = ("diverged", "collapsed")
 def is_final(attempt: Any) -> bool:
     """True when this Optuna attempt ended the key for good (not re-run)."""
     state = attempt.state.name
-    return state in ("COMPLETE", "PRUNED") or (state == "FAIL" and attempt.user_attrs.get("status") in FINAL_FAIL_STATUSES)
+    if state in ("COMPLETE", "PRUNED"):
+        return True
+    return state == "FAIL" and attempt.user_attrs.get("status") in FINAL_FAIL_STATUSES
 
 
 def decide(attempts: list[Any], summary: dict[str, Any] | None) -> str:

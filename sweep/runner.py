@@ -462,7 +462,8 @@ class _StudyRun:
             from sweep.history import record_change
 
             record_change(self.folder, self.change, extend=bool(self.change.changed))
-            self.progress_note = f"study {self.spec.name} extended: {', '.join(self.change.added + self.change.changed)}"
+            grown = ", ".join(self.change.added + self.change.changed)
+            self.progress_note = f"study {self.spec.name} extended: {grown}"
         self.folder.write_study_yaml(self.spec)
         planned = self._planned_trials()
         distributions = self._distributions(planned)
@@ -954,7 +955,8 @@ class _StudyRun:
             counts[label] = counts.get(label, 0) + 1
         text = ", ".join(f"{n} {label}" for label, n in sorted(counts.items()))
         head = "interrupted" if self.interrupted else "finished"
-        self.progress.say(f"study {self.spec.name} {head} after {self.progress.elapsed():.0f}s: {len(rows)} trials: {text}")
+        self.progress.say(f"study {self.spec.name} {head} after {self.progress.elapsed():.0f}s: "
+                          f"{len(rows)} trials: {text}")
         if self.progress.best is not None:
             value, key = self.progress.best
             self.progress.say(f"best {self.spec.metric.name}: {value:.2f} (trial {key})")
@@ -1066,7 +1068,8 @@ class _Mirroring(tune.Callback):
         best = max(curve, key=lambda m: m["dev_stsb"]) if curve else {}
         last_step = live["metrics"][-1].get("step") if live["metrics"] else 0
         return {
-            "status": "pruned", "reason": f"stopped by the {self.run.spec.scheduler.type} scheduler at step {last_step}",
+            "status": "pruned",
+            "reason": f"stopped by the {self.run.spec.scheduler.type} scheduler at step {last_step}",
             "steps": last_step, "best_step": best.get("step"), "best_dev_stsb": best.get("dev_stsb"),
             "config": trial.config.get("config"),
         }
@@ -1086,7 +1089,9 @@ class _Mirroring(tune.Callback):
 
 def _is_done(row: dict[str, Any]) -> bool:
     """A trials.csv row whose trial has ended for good (skipped by the next run)."""
-    return row["state"] in ("COMPLETE", "PRUNED") or (row["state"] == "FAIL" and row.get("status") in ("diverged", "collapsed"))
+    if row["state"] in ("COMPLETE", "PRUNED"):
+        return True
+    return row["state"] == "FAIL" and row.get("status") in ("diverged", "collapsed")
 
 
 # ---- logger callbacks ----------------------------------------------------------------------------

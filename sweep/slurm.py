@@ -210,13 +210,15 @@ read -r before _ <<<"${{done_before/ of / }}"
 if [ "$after" -ge "$total" ]; then say "study finished"; rm -f "$LOGS/progress"; exit "$status"; fi
 case $status in
   129|130|143|0) ;;
-  *) say "not requeued: the driver ended with status $status (see above); fix it and run sweep slurm again"; exit "$status";;
+  *) say "not requeued: the driver ended with status $status (see above); fix it and run sweep slurm again"
+     exit "$status";;
 esac
 idle=0
 if [ "$after" -le "$before" ]; then idle=$(( $(cat "$LOGS/progress" 2>/dev/null || echo 0) + 1 )); fi
 echo "$idle" > "$LOGS/progress"
 if [ "$idle" -ge {MAX_IDLE_ALLOCATIONS} ]; then
-  say "not requeued: $idle allocations in a row finished no trial (a trial longer than --time minus {margin} s?); use a longer --time"
+  say "not requeued: $idle allocations in a row finished no trial" \
+      "(a trial longer than --time minus {margin} s?); use a longer --time"
   exit 1
 fi
 say "study unfinished: requeueing job $SLURM_JOB_ID; the next allocation resumes it"

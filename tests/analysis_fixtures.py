@@ -69,7 +69,8 @@ def write_study(
 ) -> Path:
     """Write the trials as results/<study>/ (trials.csv, trials/<key>/summary.json, study.yaml)."""
     study_dir.mkdir(parents=True, exist_ok=True)
-    (study_dir / "study.yaml").write_text(yaml.safe_dump({"name": study_dir.name, "parameters": {p: [] for p in params}}))
+    study = {"name": study_dir.name, "parameters": {p: [] for p in params}}
+    (study_dir / "study.yaml").write_text(yaml.safe_dump(study))
     rows = []
     for trial in trials:
         config = trial["config"]
@@ -110,7 +111,8 @@ def _csv_row(key: str, trial: dict[str, Any], params: list[str], slices_format: 
         slices_text = json.dumps(slices)
     else:
         slices_text = "+".join(slices)
-    row: dict[str, Any] = {"key": key, "seed": trial["seed"], "state": trial["state"], "status": trial["status"], "reason": ""}
+    row: dict[str, Any] = {"key": key, "seed": trial["seed"], "state": trial["state"], "status": trial["status"],
+                           "reason": ""}
     for param in params:
         value = _dotted(config, param)
         row[param] = slices_text if param == "queue.slices" else ("" if value is None else value)

@@ -42,8 +42,8 @@ def embedded_model_dir() -> Path:
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory, embedded_model_dir) -> Path:
     """A tiny random BERT (2 layers x 32) with the embedded model's real WordPiece tokenizer."""
-    from transformers import AutoTokenizer, BertConfig, BertModel
     import torch
+    from transformers import AutoTokenizer, BertConfig, BertModel
 
     path = tmp_path_factory.mktemp("tiny-bert")
     torch.manual_seed(0)

@@ -101,8 +101,8 @@ def test_folders_without_trials_raise_a_clear_error(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(ResultsError, match="no trials found"):
         load_results(tmp_path / "empty")
-    folder = fx.write_study(tmp_path / "failed", [fx.make_trial(fx.base_config(), 0, 70.0, state="FAIL", status="error")],
-                            ["ema.decay"])
+    failed = fx.make_trial(fx.base_config(), 0, 70.0, state="FAIL", status="error")
+    folder = fx.write_study(tmp_path / "failed", [failed], ["ema.decay"])
     with pytest.raises(ResultsError, match="no COMPLETE trials with status ok") as raised:
         load_results(folder)
     assert "\n" not in str(raised.value)
@@ -157,7 +157,8 @@ def test_score_vs_mtd_points_fit_and_paper_overlay(mtd_table):
 
     # paper: Table 3 placed on the MTD axis (K 512, B 64) within the plotted range, and the best MTD
     paper = data[data["series"] == "paper"]
-    want = {expected_mtd(eta, 512): v for eta, v in EXPECTED_TABLE3.items() if expected_mtd(eta, 512) <= max(grid) * 1.5}
+    want = {expected_mtd(eta, 512): v for eta, v in EXPECTED_TABLE3.items()
+            if expected_mtd(eta, 512) <= max(grid) * 1.5}
     assert sorted(paper["x"]) == pytest.approx(sorted(want))
     for _, row in paper.iterrows():
         assert row["mean"] == pytest.approx(want[min(want, key=lambda k: abs(k - row["x"]))])
@@ -176,7 +177,8 @@ def test_score_vs_mtd_per_batch_size(tmp_path):
     assert set(data.loc[data["series"] == "measured", "group"]) == {"B=64", "B=128"}
     assert set(data.loc[data["series"] == "best MTD", "group"]) == {"B=64", "B=128"}
     b128 = data[(data["series"] == "measured") & (data["group"] == "B=128")]
-    np.testing.assert_allclose(sorted(b128["x"]), sorted(expected_mtd(e, 512, 128) for e in (0.5, 0.8, 0.85, 0.9, 0.95)))
+    expected = sorted(expected_mtd(e, 512, 128) for e in (0.5, 0.8, 0.85, 0.9, 0.95))
+    np.testing.assert_allclose(sorted(b128["x"]), expected)
 
 
 def test_align_uniform_vs_mtd(mtd_table):

@@ -12,7 +12,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-
 from test_runner import assert_complete_study, kill_session, write_study
 
 pytestmark = pytest.mark.slow

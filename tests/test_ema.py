@@ -64,7 +64,9 @@ def np_cosine_eta(t, eta0, eta1, total):
 
 @pytest.mark.parametrize("eta0,eta1,total", [(0.75, 0.95, 100), (0.5, 0.99, 15000), (0.85, 1.0, 15000), (0.9, 0.9, 7)])
 def test_cosine_schedule_end_points_and_midpoint(eta0, eta1, total):
-    at = lambda step: ema_decay_at(step, "cosine", eta0, eta1, total)
+    def at(step):
+        return ema_decay_at(step, "cosine", eta0, eta1, total)
+
     assert at(0) == pytest.approx(eta0)
     assert at(total) == pytest.approx(eta1)
     assert at(total / 2) == pytest.approx((eta0 + eta1) / 2)

@@ -22,6 +22,7 @@ from scipy.stats import rankdata
 import trainer.data
 from trainer.errors import UserError
 from trainer.evaluation import (
+    PairSet,
     SentenceEncoder,
     alignment_uniformity,
     average,
@@ -32,7 +33,6 @@ from trainer.evaluation import (
     read_sts_subset,
     read_stsb,
     score_subsets,
-    PairSet,
 )
 
 # ---- the fake encoder ------------------------------------------------------------------------------
@@ -214,7 +214,7 @@ def build_synthetic(root: Path, seed: int = 0) -> dict[str, bytes]:
     """Small SentEval-like files with the awkward cases in them; returns relative path -> bytes written."""
     rng = np.random.default_rng(seed)
     files: dict[str, bytes] = {}
-    for year, (folder, subsets) in STS_LAYOUT.items():
+    for folder, subsets in STS_LAYOUT.values():
         for k, subset in enumerate(subsets):
             n = int(rng.integers(12, 40))
             offset = rng.uniform(-1.5, 1.5)  # different gold scales per subset: "all" != mean != wmean
@@ -499,7 +499,7 @@ def test_mirror_pair_counts(mirror_result, shared_data_dir):
     for task, n in expected.items():
         assert sum(len(s[3]) for s in ref_task(shared_data_dir, task)) == n, task
         assert result.details[task]["n"] == n, task
-    for task, (folder, subsets) in STS_LAYOUT.items():
+    for task, (_folder, subsets) in STS_LAYOUT.items():
         assert sorted(result.details[task]["subsets"]) == sorted(subsets)
 
 

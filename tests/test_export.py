@@ -183,7 +183,8 @@ def test_tensorboard_has_one_point_per_evaluation_for_each_trial(exported_study)
         events = EventAccumulator(str(runs[0]))
         events.Reload()
         tags = events.Tags()["scalars"]
-        metrics = [json.loads(line) for line in (study_dir / "trials" / row["key"] / "metrics.jsonl").read_text().splitlines()]
+        metrics_file = study_dir / "trials" / row["key"] / "metrics.jsonl"
+        metrics = [json.loads(line) for line in metrics_file.read_text().splitlines()]
         assert [m["step"] for m in metrics] == [3, 6]
         for name in ("dev_stsb", "loss", "lr", "eta", "queue_fill"):
             points = events.Scalars(f"ray/tune/{name}")

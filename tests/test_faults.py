@@ -16,8 +16,8 @@ from pathlib import Path
 
 import optuna
 import pytest
-
 from test_stop import fake_env, fake_study, rows
+
 from trainer.errors import UserError
 from trainer.files import write_text_atomic
 
@@ -113,7 +113,8 @@ def small_tmpfs(tmp_path):
         pytest.skip("mounting a small tmpfs needs root")
     mount = tmp_path / f"tmpfs-{uuid.uuid4().hex[:6]}"
     mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], capture_output=True, text=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)],
+                          capture_output=True, text=True)
     if done.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
     yield mount

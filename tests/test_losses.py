@@ -143,7 +143,9 @@ def test_gs_weight_must_be_positive():
 
 
 def test_gaussian_negatives_distribution_and_reproducibility():
-    draw = lambda: sample_gaussian_negatives(4000, 16, mu=0.5, sigma=2.0, generator=torch.Generator().manual_seed(3))
+    def draw():
+        return sample_gaussian_negatives(4000, 16, mu=0.5, sigma=2.0, generator=torch.Generator().manual_seed(3))
+
     noise = draw()
     assert noise.shape == (4000, 16)
     assert noise.mean().item() == pytest.approx(0.5, abs=0.05)

@@ -8,7 +8,8 @@ import pytest
 from analysis.mtd import config_traceable_distance, cosine_eta, effective_eta, traceable_distance
 
 
-def mocose(schedule="constant", decay=0.85, decay_end=0.95, schedule_steps=None, size=512, slices=None, batch=64, max_steps=None):
+def mocose(schedule="constant", decay=0.85, decay_end=0.95, schedule_steps=None, size=512, slices=None, batch=64,
+           max_steps=None):
     return {
         "method": "mocose", "batch_size": batch, "max_steps": max_steps,
         "ema": {"schedule": schedule, "decay": decay, "decay_end": decay_end, "schedule_steps": schedule_steps},
@@ -29,7 +30,8 @@ def test_slices_use_the_oldest_position():
     assert traceable_distance(0.85, 1024, 256, slices=[(0, 512)]) == pytest.approx(1 / 0.15 + 2.0)
     config = mocose(size=1024, batch=256, slices=["0-256", "768-1024"])
     assert config_traceable_distance(config) == pytest.approx(1 / 0.15 + 4.0)
-    assert config_traceable_distance(mocose(size=1024, batch=256, slices="0-256+768-1024")) == pytest.approx(1 / 0.15 + 4.0)
+    two_slices = mocose(size=1024, batch=256, slices="0-256+768-1024")
+    assert config_traceable_distance(two_slices) == pytest.approx(1 / 0.15 + 4.0)
 
 
 def test_k_choice_size_ignores_slices():

@@ -17,10 +17,10 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from test_runner import assert_complete_study, query_dashboard, run_sweep, write_study
 
 from sweep.runner import run_study
 from sweep.spec import load_study
-from test_runner import assert_complete_study, query_dashboard, run_sweep, write_study
 
 pytestmark = pytest.mark.slow
 
@@ -98,4 +98,5 @@ def test_parallel_trials_mirrored_to_postgresql(tmp_path, postgres_url, tiny_mod
 
     result = run_sweep(["status", str(study_dir)], cwd=tmp_path, timeout=60)  # storage read from study.yaml
     assert result.returncode == 0, result.stderr
-    assert "optuna (postgresql+psycopg2://postgres@127.0.0.1" in result.stdout and "4 trials: 4 COMPLETE" in result.stdout
+    assert "optuna (postgresql+psycopg2://postgres@127.0.0.1" in result.stdout
+    assert "4 trials: 4 COMPLETE" in result.stdout

@@ -127,7 +127,8 @@ def assert_complete_study(study_dir: Path, name: str, storage: str, n: int) -> l
 
 def session_processes(sid: int) -> list[int]:
     out = subprocess.run(["ps", "-e", "-o", "pid=,sid=,stat="], capture_output=True, text=True).stdout
-    return [int(p) for p, s, stat in (line.split()[:3] for line in out.splitlines()) if int(s) == sid and "Z" not in stat]
+    rows = (line.split()[:3] for line in out.splitlines())
+    return [int(p) for p, s, stat in rows if int(s) == sid and "Z" not in stat]
 
 
 def kill_session(sid: int) -> None:
@@ -165,7 +166,8 @@ def test_grid_runs_under_ray_and_is_mirrored_to_optuna_and_disk(tmp_path, tiny_m
         assert t.value == pytest.approx(t.user_attrs["best_dev_stsb"])
         for attr in ("key", "seed", "mtd", "STSBenchmark", "avg", "align", "uniform", "status", "mtd_queue_age_mean"):
             assert attr in t.user_attrs, attr
-    assert {(t.params["ema.decay"], t.params["queue.size"]) for t in trials} == {(0.5, 16), (0.5, 32), (0.9, 16), (0.9, 32)}
+    grid = {(t.params["ema.decay"], t.params["queue.size"]) for t in trials}
+    assert grid == {(0.5, 16), (0.5, 32), (0.9, 16), (0.9, 32)}
     assert (study_dir / "study.yaml").read_text() == spec.source_text
 
     # a fresh worker process per trial
@@ -266,8 +268,10 @@ def test_ctrl_c_stops_the_sweep_with_exit_code_130(tmp_path, tiny_model_dir, sha
     study_dir = tmp_path / "results" / "interrupt"
     driver = start_driver(path, tmp_path)
     try:
-        wait_until(lambda: (study_dir / "trials.csv").exists() and "RUNNING" in [r["state"] for r in read_csv(study_dir)],
-                   driver)
+        def one_running():
+            return (study_dir / "trials.csv").exists() and "RUNNING" in [r["state"] for r in read_csv(study_dir)]
+
+        wait_until(one_running, driver)
         os.killpg(driver.pid, signal.SIGINT)  # what a terminal sends to the foreground process group
         out, _ = driver.communicate(timeout=120)
     finally:

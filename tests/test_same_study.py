@@ -9,7 +9,6 @@ from collections import Counter
 import optuna
 import pytest
 import yaml
-
 from test_stop import fake_env, fake_study
 
 

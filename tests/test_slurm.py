@@ -16,7 +16,6 @@ from pathlib import Path
 
 import optuna
 import pytest
-
 from test_stop import fake_env, fake_study, rows
 
 REPO = Path(__file__).resolve().parents[1]

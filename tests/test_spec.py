@@ -499,7 +499,8 @@ def test_dry_run_shows_the_states_sweep_run_acts_on(tmp_path, capsys):
         writer.writerow(["key", "seed", "state", "dev_stsb"])
         for trial in trials:
             writer.writerow([trial.key, 42, "COMPLETE", 80.1])
-    study = optuna.create_study(study_name="t", storage=f"sqlite:///{results / 't' / 'optuna.db'}", direction="maximize")
+    storage = f"sqlite:///{results / 't' / 'optuna.db'}"
+    study = optuna.create_study(study_name="t", storage=storage, direction="maximize")
     study.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.COMPLETE, value=80.1,
                                               user_attrs={"key": trials[0].key, "status": "ok"}))
     study.add_trial(optuna.trial.create_trial(state=optuna.trial.TrialState.FAIL,
@@ -530,7 +531,8 @@ def test_format_trial_table_without_states(tmp_path):
 
 @pytest.mark.parametrize("text, keep, loggers", [
     ("", 1, []), ("keep_weights: best\n", 1, []), ("keep_weights: all\n", None, []),
-    ("keep_weights: none\n", 0, []), ("keep_weights: 3\nloggers: [tensorboard, mlflow]\n", 3, ["tensorboard", "mlflow"]),
+    ("keep_weights: none\n", 0, []),
+    ("keep_weights: 3\nloggers: [tensorboard, mlflow]\n", 3, ["tensorboard", "mlflow"]),
 ])
 def test_keep_weights_and_loggers(tmp_path, text, keep, loggers):
     spec = load_text(tmp_path, "name: k\nbase:\n  model: embedded\n" + text)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,8 +19,6 @@ import pytest
 import torch
 from torch import nn
 from torch.optim.optimizer import register_optimizer_step_post_hook
-
-import sys
 
 import trainer.corpus as corpus_mod
 import trainer.methods.mocose as mocose_mod
@@ -124,8 +123,11 @@ def read_jsonl(path: Path) -> list[dict]:
 def test_short_run_of_each_method(method, make_config, tmp_path, encoder_forwards, monkeypatch):
     clips, gauss, mixes, queue_sizes = [], [], [], []
     real_clip = torch.nn.utils.clip_grad_norm_
-    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_",
-                        lambda params, max_norm, *a, **k: clips.append(max_norm) or real_clip(params, max_norm, *a, **k))
+    def recording_clip(params, max_norm, *a, **k):
+        clips.append(max_norm)
+        return real_clip(params, max_norm, *a, **k)
+
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", recording_clip)
     wrap(monkeypatch, "sample_gaussian_negatives", gauss, lambda a, k: a[0])
     wrap(monkeypatch, "mix_logits", mixes)
     wrap(monkeypatch, "queue_logits", queue_sizes, lambda a, k: a[1].shape[0])

@@ -43,7 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"status: {summary['status']}" + (f" ({summary['reason']})" if summary.get("reason") else ""))
     if test:
         print("test: " + "  ".join(f"{k} {v:.2f}" for k, v in test.items()))
-    brief = {k: summary[k] for k in ("best_step", "best_dev_stsb", "align", "uniform", "mtd", "sentences_per_s", "wall_time_s")}
+    keys = ("best_step", "best_dev_stsb", "align", "uniform", "mtd", "sentences_per_s", "wall_time_s")
+    brief = {k: summary[k] for k in keys}
     print(json.dumps(brief))
     return 0 if summary["status"] == "ok" else 1
 

@@ -9,7 +9,8 @@ Protocol, reproduced line by line from SentEval's `STSEval` / `STSBenchmarkEval`
   test split is reported (dev is for model selection during training).
 - SICK-R: `SICK_test_annotated.txt`, tab-separated with a header; sentence_A, sentence_B, relatedness.
 - Every sentence is split on whitespace and re-joined with single spaces before tokenising (no
-  truncation below the model's maximum length, no lowercasing in code); similarity is the cosine of the two embeddings with NaN -> 0.
+  truncation below the model's maximum length, no lowercasing in code); similarity is the cosine of the two
+  embeddings with NaN -> 0.
 - Scores are x100 with 2 decimals; Avg = mean of the 2-decimal figures, itself printed with 2 decimals.
 
 What differs from SentEval is only how the work is done: each distinct sentence is encoded once, in
@@ -21,8 +22,6 @@ from __future__ import annotations
 
 import inspect
 import json
-import math
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -46,6 +45,7 @@ STS_YEARS: dict[str, tuple[str, list[str]]] = {
 }
 TASKS = ["STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness"]
 POOLERS = ("cls", "cls_before_pooler", "avg", "avg_first_last", "avg_top2")
+NO_POOLER = "pooler 'cls' needs a model with a pooler layer (or a trained MLP); use cls_before_pooler"
 
 EncodeFn = Callable[[Sequence[str]], np.ndarray]
 
@@ -298,7 +298,7 @@ class SentenceEncoder:
             if self.mlp is not None:
                 return self.mlp(cls)
             if getattr(self.model, "pooler", None) is None:
-                raise UserError("pooler 'cls' needs a model with a pooler layer (or a trained MLP); use cls_before_pooler")
+                raise UserError(NO_POOLER)
             return self.model.pooler(cls[:, None])  # BertPooler: dense + tanh on position 0
         last, hidden = fast(ids, mask, all_hidden=self.pooler != "avg")
         return self.pool_hidden(last, hidden, mask)
@@ -312,7 +312,7 @@ class SentenceEncoder:
             if self.mlp is not None:
                 return self.mlp(last[:, 0])
             if getattr(outputs, "pooler_output", None) is None:
-                raise UserError("pooler 'cls' needs a model with a pooler layer (or a trained MLP); use cls_before_pooler")
+                raise UserError(NO_POOLER)
             return outputs.pooler_output
         return self.pool_hidden(last, outputs.hidden_states, mask)
 
@@ -403,7 +403,10 @@ def format_table(result: STSResult) -> str:
     values = ["%.2f" % v for v in result.scores.values()] + ["%.2f" % result.avg]
     widths = [max(len(n), len(v)) + 2 for n, v in zip(names, values)]
     rule = "+" + "+".join("-" * w for w in widths) + "+"
-    row = lambda cells: "|" + "|".join(c.center(w) for c, w in zip(cells, widths)) + "|"
+
+    def row(cells):
+        return "|" + "|".join(c.center(w) for c, w in zip(cells, widths)) + "|"
+
     return "\n".join([rule, row(names), rule, row(values), rule])
 
 
@@ -438,8 +441,8 @@ def eval_command(model: str, pooler: str = "cls_before_pooler", data_dir: str | 
     `tasks` mixes STS and transfer task names (`transfer` = all seven transfer tasks); transfer tasks run
     in `transfer_mode` (test or fasttest). `fast=False` (`--hf-forward`) runs the transformers forward
     instead of trainer.fast_forward, to check that both give the same figures."""
-    from trainer.models import load_encoder, pick_device
     from trainer import transfer as transfer_eval
+    from trainer.models import load_encoder, pick_device
 
     if pooler not in POOLERS:
         raise UserError(f"unknown pooler '{pooler}': choose from {', '.join(POOLERS)}")
@@ -471,7 +474,8 @@ def eval_command(model: str, pooler: str = "cls_before_pooler", data_dir: str | 
     if result:
         print(format_table(result))
         if result.align is not None:
-            print(f"alignment {result.align:.4f}   uniformity {result.uniform:.4f}   (STS-B {align_uniform_label(result)})")
+            print(f"alignment {result.align:.4f}   uniformity {result.uniform:.4f}   "
+                  f"(STS-B {align_uniform_label(result)})")
     if transfer:
         print(f"transfer tasks ({transfer.mode} mode, test accuracy; {transfer.seconds:.1f} s)")
         print(transfer_eval.format_transfer_table(transfer))

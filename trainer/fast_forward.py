@@ -176,8 +176,8 @@ class FastEncoderForward:
         self.layers = [_Layer(layer, model.config.hidden_act, self.onednn) for layer in model.encoder.layer]
 
     @torch.inference_mode()
-    def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, token_type_ids: torch.Tensor | None = None,
-                 cls_only: bool = False, all_hidden: bool = False):
+    def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                 token_type_ids: torch.Tensor | None = None, cls_only: bool = False, all_hidden: bool = False):
         """cls_only: the last layer at position 0, [B, H]. Else (last hidden state [B, T, H], the tuple of
         all hidden states, embeddings first, as transformers' `hidden_states`, or None)."""
         if token_type_ids is None and getattr(self.model.config, "type_vocab_size", 0):

@@ -55,7 +55,8 @@ def build_projection(dim: int, layers: int, dropout: float = 0.1, out_dim: int |
     out_dim = out_dim or dim
     if layers == 0:
         if out_dim != dim:
-            raise ValueError(f"a projection of 0 layers keeps the encoder's size {dim}; embedding size {out_dim} needs >= 1")
+            raise ValueError(f"a projection of 0 layers keeps the encoder's size {dim}; "
+                             f"embedding size {out_dim} needs >= 1")
         return nn.Identity()
     eps = RELEASED_LAYER_NORM_EPS if released_init else 1e-5
     modules: list[nn.Module] = []

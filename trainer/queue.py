@@ -42,7 +42,8 @@ class NegativeQueue(torch.nn.Module):
                  all_random: bool = False):
         super().__init__()
         if size < 0 or not 0 <= initial_size <= size:
-            raise ValueError(f"need size >= 0 and 0 <= initial_size <= size, got size={size}, initial_size={initial_size}")
+            raise ValueError(f"need size >= 0 and 0 <= initial_size <= size, "
+                             f"got size={size}, initial_size={initial_size}")
         self.size, self.dim = size, dim
         random_count = size if all_random else initial_size
         keys = torch.zeros(size, dim)

@@ -364,8 +364,10 @@ def _fit_torch(X: np.ndarray, y: np.ndarray, l2: float, settings: ClassifierSett
         permutation = rng.permutation(len(X))
         cut = int(VALIDATION_SPLIT * len(X))
         X, y, dev = X[permutation[cut:]], y[permutation[cut:]], (X[permutation[:cut]], y[permutation[:cut]])
-    Xt, yt = torch.from_numpy(np.ascontiguousarray(X)).to(device), torch.from_numpy(np.ascontiguousarray(y)).to(device)
-    Xd, yd = torch.from_numpy(np.ascontiguousarray(dev[0])).to(device), torch.from_numpy(np.ascontiguousarray(dev[1])).to(device)
+    def on_device(a):
+        return torch.from_numpy(np.ascontiguousarray(a)).to(device)
+
+    Xt, yt, Xd, yd = on_device(X), on_device(y), on_device(dev[0]), on_device(dev[1])
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(SEED)
         model = torch.nn.Linear(X.shape[1], nclasses).to(device)

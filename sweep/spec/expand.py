@@ -15,7 +15,6 @@ import random
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from trainer.mtd import planned_traceable_distance
 from sweep.spec.expressions import compile_expression, evaluate
 from sweep.spec.marks import Marks
 from sweep.spec.schema import StudySpec, Trial
@@ -24,6 +23,7 @@ from sweep.spec.values import default_config, queue_overfull
 from trainer import config as run_config
 from trainer.config import check_value, set_dotted
 from trainer.errors import ConfigError, UserError
+from trainer.mtd import planned_traceable_distance
 
 TRIAL_KEY_LENGTH = 12
 _RANDOM_ATTEMPTS_PER_CONFIG = 20  # random search gives up when constraints reject nearly every sample
