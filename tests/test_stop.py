@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -20,6 +21,8 @@ from pathlib import Path
 import optuna
 import pytest
 import yaml
+
+from trainer.models import resolve_model_path
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.slow
@@ -210,7 +213,11 @@ def test_exit_status_1_when_a_trial_raised_and_0_for_a_diverged_trial(tmp_path, 
     assert result.returncode == 0, result.stdout + result.stderr
     assert Counter(r["status"] for r in rows(tmp_path / "results" / "diverged")) == {"ok": 1, "diverged": 1}
 
-    raising = fake_study(tmp_path, "raising", shared_data_dir, parameters={"model": ["embedded", "raise-me"]})
+    # The fake trainer raises for a model path containing "raise"; the preflight loads a model's config and
+    # tokenizer only, so a copy of those (no weights) under such a name reaches the trial.
+    raise_me = tmp_path / "raise-me"
+    shutil.copytree(resolve_model_path("embedded"), raise_me, ignore=shutil.ignore_patterns("*.safetensors", "*.bin"))
+    raising = fake_study(tmp_path, "raising", shared_data_dir, parameters={"model": ["embedded", str(raise_me)]})
     result = subprocess.run([sys.executable, "-m", "sweep", "run", str(raising)], cwd=tmp_path, env=fake_env(),
                             capture_output=True, text=True, timeout=180, start_new_session=True)
     assert result.returncode == 1, result.stdout + result.stderr

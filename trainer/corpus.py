@@ -129,7 +129,8 @@ def planned_steps(config: dict) -> int | None:
     data = config.get("data") or {}
     limit = data.get("max_sentences")
     try:
-        sentences = count_sentences(corpus_path(data_dir(data.get("data_dir")), data.get("corpus")), limit)
+        sentences = count_sentences(corpus_path(data_dir(data.get("data_dir")), data.get("corpus"), note=False),
+                                    limit)  # a lookup, not the run: no note
     except UserError:
         known = KNOWN_SENTENCES.get(data.get("corpus"))
         if known is None:

@@ -104,12 +104,13 @@ _sample_noted: set[str] = set()
 CORPUS_NAMES = {"wiki1m": FULL_CORPUS, "wiki1m_sample": SAMPLE_CORPUS}
 
 
-def corpus_path(root: Path, corpus: str | None) -> Path:
+def corpus_path(root: Path, corpus: str | None, note: bool = True) -> Path:
     """The training corpus.
 
     `wiki1m` (the full corpus, required) or `wiki1m_sample` (the mirror's 11,914 sentences) inside the
     data directory; any other value is a file path; None takes the full corpus when installed, else the
-    sample, and says so on stderr (paper-scale studies name `wiki1m` so they never train on the sample).
+    sample, and says so on stderr once per process unless `note` is False (paper-scale studies name `wiki1m`
+    so they never train on the sample).
     """
     if corpus in CORPUS_NAMES:
         relative = CORPUS_NAMES[corpus]
@@ -125,7 +126,7 @@ def corpus_path(root: Path, corpus: str | None) -> Path:
     if (root / FULL_CORPUS).is_file():
         return root / FULL_CORPUS
     if (root / SAMPLE_CORPUS).is_file():
-        if str(root) not in _sample_noted:  # once per process: a dry run resolves the corpus per trial
+        if note and str(root) not in _sample_noted:  # once per process: a dry run resolves the corpus per trial
             import sys
 
             _sample_noted.add(str(root))

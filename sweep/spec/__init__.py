@@ -74,11 +74,11 @@ differently; `--rerun-changed` re-runs those trials).
 
 from sweep.spec.dry_run import format_trial_table, print_dry_run, read_trial_states
 from sweep.spec.expand import expand, requested_fields, search_space, trial_from_params, trial_key
-from sweep.spec.schema import Metric, Resources, Scheduler, StudySpec, Trial, load_study
+from sweep.spec.schema import LOWER_IS_BETTER, Metric, Resources, Scheduler, StudySpec, Trial, load_study
 from sweep.spec.text import dotted_get
 
 __all__ = [
-    "Metric", "Resources", "Scheduler", "StudySpec", "Trial", "dotted_get", "expand", "format_trial_table",
-    "load_study", "print_dry_run", "read_trial_states", "requested_fields", "search_space", "trial_from_params",
-    "trial_key",
+    "LOWER_IS_BETTER", "Metric", "Resources", "Scheduler", "StudySpec", "Trial", "dotted_get", "expand",
+    "format_trial_table", "load_study", "print_dry_run", "read_trial_states", "requested_fields", "search_space",
+    "trial_from_params", "trial_key",
 ]
