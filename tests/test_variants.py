@@ -218,21 +218,42 @@ def test_released_cutoffs_cut_both_branches_at_the_word_embeddings(make_config, 
     assert cuts == [] and len(paper_cuts) == 2  # online only
 
 
-def test_test_selected_checkpoint_is_reported_labelled_and_not_used_for_selection(make_config, monkeypatch):
+@pytest.mark.parametrize("selection, restored_step", [("dev", 2), ("test_avg", 3)])
+def test_test_selected_checkpoint_is_reported_labelled_and_used_only_on_request(make_config, monkeypatch,
+                                                                                 selection, restored_step):
     devs = iter([0.5, 0.7, 0.6])  # dev picks step 2
     tests = iter([70.0, 60.0, 80.0])  # the test average picks step 3
     monkeypatch.setattr(train_mod._DevEvaluator, "__call__", lambda self, encode: (next(devs), 0.5))
     real_evaluate = train_mod.evaluate_sts
+    step = {"now": 0}
 
     def fake_evaluate(encode, root, tasks=None, align_uniform_split="dev"):
         if align_uniform_split is None and list(tasks) == list(train_mod.TASKS):  # the per-evaluation test pass
             value = next(tests)
+            step["now"] += 1
             return type("R", (), {"scores": {t: value for t in tasks}, "avg": value})()
         return real_evaluate(encode, root, tasks, align_uniform_split)
 
+    # Tag each snapshot with the step it was taken at, and record which one the final evaluation restores.
+    real_snapshot, real_restore = train_mod._snapshot, train_mod._restore
+    taken, restored = {}, []
+
+    def tagged_snapshot(method):
+        state = real_snapshot(method)
+        taken[id(state)] = step["now"]
+        return state
+
+    def recorded_restore(method, state):
+        restored.append(taken[id(state)])
+        real_restore(method, state)
+
     monkeypatch.setattr(train_mod, "evaluate_sts", fake_evaluate)
-    summary = train_mod.train(make_config(max_steps=3, **{"eval.eval_steps": 1, "released.test_selected": True}))
-    assert summary["best_step"] == 2 and summary["selection"] == "dev"
+    monkeypatch.setattr(train_mod, "_snapshot", tagged_snapshot)
+    monkeypatch.setattr(train_mod, "_restore", recorded_restore)
+    summary = train_mod.train(make_config(max_steps=3, **{"eval.eval_steps": 1, "released.test_selected": True,
+                                                          "eval.selection": selection}))
+    assert summary["best_step"] == 2 and summary["selection"].split(":")[0] == selection
+    assert restored == [restored_step]  # the final test figures come from this checkpoint
     assert summary["test_selected"]["step"] == 3 and summary["test_selected"]["test"]["avg"] == 80.0
     assert "TEST" in summary["test_selected"]["label"]
     assert [h["test_avg"] for h in summary["history"]] == [70.0, 60.0, 80.0]
