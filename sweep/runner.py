@@ -113,6 +113,13 @@ def run_study(spec: StudySpec, address: str | None = None, max_concurrent: int |
     check_loggers(spec.loggers)  # before Ray starts
     run = _StudyRun(spec, train_fn, rerun_changed=rerun_changed)
     run.change = change
+    if not run.folder.study_yaml.exists():
+        # A new study: check every model and data path before its folder exists. A folder left by a
+        # refused spec would claim the name, and the corrected spec would be refused as another study.
+        from sweep.preflight import preflight_inputs
+
+        preflight_inputs(run.configs_planned())
+        run.inputs_checked = True
     try:
         with run.stop.installed(), run.locked():
             return run.execute(address, max_concurrent)
@@ -429,6 +436,7 @@ class _StudyRun:
         self.change: Any = None  # sweep.history.StudyChange when this run extends the recorded study
         self.children_before: set[int] = set()  # processes below the driver before Ray started (not Ray's)
         self.progress_note = ""
+        self.inputs_checked = False  # preflight_inputs already passed for every planned config
 
     # ---- lock -----------------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -492,7 +500,8 @@ class _StudyRun:
         cpu, gpu = self.spec.resources.cpu, self.spec.resources.gpu
         if not address:
             preflight_resources(cpu, gpu)  # before Ray starts: seconds, not a 60 s Ray warning and a hang
-        preflight_inputs(self._configs_to_run())
+        if not self.inputs_checked:
+            preflight_inputs(self._configs_to_run())
         self.stop.on_stuck = lambda: self._abandon(local=not address)
         with contextlib.ExitStack() as stack:
             if not address:
@@ -582,6 +591,12 @@ class _StudyRun:
             ray.shutdown()
         if local:
             _kill_leftovers(keep=self.children_before)
+
+    def configs_planned(self) -> list[dict[str, Any]]:
+        """Every config the study plans, before anything is resumed (tpe: as _configs_to_run)."""
+        if self.spec.method != "tpe":
+            return [t.config for t in self._planned_trials()]
+        return self._configs_to_run()
 
     def _configs_to_run(self) -> list[dict[str, Any]]:
         """The configs this run will start (tpe: the base with each model the study may choose)."""
