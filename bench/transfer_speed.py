@@ -98,20 +98,27 @@ class ReferenceMLP:
 REGS = [10 ** t for t in range(-5, -1)]
 
 
+def reference_reg_scan(X, y, folds, nclasses, s):
+    """Mean fold accuracy (x100, 2 decimals) of each L2 weight in REGS, one fit per weight and fold, as
+    SentEval's InnerKFoldClassifier and KFoldClassifier both scan."""
+    scores = []
+    for reg in REGS:
+        fold_scores = []
+        for a, b in folds.split(X, y):
+            clf = ReferenceMLP(s, X.shape[1], nclasses, reg)
+            clf.fit(X[a], y[a], validation_data=(X[b], y[b]))
+            fold_scores.append(clf.score(X[b], y[b]))
+        scores.append(round(100 * np.mean(fold_scores), 2))
+    return scores
+
+
 def reference_inner_kfold(X, y, nclasses, s):
     skf = StratifiedKFold(n_splits=s.kfold, shuffle=True, random_state=1111)
     inner = StratifiedKFold(n_splits=s.kfold, shuffle=True, random_state=1111)
     dev, test = [], []
     for train_idx, test_idx in skf.split(X, y):
         X_train, X_test, y_train, y_test = X[train_idx], X[test_idx], y[train_idx], y[test_idx]
-        scores = []
-        for reg in REGS:
-            regscores = []
-            for a, b in inner.split(X_train, y_train):
-                clf = ReferenceMLP(s, X.shape[1], nclasses, reg)
-                clf.fit(X_train[a], y_train[a], validation_data=(X_train[b], y_train[b]))
-                regscores.append(clf.score(X_train[b], y_train[b]))
-            scores.append(round(100 * np.mean(regscores), 2))
+        scores = reference_reg_scan(X_train, y_train, inner, nclasses, s)
         optreg = REGS[np.argmax(scores)]
         dev.append(np.max(scores))
         clf = ReferenceMLP(s, X.shape[1], nclasses, optreg)
@@ -122,14 +129,7 @@ def reference_inner_kfold(X, y, nclasses, s):
 
 def reference_kfold(Xtr, ytr, Xte, yte, nclasses, s):
     skf = StratifiedKFold(n_splits=s.kfold, shuffle=True, random_state=1111)
-    scores = []
-    for reg in REGS:
-        scan = []
-        for a, b in skf.split(Xtr, ytr):
-            clf = ReferenceMLP(s, Xtr.shape[1], nclasses, reg)
-            clf.fit(Xtr[a], ytr[a], validation_data=(Xtr[b], ytr[b]))
-            scan.append(clf.score(Xtr[b], ytr[b]))
-        scores.append(round(100 * np.mean(scan), 2))
+    scores = reference_reg_scan(Xtr, ytr, skf, nclasses, s)
     clf = ReferenceMLP(s, Xtr.shape[1], nclasses, REGS[np.argmax(scores)])
     clf.fit(Xtr, ytr, validation_split=0.05)
     return np.max(scores), round(100 * clf.score(Xte, yte), 2)
