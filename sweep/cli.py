@@ -216,7 +216,9 @@ def main(argv: list[str] | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGHUP):  # SIGINT already raises KeyboardInterrupt
         signal.signal(sig, _raise_signalled)
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # here, not at exit, so that a reader gone away is handled below
+        return code
     except UserError as exc:
         print(f"sweep: error: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -224,6 +226,12 @@ def main(argv: list[str] | None = None) -> int:
         signum = getattr(exc, "signum", signal.SIGINT)
         print(f"sweep: interrupted by {signal.Signals(signum).name}; run the same command to go on", file=sys.stderr)
         return 128 + signum
+    except BrokenPipeError:
+        # The reader went away (`sweep status ... | head`): stop quietly, as a shell tool does on SIGPIPE.
+        # stdout now points at /dev/null so that the interpreter's final flush cannot fail a second time.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import math
+import os
 import sys
 import time
 from typing import Any, TextIO
@@ -83,10 +84,18 @@ class Progress:
         return text + f" | ETA {clock(self.eta())}"
 
     def _line(self, what: str) -> None:
-        print(f"[{clock(self.elapsed())}] {what} | {self.status_text()}", file=self.stream, flush=True)
+        self.say(f"[{clock(self.elapsed())}] {what} | {self.status_text()}")
 
     def say(self, text: str) -> None:
-        print(text, file=self.stream, flush=True)
+        try:
+            print(text, file=self.stream, flush=True)
+        except BrokenPipeError:
+            # The reader went away (`sweep run ... | head`). The sweep goes on without its terminal lines:
+            # the results go to disk and Optuna as before, and `sweep status` shows them.
+            devnull = open(os.devnull, "w")  # kept open for the rest of the run
+            if self.stream is sys.stdout:
+                os.dup2(devnull.fileno(), sys.stdout.fileno())  # the driver's other prints, too
+            self.stream = devnull
 
 
 def _short(text: Any, limit: int = 160) -> str:

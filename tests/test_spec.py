@@ -169,6 +169,17 @@ def test_queue_init_dry_run_from_the_command_line(tmp_path):
     assert re.search(rf"^MTD:\s+{low:.2f} to {high:.2f}", result.stdout, re.M)
 
 
+def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path):
+    # `sweep run STUDY --dry-run | head -1`: the pipe closes before (most of) the output is written; the
+    # command stops as a shell tool does on SIGPIPE (141), with no traceback and no "Exception ignored".
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen([*SWEEP, "run", str(REPO / "studies" / "queue_init.yaml"), "--dry-run"], cwd=tmp_path,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 141 and err == "", err
+
+
 # ---- malformed studies ---------------------------------------------------------------------------
 def test_every_bad_study_is_listed():
     assert {p.name for p in BAD_STUDIES.glob("*.yaml")} == set(BAD)
