@@ -11,6 +11,7 @@ import os
 import signal
 import sys
 
+from sweep.progress import stdout_to_devnull
 from trainer.errors import UserError
 
 
@@ -228,9 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         return 128 + signum
     except BrokenPipeError:
         # The reader went away (`sweep status ... | head`): stop quietly, as a shell tool does on SIGPIPE.
-        # stdout now points at /dev/null so that the interpreter's final flush cannot fail a second time.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        stdout_to_devnull()
         return 128 + signal.SIGPIPE
 
 

@@ -22,6 +22,14 @@ def clock(seconds: float | None) -> str:
     return f"{seconds // 3600:02d}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
 
 
+def stdout_to_devnull() -> None:
+    """Point file descriptor 1 at /dev/null once stdout's reader has gone away (a closed pipe), so that
+    later writes, the driver's other prints and the interpreter's final flush included, cannot fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
 class Progress:
     """Counts trials and prints one line for each trial that starts or ends."""
 
@@ -92,10 +100,9 @@ class Progress:
         except BrokenPipeError:
             # The reader went away (`sweep run ... | head`). The sweep goes on without its terminal lines:
             # the results go to disk and Optuna as before, and `sweep status` shows them.
-            devnull = open(os.devnull, "w")  # kept open for the rest of the run
-            if self.stream is sys.stdout:
-                os.dup2(devnull.fileno(), sys.stdout.fileno())  # the driver's other prints, too
-            self.stream = devnull
+            if self.stream is not sys.stdout:
+                raise
+            stdout_to_devnull()
 
 
 def _short(text: Any, limit: int = 160) -> str:
