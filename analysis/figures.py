@@ -13,9 +13,12 @@ and a pandas DataFrame holding exactly what is drawn, one row per plotted point:
 plus figure-specific columns (group, lo/hi of the bootstrap interval, heat-map rows, ...).
 MTD figures also put their statistics (Spearman, fit, best MTD and interval) in `data.attrs["stats"]`.
 
-Measured points are means over seeds with ±1 std error bars (said in every legend). Trials whose
-other swept parameters differ are kept apart as separate series (`by`, inferred when None), never
-pooled; MTD figures pool trials with equal MTD, because MTD is the x variable under test.
+Measured points are means over seeds with ±1 std error bars; a point with one seed is drawn without a
+bar, every legend says which (`spread_note`), and where n differs between points each point is
+labelled with its n. Trials whose other swept parameters differ are kept apart as separate series
+(`by`: the study's declared parameters, inferred when None), never pooled; on the MTD figures each
+configuration is its own point (two routes to the same MTD are two points at the same x), and the
+fit runs over all trials, because MTD is the x variable under test.
 Paper values (analysis.paper_values) are drawn as white diamonds labelled "paper", only at the x
 values the study measured.
 """
@@ -51,7 +54,7 @@ STYLE = {
     "axes.spines.right": False,
 }
 FIGSIZE = (6.0, 4.0)
-STD_NOTE = "mean ± 1 std over seeds"
+STD_NOTE = "mean ± 1 std over seeds"  # the plain form; legends use spread_note(n of the points)
 PAPER_STYLE = dict(marker="D", markersize=7, markerfacecolor="white", markeredgecolor="black",
                    markeredgewidth=1.3, linestyle="none", zorder=6)
 SCORE_LABELS = {
@@ -84,11 +87,15 @@ def _styled(function: Callable) -> Callable:
 @_styled
 def figure_score_vs_mtd(
     table: pd.DataFrame, score: str = "avg", log_x: bool = True, n_boot: int = 1000, seed: int = 0,
+    by: Sequence[str] | None = None,
 ) -> tuple[Figure, pd.DataFrame]:
-    """MoCoSE Fig. 2: score vs MTD over all MoCoSE trials, the fitted trend and the best MTD."""
+    """MoCoSE Fig. 2: score vs MTD over all MoCoSE trials (one point per configuration of `by`), the
+    fitted trend and the best MTD."""
     trials = _mocose_with_mtd(table, score)
+    keys = _point_columns(trials, by)
     fig, (ax,) = _new_figure()
-    data, panel_stats = _draw_mtd_series(ax, trials, score, "measured", "C0", log_x, n_boot, seed, fit_label="trend")
+    data, panel_stats = _draw_mtd_series(ax, trials, score, "measured", "C0", log_x, n_boot, seed, fit_label="trend",
+                                         keys=keys)
     data = [data, _draw_paper_mtd(ax, trials["mtd"])]
     rho = panel_stats.get("spearman_rho", math.nan)
     ax.set_title(
@@ -96,7 +103,7 @@ def figure_score_vs_mtd(
         f"Spearman rho = {rho:.2f} over {len(trials)} trials"
     )
     _finish_mtd_axes(ax, score, log_x)
-    frame = pd.DataFrame(pd.concat(data, ignore_index=True), columns=MTD_COLUMNS)
+    frame = pd.DataFrame(pd.concat(data, ignore_index=True), columns=MTD_COLUMNS + keys)
     frame.attrs["stats"] = panel_stats
     return fig, frame
 
@@ -104,37 +111,41 @@ def figure_score_vs_mtd(
 @_styled
 def figure_score_vs_mtd_by_batch(
     table: pd.DataFrame, score: str = "avg", log_x: bool = True, n_boot: int = 1000, seed: int = 0,
+    by: Sequence[str] | None = None,
 ) -> tuple[Figure, pd.DataFrame]:
     """MoCoSE Fig. 3: score vs MTD, one series (and trend, where >= 3 MTD values) per batch size."""
     trials = _mocose_with_mtd(table, score)
+    keys = [c for c in _point_columns(trials, by) if c != "batch_size"]
     fig, (ax,) = _new_figure()
     parts, stats = [], {"score": score, "groups": {}}
     for i, (batch, group) in enumerate(trials.groupby("batch_size", sort=True)):
         label = f"B={int(batch)}"
         part, group_stats = _draw_mtd_series(ax, group, score, label, f"C{i}", log_x, n_boot, seed,
-                                             fit_label=f"trend B={int(batch)}")
+                                             fit_label=f"trend B={int(batch)}", keys=keys)
         parts.append(part)
         stats["groups"][label] = group_stats
     parts.append(_draw_paper_mtd(ax, trials["mtd"], table3=False))
     ax.set_title(f"{score_label(score)} vs MTD per batch size (MoCoSE Fig. 3)")
     _finish_mtd_axes(ax, score, log_x)
-    frame = pd.DataFrame(pd.concat(parts, ignore_index=True), columns=MTD_COLUMNS)
+    frame = pd.DataFrame(pd.concat(parts, ignore_index=True), columns=MTD_COLUMNS + keys)
     frame.attrs["stats"] = stats
     return fig, frame
 
 
 @_styled
-def figure_align_uniform_vs_mtd(table: pd.DataFrame, log_x: bool = True) -> tuple[Figure, pd.DataFrame]:
+def figure_align_uniform_vs_mtd(table: pd.DataFrame, log_x: bool = True,
+                                by: Sequence[str] | None = None) -> tuple[Figure, pd.DataFrame]:
     """MoCoSE Fig. 4: alignment and uniformity (Wang & Isola; lower is better) vs MTD."""
     trials = table[(table["method"] == "mocose") & table["mtd"].notna()]
+    keys = _point_columns(trials, by)
     fig, axes = _new_figure(ncols=2, figsize=(9.0, 3.8))
     parts, stats = [], {}
     split = _single_value(trials, "align_uniform_split")
     for ax, metric, color in zip(axes, ("align", "uniform"), ("C2", "C3")):
-        points = _mtd_points(trials, metric)
+        points = _mtd_points(trials, metric, keys).sort_values("x", kind="stable")
         points["series"], points["group"] = "measured", metric
-        ax.errorbar(points["x"], points["mean"], yerr=points["std"].fillna(0.0), fmt="o-", color=color,
-                    capsize=3, label=f"this study ({STD_NOTE})")
+        draw_points(ax, points["x"], points["mean"], points["std"], points["n"], fmt="o-", color=color,
+                    label=f"this study ({spread_note(points['n'])})")
         correlation = spearman(trials["mtd"], trials[metric])
         stats[metric] = {"spearman_rho": correlation.rho, "spearman_p": correlation.pvalue, "n": correlation.n}
         name = "alignment" if metric == "align" else "uniformity"
@@ -143,7 +154,7 @@ def figure_align_uniform_vs_mtd(table: pd.DataFrame, log_x: bool = True) -> tupl
         _finish_mtd_axes(ax, None, log_x)
         parts.append(points)
     fig.suptitle("Alignment and uniformity vs MTD (MoCoSE Fig. 4)" + (f", STS-B {split}" if split else ""))
-    frame = pd.DataFrame(pd.concat(parts, ignore_index=True), columns=MTD_COLUMNS)
+    frame = pd.DataFrame(pd.concat(parts, ignore_index=True), columns=MTD_COLUMNS + keys)
     frame.attrs["stats"] = stats
     return fig, frame
 
@@ -232,7 +243,9 @@ def figure_queue_heatmap(
         ax.set_xlabel("queue size K (keys)")
         ax.set_ylabel("initial queue size K0" + (" (fraction of K)" if by_fraction else " (keys)"))
         ax.grid(False)
-        ax.set_title(summary["series"].iloc[0] if series_columns else f"cells: {STD_NOTE}; [paper]", fontsize=8.5)
+        note = spread_note(summary["n"])
+        ax.set_title(f"{summary['series'].iloc[0]}; cells: {note}" if series_columns else f"cells: {note}; [paper]",
+                     fontsize=8.5)
         parts.append(summary)
     fig.colorbar(image, ax=list(axes), label=score_label(score), shrink=0.9)
     fig.suptitle("Queue size x initial queue size (MoCoSE Table 7 / Fig. 12)")
@@ -269,12 +282,13 @@ def figure_head_depth(
 def figure_predictor_width(
     table: pd.DataFrame, score: str = "avg", by: Sequence[str] | None = None,
 ) -> tuple[Figure, pd.DataFrame]:
-    """MoCoSE Table 6a: predictor hidden width."""
+    """MoCoSE Table 6a: the "predictor dimension", the width of the embedding the loss sees
+    (heads.embedding_dim: projection output, predictor layers, queue; null = the encoder's hidden size)."""
     trials = table[table["method"] == "mocose"]
     return _ablation_figure(
-        trials, "heads.predictor_dim", score, by=by,
+        trials, "heads.embedding_dim", score, by=by,
         x_format=lambda v: "hidden size" if pd.isna(v) else _format_number(v),
-        title="Predictor width (MoCoSE Table 6a)", xlabel="predictor width (units)",
+        title="Predictor dimension (MoCoSE Table 6a)", xlabel="predictor dimension heads.embedding_dim (units)",
         paper=_numeric_lookup(paper_values.MOCOSE_TABLE6A_PREDICTOR_WIDTH), paper_label="paper (MoCoSE Table 6a)",
     )
 
@@ -349,23 +363,31 @@ def _mocose_with_mtd(table: pd.DataFrame, score: str) -> pd.DataFrame:
     return trials
 
 
-def _mtd_points(trials: pd.DataFrame, value: str) -> pd.DataFrame:
-    """Mean ± std of `value` per distinct MTD (equal MTDs pooled: MTD is the variable under test)."""
+def _point_columns(trials: pd.DataFrame, by: Sequence[str] | None) -> list[str]:
+    """The swept keys that vary among `trials`: each combination is its own point on an MTD figure."""
+    candidates = swept_parameters(trials) if by is None else list(by)
+    return [c for c in candidates if c in trials.columns and trials[c].nunique(dropna=False) > 1]
+
+
+def _mtd_points(trials: pd.DataFrame, value: str, keys: Sequence[str] = ()) -> pd.DataFrame:
+    """Mean ± std of `value` over the seeds of each configuration (`keys`), at its MTD."""
     keyed = trials.assign(_mtd=trials["mtd"].round(6))
-    points = seed_summary(keyed, value, ["_mtd"]).rename(columns={"_mtd": "x"})
+    points = seed_summary(keyed, value, ["_mtd", *keys]).rename(columns={"_mtd": "x"})
     return points
 
 
 def _draw_mtd_series(
     ax, trials: pd.DataFrame, score: str, label: str, color: str, log_x: bool, n_boot: int, seed: int, fit_label: str,
+    keys: Sequence[str] = (),
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """Points with error bars, and where there are >= 3 MTD values the trend and the best-MTD marker."""
-    points = _mtd_points(trials, score)
+    """One point per configuration (error bars where it has > 1 seed), and where there are >= 3 MTD
+    values the trend and the best-MTD marker."""
+    points = _mtd_points(trials, score, keys)
     points["series"] = "measured"
     points["group"] = label
     name = "this study" if label == "measured" else label
-    ax.errorbar(points["x"], points["mean"], yerr=points["std"].fillna(0.0), fmt="o", color=color, capsize=3,
-                label=f"{name} ({STD_NOTE})")
+    draw_points(ax, points["x"], points["mean"], points["std"], points["n"], fmt="o", color=color,
+                label=f"{name} ({spread_note(points['n'])})")
     correlation = spearman(trials["mtd"], trials[score])
     stats: dict[str, Any] = {"score": score, "spearman_rho": correlation.rho, "spearman_p": correlation.pvalue,
                              "n_trials": correlation.n}
@@ -473,6 +495,7 @@ def _ablation_figure(
     summary = summary.sort_values([*series_columns, "_position"], kind="stable")  # rows in drawing order
 
     fig, (ax,) = _new_figure()
+    show_n = summary["n"].nunique() > 1  # n beside each point only where it differs between points
     groups = list(summary.groupby(series_columns, sort=True, dropna=False)) if series_columns else [((), summary)]
     width = 0.8 / len(groups)
     parts = []
@@ -480,12 +503,8 @@ def _ablation_figure(
         label = _series_label(series_columns, key) if series_columns else "this study"
         offset = (i - (len(groups) - 1) / 2) * (width if bars else 0.08)
         xs = np.array([position[lab] for lab in group["x_label"]]) + offset
-        errors = group["std"].fillna(0.0)
-        if bars:
-            ax.bar(xs, group["mean"], width=width * 0.9, yerr=errors, capsize=3, color=f"C{i}", alpha=0.85,
-                   label=label, zorder=3)
-        else:
-            ax.errorbar(xs, group["mean"], yerr=errors, fmt="o-", color=f"C{i}", capsize=3, label=label, zorder=4)
+        draw_points(ax, xs, group["mean"], group["std"], group["n"], fmt="o-", color=f"C{i}", label=label,
+                    bar_width=width * 0.9 if bars else None, show_n=show_n)
         part = group.rename(columns={x: "x"}).assign(series=label)
         parts.append(part)
 
@@ -507,9 +526,48 @@ def _ablation_figure(
     ax.set_xlabel(xlabel)
     ax.set_ylabel(score_label(score))
     ax.set_title(title)
-    ax.legend(title=STD_NOTE, loc="best")
+    ax.legend(title=spread_note(summary["n"]), loc="best")
     extra = [c for c in series_columns if c in frame.columns]
     return fig, frame[COLUMNS + extra]
+
+
+def spread_note(n: Iterable[int]) -> str:
+    """What the marks show, from the number of seeds behind each point.
+
+    >>> spread_note([1, 1])
+    'single runs (one seed each, no error bars)'
+    >>> spread_note([3, 3])
+    'mean ± 1 std over 3 seeds'
+    >>> spread_note([3, 1])
+    'mean ± 1 std over seeds (n at each point); no bar: a single run'
+    """
+    counts = sorted({int(v) for v in n if not pd.isna(v)})
+    if counts == [1]:
+        return "single runs (one seed each, no error bars)"
+    if len(counts) == 1:
+        return f"mean ± 1 std over {counts[0]} seeds"
+    return STD_NOTE + " (n at each point)" + ("; no bar: a single run" if 1 in counts else "")
+
+
+def draw_points(ax, xs: Any, means: Any, stds: Any, ns: Any, *, fmt: str, color: str, label: str,
+                bar_width: float | None = None, show_n: bool | None = None) -> None:
+    """Means as markers (or bars), a ±1 std bar only where n > 1 (one seed has no spread to show, and a
+    zero-length bar would claim one), and "n=k" beside each point when n differs between points."""
+    xs, means = np.asarray(xs, dtype=float), np.asarray(means, dtype=float)
+    stds, ns = np.asarray(stds, dtype=float), np.asarray(ns, dtype=float)
+    multi = ns > 1
+    if bar_width is not None:
+        ax.bar(xs, means, width=bar_width, color=color, alpha=0.85, label=label, zorder=3)
+        error_color = "black"
+    else:
+        ax.plot(xs, means, fmt, color=color, label=label, zorder=4)
+        error_color = color
+    if multi.any():
+        ax.errorbar(xs[multi], means[multi], yerr=np.nan_to_num(stds[multi]), fmt="none", ecolor=error_color,
+                    capsize=3, zorder=5)
+    if show_n if show_n is not None else len(set(ns.tolist())) > 1:
+        for x, y, n in zip(xs, means, ns):
+            ax.annotate(f"n={int(n)}", (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7, color=color)
 
 
 def _series_columns(table: pd.DataFrame, x_columns: Sequence[str], by: Sequence[str] | None) -> list[str]:

@@ -131,6 +131,35 @@ def read_study_spec(study_dir: str | Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+def declared_parameters(spec: dict[str, Any]) -> list[str]:
+    """The keys a study spec (study.yaml as a dict) sweeps: its `parameters`, less the lone `{expr: ...}`
+    entries, which are derived from the others and so tell no configuration apart.
+
+    >>> declared_parameters({"parameters": {"queue.size": [128, 256], "optim.lr": {"expr": "1e-5"}}})
+    ['queue.size']
+    """
+    parameters = spec.get("parameters") or {}
+    return [key for key, values in parameters.items()
+            if not (isinstance(values, dict) and set(values) == {"expr"})]
+
+
+def grouping_keys(table: pd.DataFrame, declared: Iterable[str] | None) -> list[str]:
+    """The keys one configuration is told apart by: every key the study's `parameters` declare (those the
+    table has), whether or not it also counts as bookkeeping elsewhere (`variant`, `precision`) and whether
+    or not the trials finished so far still differ in it; without a study.yaml, the inferred
+    `swept_parameters`. Keys that differ only through defaults (a derived value) are never added.
+
+    >>> t = pd.DataFrame({"method": ["gs", "gs", "mix"], "variant": ["paper", "released", "paper"],
+    ...                   "fgsm.eps": [0.0, 0.0, 5e-9]})
+    >>> grouping_keys(t, ["method", "variant"])
+    ['method', 'variant']
+    """
+    declared = list(declared or [])
+    if not declared:
+        return swept_parameters(table)
+    return [key for key in declared if key in table.columns]
+
+
 def swept_parameters(table: pd.DataFrame, declared: Iterable[str] | None = None) -> list[str]:
     """Parameter columns that take more than one value in `table` (seed excluded).
 
@@ -191,8 +220,9 @@ def _row_from_summary(key: str, summary: dict[str, Any], state: str | None = Non
     row["mtd"] = mtd.get("formula")  # renamed mtd_recorded with the CSV's column
     for name in ("ema_age", "queue_age_mean", "queue_age_max"):
         row[name] = mtd.get(name)
-    row["variant"] = summary.get("variant")
-    row["precision"] = summary.get("precision")
+    # what ran, as the trainer recorded it (precision "auto" resolves per device); the config's otherwise
+    row["variant"] = summary.get("variant") or config.get("variant")
+    row["precision"] = summary.get("precision") or config.get("precision")
     row["best_step"] = summary.get("best_step")
     row["dev_stsb"] = summary.get("best_dev_stsb")
     row.update(summary.get("test") or {})
@@ -220,6 +250,9 @@ def _flatten(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def _normalise(table: pd.DataFrame) -> pd.DataFrame:
     table = table.copy()
+    if "heads.predictor_dim" in table.columns and "heads.embedding_dim" not in table.columns:
+        # results written before the key was renamed: Table 6a's "predictor dimension" (trainer/config.py)
+        table = table.rename(columns={"heads.predictor_dim": "heads.embedding_dim"})
     if "mtd" in table.columns:
         table = table.rename(columns={"mtd": "mtd_recorded"})
     for name, default in (("key", None), ("seed", np.nan), ("state", "COMPLETE"), ("status", "ok"), ("method", None)):

@@ -1,19 +1,25 @@
 """Turn a results folder into its figures and tables: `analyze(study_dir) -> [written paths]`.
 
-Which figures apply is decided from what varies among the finished trials:
+Which figures apply is decided by what the study varies, never by what merely differs between trials:
+a figure is drawn for a knob the study's `parameters` sweep (or its `analysis: {knobs: [...]}` names),
+as analysis.knobs maps them, and only where the finished trials support it:
 
-    score_vs_mtd           >= 3 distinct MTD values among MoCoSE trials        (MoCoSE Fig. 2)
-    score_vs_mtd_by_batch  that, and >= 2 batch sizes among MoCoSE trials        (Fig. 3)
-    align_uniform_vs_mtd   >= 3 distinct MTD values with align/uniform measured  (Fig. 4)
-    queue_slices           queue.slices varies (MoCoSE trials)                   (Table 8)
-    ema_decay              ema.decay varies (MoCoSE trials)                      (Table 3 / Fig. 8)
-    queue_heatmap          queue.size and queue.initial_size both vary           (Table 7 / Fig. 12)
-    head_depth             projection or predictor depth varies                  (Table 4)
-    predictor_width        heads.predictor_dim varies                            (Table 6a)
-    batch_size             batch_size varies                                     (Table 6b)
-    fgsm_eps               fgsm.eps varies                                       (Table 9)
-    gaussian_m             M / N varies among GS-InfoNCE (and SimCSE) trials     (GS-InfoNCE Table 3)
-    mix_lambda             mix.lam varies among MixCSE trials                    (MixCSE)
+    score_vs_mtd           an MTD knob, >= 3 distinct MTD values among MoCoSE trials  (MoCoSE Fig. 2)
+    score_vs_mtd_by_batch  that, with batch_size swept and >= 2 batch sizes          (Fig. 3)
+    align_uniform_vs_mtd   an MTD knob, >= 3 MTD values with align/uniform measured  (Fig. 4)
+    queue_slices           queue.slices (MoCoSE trials)                              (Table 8)
+    ema_decay              ema.decay (MoCoSE trials)                                 (Table 3 / Fig. 8)
+    queue_heatmap          queue.size and queue.initial_size                         (Table 7 / Fig. 12)
+    head_depth             heads.projection_layers or heads.predictor_layers         (Table 4)
+    predictor_width        heads.embedding_dim                                       (Table 6a)
+    batch_size             batch_size                                                (Table 6b)
+    fgsm_eps               fgsm.eps                                                  (Table 9)
+    gaussian_m             gaussian.count_per_batch or gaussian.count, GS trials     (GS-InfoNCE Table 3)
+    mix_lambda             mix.lam (MixCSE trials)                                   (MixCSE)
+
+Tables and figures group trials by every key the study's `parameters` declare (analysis.load.grouping_keys):
+one row, point or series per configuration, seeds pooled and nothing else. A results folder without
+study.yaml (a trials.csv copied by hand) falls back to the keys that vary among its trials.
 
 Each figure is written as <name>.png (200 dpi), <name>.pdf and <name>.csv (the plotted data);
 MTD figures add <name>.json (Spearman, fit, best MTD and its bootstrap interval). The per-task
@@ -32,7 +38,16 @@ from typing import Any, Callable
 import pandas as pd
 
 from analysis import figures, tables
-from analysis.load import SCORES, TRANSFER_SCORES, ResultsError, load_results, read_study_spec, swept_parameters
+from analysis.knobs import figures_called_for
+from analysis.load import (
+    SCORES,
+    TRANSFER_SCORES,
+    ResultsError,
+    declared_parameters,
+    grouping_keys,
+    load_results,
+    read_study_spec,
+)
 
 PNG_DPI = 200
 
@@ -65,12 +80,10 @@ def analyze(
             score = "dev_stsb"
         else:
             raise ResultsError(f"{study_dir}: the trials have no {score!r} scores; pass another score (e.g. dev_stsb)")
-    declared = (read_study_spec(study_dir).get("parameters") or {}).keys()
-    params = swept_parameters(table, declared=list(declared) or None)
-
+    params, knobs = study_knobs(study_dir, table)
     out_dir.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
-    for name, draw in applicable_figures(table, params, score, n_boot=n_boot, seed=seed):
+    for name, draw in applicable_figures(table, params, score, n_boot=n_boot, seed=seed, knobs=knobs):
         try:
             fig, data = draw()
         except ValueError as exc:  # degenerate data for this figure (e.g. no scores in a subset)
@@ -93,53 +106,58 @@ def analyze(
     return written
 
 
+def study_knobs(study_dir: str | Path, table: pd.DataFrame) -> tuple[list[str], list[str]]:
+    """(grouping keys, figure knobs) of a study: its declared `parameters` (study.yaml), and those plus
+    `analysis.knobs`; without a study.yaml, the keys that vary among the trials for both."""
+    spec = read_study_spec(study_dir)
+    declared = declared_parameters(spec)
+    named = list(((spec.get("analysis") or {}).get("knobs")) or [])
+    params = grouping_keys(table, declared or None)
+    return params, list(dict.fromkeys((declared or params) + named))
+
+
 def applicable_figures(
     table: pd.DataFrame, params: list[str], score: str = "avg", n_boot: int = 1000, seed: int = 0,
+    knobs: list[str] | None = None,
 ) -> list[tuple[str, Callable[[], tuple[Any, pd.DataFrame]]]]:
-    """(name, draw) for every figure the trials support, in a fixed order."""
+    """(name, draw) for every figure the study's `knobs` call for and the trials support, in a fixed order.
+
+    `params` keep series (and MTD points) apart; `knobs` (default: `params`) decide which figures apply.
+    """
+    called = set(figures_called_for(params if knobs is None else knobs))
     mocose = table[table["method"] == "mocose"]
-    scored = mocose[mocose["mtd"].notna() & mocose[score].notna()]
-    distinct_mtd = scored["mtd"].round(6).nunique()
     plans: list[tuple[str, Callable]] = []
 
     def add(name: str, function: Callable, **kwargs: Any) -> None:
-        plans.append((name, lambda: function(table, **kwargs)))
+        if name in called:
+            plans.append((name, lambda: function(table, **kwargs)))
 
-    if distinct_mtd >= 3:
-        add("score_vs_mtd", figures.figure_score_vs_mtd, score=score, n_boot=n_boot, seed=seed)
+    scored = mocose[mocose["mtd"].notna() & mocose[score].notna()]
+    if scored["mtd"].round(6).nunique() >= 3:
+        add("score_vs_mtd", figures.figure_score_vs_mtd, score=score, n_boot=n_boot, seed=seed, by=params)
         if scored["batch_size"].nunique() >= 2:
-            add("score_vs_mtd_by_batch", figures.figure_score_vs_mtd_by_batch, score=score, n_boot=n_boot, seed=seed)
+            add("score_vs_mtd_by_batch", figures.figure_score_vs_mtd_by_batch, score=score, n_boot=n_boot,
+                seed=seed, by=params)
     if {"align", "uniform"} <= set(mocose.columns):
         measured = mocose[mocose["mtd"].notna() & mocose["align"].notna() & mocose["uniform"].notna()]
         if measured["mtd"].round(6).nunique() >= 3:
-            add("align_uniform_vs_mtd", figures.figure_align_uniform_vs_mtd)
-    if _varies(mocose, "queue.slices"):
+            add("align_uniform_vs_mtd", figures.figure_align_uniform_vs_mtd, by=params)
+    if not mocose.empty:
         add("queue_slices", figures.figure_queue_slices, score=score, by=params)
-    if _varies(mocose, "ema.decay"):
         add("ema_decay", figures.figure_ema_decay, score=score, by=params)
-    if _varies(mocose, "queue.size") and _varies(mocose, "queue.initial_size"):
         add("queue_heatmap", figures.figure_queue_heatmap, score=score, by=params)
-    if _varies(mocose, "heads.projection_layers") or _varies(mocose, "heads.predictor_layers"):
         add("head_depth", figures.figure_head_depth, score=score, by=params)
-    if _varies(mocose, "heads.predictor_dim"):
         add("predictor_width", figures.figure_predictor_width, score=score, by=params)
-    if _varies(table, "batch_size"):
-        add("batch_size", figures.figure_batch_size, score=score, by=params)
-    if _varies(table, "fgsm.eps"):
-        add("fgsm_eps", figures.figure_fgsm_eps, score=score, by=params)
-    gaussian = table[table["method"].isin(["gs", "simcse"])]
-    if (gaussian["method"] == "gs").any() and _varies(gaussian, "gaussian.m_per_batch"):
+    add("batch_size", figures.figure_batch_size, score=score, by=params)
+    add("fgsm_eps", figures.figure_fgsm_eps, score=score, by=params)
+    if (table["method"] == "gs").any():
         add("gaussian_m", figures.figure_gaussian_m, score=score, by=params)
-    if _varies(table[table["method"] == "mix"], "mix.lam"):
+    if (table["method"] == "mix").any():
         add("mix_lambda", figures.figure_mix_lambda, score=score, by=params)
     return plans
 
 
 # ---- writing ------------------------------------------------------------------------------------
-def _varies(table: pd.DataFrame, column: str) -> bool:
-    return column in table.columns and table[column].nunique(dropna=False) > 1
-
-
 def _write_figure(out_dir: Path, name: str, fig: Any, data: pd.DataFrame) -> list[Path]:
     from trainer.files import json_safe, write_atomic, write_text_atomic  # here: importing analysis stays light
 

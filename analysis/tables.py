@@ -1,10 +1,12 @@
 """Per-task score tables like the papers' Table 1 (STS) and Table 2 (transfer), mean ± std over seeds.
 
-Rows are the combinations of the swept parameters (seeds pooled); Table 1's columns are STS12..STS16,
+Rows are the combinations of the study's declared parameters (`by`; seeds pooled, never two
+configurations: analysis.load.grouping_keys); Table 1's columns are STS12..STS16,
 STS-B, SICK-R and Avg (test Spearman x100 of the best-dev state), then n (trials); Table 2's are MR, CR,
 SUBJ, MPQA, SST-2, TREC, MRPC and Avg (SentEval test accuracy x100, trials that ran the transfer tasks).
 A cell is "mean ± std" with the sample std (ddof=1) over seeds, both to 2 decimals; a row with one trial shows the mean
-only. The papers' bert-base main results follow as reference rows for the methods in the study.
+only, and the note under the table says so. The papers' bert-base main results follow as reference rows for
+the methods in the study.
 """
 
 from __future__ import annotations
@@ -67,14 +69,24 @@ def format_mean_std(mean: float, std: float, digits: int = 2, latex: bool = Fals
 def markdown_table(table: pd.DataFrame, by: Sequence[str] | None = None, paper: bool = True) -> str:
     header, rows = _rows(table, by, paper, latex=False)
     return _markdown(header, rows) + (
-        "Test Spearman x100 of the best STS-B-dev state; cells: mean ± std over seeds (ddof=1).\n")
+        f"Test Spearman x100 of the best STS-B-dev state; cells: {cell_note(table, by)}.\n")
 
 
 def transfer_markdown_table(table: pd.DataFrame, by: Sequence[str] | None = None) -> str:
     """Table 2's layout: MR CR SUBJ MPQA SST-2 TREC MRPC Avg, mean ± std over seeds."""
     header, rows = _rows(table, by, paper=False, latex=False, headers=TRANSFER_HEADERS)
     return _markdown(header, rows) + ("SentEval transfer test accuracy x100 (trainer.transfer, the trials' "
-                                      "transfer_mode); cells: mean ± std over seeds (ddof=1).\n")
+                                      f"transfer_mode); cells: {cell_note(table, by, TRANSFER_SCORES)}.\n")
+
+
+def cell_note(table: pd.DataFrame, by: Sequence[str] | None = None, scores: Sequence[str] = SCORES) -> str:
+    """What a cell holds, from the n of the rows: single runs, mean ± std over k seeds, or both."""
+    counts = sorted({int(n) for n in score_table(table, by, scores=scores)["n"]})
+    if counts == [1]:
+        return "single runs (one seed per row, no std)"
+    if len(counts) == 1:
+        return f"mean ± std over {counts[0]} seeds (ddof=1)"
+    return "mean ± std over seeds (ddof=1; n per row)" + ("; rows with n = 1: the single run" if 1 in counts else "")
 
 
 def _markdown(header: list[str], rows: list[list[str]]) -> str:
@@ -84,14 +96,17 @@ def _markdown(header: list[str], rows: list[list[str]]) -> str:
 
 
 def transfer_latex_table(table: pd.DataFrame, by: Sequence[str] | None = None) -> str:
-    return latex_table(table, by, paper=False, caption="SentEval transfer test accuracy x100, mean $\\pm$ std "
-                       "over seeds.", label="tab:transfer", headers=TRANSFER_HEADERS)
+    return latex_table(table, by, paper=False, caption="SentEval transfer test accuracy x100.", label="tab:transfer",
+                       headers=TRANSFER_HEADERS)
 
 
 def latex_table(table: pd.DataFrame, by: Sequence[str] | None = None, paper: bool = True,
-                caption: str = "STS test Spearman x100, mean $\\pm$ std over seeds.", label: str = "tab:sts",
+                caption: str = "STS test Spearman x100.", label: str = "tab:sts",
                 headers: dict[str, str] = HEADERS) -> str:
     header, rows = _rows(table, by, paper, latex=True, headers=headers)
+    scores = TRANSFER_SCORES if headers is TRANSFER_HEADERS else SCORES
+    note = cell_note(table, by, scores).replace("±", "$\\pm$")
+    caption = f"{caption} Cells: {note}."
     align = "l" * (len(header) - len(headers) - 1) + "c" * len(headers) + "r"
     lines = [
         "\\begin{table}[t]",

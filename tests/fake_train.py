@@ -13,6 +13,9 @@ import os
 import time
 from typing import Any
 
+STS_TASKS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness")
+TRANSFER_TASKS = ("MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC")
+
 
 def train(config: Any, report: Any = None) -> dict[str, Any]:
     steps = int(os.environ.get("FAKE_TRAIN_STEPS", "3"))
@@ -28,5 +31,16 @@ def train(config: Any, report: Any = None) -> dict[str, Any]:
             report({"step": step, "loss": 1.0 / step, "dev_stsb": score * step / steps})
     if lr >= 1.0:
         return {"status": "diverged", "reason": "diverged: loss became nan", "steps": steps}
-    return {"status": "ok", "reason": None, "steps": steps, "best_step": steps, "best_dev_stsb": score,
-            "test": {"STSBenchmark": score - 1, "avg": score - 1}}
+    # The same fields as the real trainer's summary: the seven STS tasks (avg kept at score - 1), the
+    # transfer tasks the config lists in eval.final_tasks, alignment and uniformity.
+    test = {task: score - 1 + offset for task, offset in zip(STS_TASKS, (-6.0, 5.0, -2.5, 5.5, 2.0, 0.0, -4.0))}
+    test["avg"] = score - 1
+    summary = {"status": "ok", "reason": None, "steps": steps, "best_step": steps, "best_dev_stsb": score,
+               "test": test, "align": 0.2 + score / 1000, "uniform": -2.0 - score / 1000,
+               "align_uniform_split": "dev"}
+    transfer = [t for t in ((data.get("eval") or {}).get("final_tasks") or []) if t in TRANSFER_TASKS]
+    if transfer:
+        summary["transfer"] = {task: 80.0 + score / 10 + i for i, task in enumerate(transfer)}
+        summary["transfer"]["avg"] = sum(summary["transfer"].values()) / len(transfer)
+        summary["transfer_mode"] = (data.get("eval") or {}).get("transfer_mode")
+    return summary

@@ -323,7 +323,7 @@ def _ablation_study(folder: Path, section: str | None, key: str, values: list, m
 
 ABLATIONS = {
     # name: (section, key, values, method, draw, tick labels in order, paper values by tick label)
-    "predictor_width": ("heads", "predictor_dim", [768, None, 256], "mocose", figures.figure_predictor_width,
+    "predictor_width": ("heads", "embedding_dim", [768, None, 256], "mocose", figures.figure_predictor_width,
                         ["256", "768", "hidden size"], {"256": 73.91, "768": 77.04}),
     "batch_size": (None, "batch_size", [64, 32], "mocose", figures.figure_batch_size, ["32", "64"],
                    {"32": 73.86, "64": 77.25}),

@@ -38,6 +38,8 @@ A study file (every key but `name` and `base` is optional)::
     storage: postgresql://user@host/db   # Optuna URL (sqlite, postgresql[+driver], mysql[+driver]);
                                          # default sqlite:///<results_dir>/<name>/optuna.db
     results_dir: results              # default "results" (relative to the working directory)
+    analysis: {knobs: [mtd]}          # figures `sweep analyze` draws beyond those the swept
+                                      # parameters call for (analysis/knobs.py); changes no trial
     constraints:                      # combinations for which any is false are dropped
       - "queue.initial_size <= queue.size"
       - "mix.lam == 0.2 or mix.directions == 'both'"

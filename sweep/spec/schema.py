@@ -140,6 +140,24 @@ class Resources(_Section):
     gpu: Annotated[Number, AfterValidator(_gpu_rule)] = Field(0.0, ge=0)  # fractions allowed, e.g. 0.5
 
 
+def _analysis_knobs(value: list[str]) -> list[str]:
+    from analysis.knobs import KNOWN_KNOBS  # light: no pandas or matplotlib
+
+    for index, knob in enumerate(value):
+        if knob not in KNOWN_KNOBS:
+            raise UserErrorAt(("analysis", "knobs", index), f"expected a knob a figure is drawn for "
+                              f"({', '.join(KNOWN_KNOBS)}), got {knob!r}" + suggestion(str(knob), KNOWN_KNOBS))
+    return value
+
+
+class Analysis(_Section):
+    """What `sweep analyze` draws besides the figures the swept `parameters` call for (analysis/knobs.py):
+    `knobs` names keys (or `mtd`) whose figures to draw although the study does not sweep them directly,
+    e.g. `knobs: [mtd]` for a study that moves the traceable distance through a key of its own."""
+
+    knobs: Annotated[list[Annotated[str, Strict()]], AfterValidator(_analysis_knobs)] = []
+
+
 class Scheduler(_Section):
     type: Literal["asha"] = "asha"
     grace_period: Int = Field(1, ge=1)  # in evaluations
@@ -182,6 +200,8 @@ class StudySpec(BaseModel):
     keep_weights: Annotated[int | None, BeforeValidator(_keep_weights)] = 1  # None: all; 0: none
     # training curves through Ray Tune's logger callbacks: tensorboard, mlflow, wandb (default: none)
     loggers: Annotated[list[Annotated[str, Strict()]], BeforeValidator(_none_is_default), AfterValidator(_loggers)] = []
+    # what `sweep analyze` draws beyond what `parameters` call for; changing it changes no trial
+    analysis: Annotated[Analysis, BeforeValidator(_none_is_default)] = Field(default_factory=Analysis)
     source_text: str = ""  # the YAML as written (stored as the Optuna study's note)
     path: str = ""  # the YAML file it was loaded from ("" when built in code)
     marks: Marks | None = Field(None, exclude=True, repr=False)  # key lines of `path`, for errors
@@ -284,7 +304,9 @@ def _located(exc: ValidationError, marks: Marks) -> UserError:
     if error["type"] == "extra_forbidden":
         section = loc[0]
         known = list(type(_SECTION_MODELS[section]()).model_fields)
-        return marks.error(loc, f"is not a {section} key; expected {', '.join(known)}" + suggestion(loc[-1], known))
+        article = "an" if str(section)[:1] in "aeiou" else "a"
+        return marks.error(loc, f"is not {article} {section} key; expected {', '.join(known)}"
+                           + suggestion(loc[-1], known))
     loc = tuple(part for part in loc if not (isinstance(part, str) and "[" in part))  # pydantic's union branches
     message = expected_text(error)
     if error["type"] == "literal_error":
@@ -292,4 +314,4 @@ def _located(exc: ValidationError, marks: Marks) -> UserError:
     return marks.error(loc, message)
 
 
-_SECTION_MODELS = {"metric": Metric, "resources": Resources, "scheduler": Scheduler}
+_SECTION_MODELS = {"metric": Metric, "resources": Resources, "scheduler": Scheduler, "analysis": Analysis}
