@@ -146,16 +146,16 @@ def declared_parameters(spec: dict[str, Any]) -> list[str]:
 def grouping_keys(table: pd.DataFrame, declared: Iterable[str] | None) -> list[str]:
     """The keys one configuration is told apart by: every key the study's `parameters` declare (those the
     table has), whether or not it also counts as bookkeeping elsewhere (`variant`, `precision`) and whether
-    or not the trials finished so far still differ in it; without a study.yaml, the inferred
-    `swept_parameters`. Keys that differ only through defaults (a derived value) are never added.
+    or not the trials finished so far still differ in it; without a study.yaml (`declared` None), the
+    inferred `swept_parameters`. Keys that differ only through defaults (a derived
+    value) are never added.
 
     >>> t = pd.DataFrame({"method": ["gs", "gs", "mix"], "variant": ["paper", "released", "paper"],
     ...                   "fgsm.eps": [0.0, 0.0, 5e-9]})
     >>> grouping_keys(t, ["method", "variant"])
     ['method', 'variant']
     """
-    declared = list(declared or [])
-    if not declared:
+    if declared is None:
         return swept_parameters(table)
     return [key for key in declared if key in table.columns]
 

@@ -110,10 +110,12 @@ def study_knobs(study_dir: str | Path, table: pd.DataFrame) -> tuple[list[str], 
     """(grouping keys, figure knobs) of a study: its declared `parameters` (study.yaml), and those plus
     `analysis.knobs`; without a study.yaml, the keys that vary among the trials for both."""
     spec = read_study_spec(study_dir)
+    if not spec:  # a trials.csv copied by hand: what varies among the trials is all there is to go by
+        params = grouping_keys(table, None)
+        return params, params
     declared = declared_parameters(spec)
     named = list(((spec.get("analysis") or {}).get("knobs")) or [])
-    params = grouping_keys(table, declared or None)
-    return params, list(dict.fromkeys((declared or params) + named))
+    return grouping_keys(table, declared), list(dict.fromkeys(declared + named))
 
 
 def applicable_figures(

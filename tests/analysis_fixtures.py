@@ -86,6 +86,9 @@ def write_study(
                     "measured": 1 / (1 - config["ema"]["decay"]) + trial.get("age_max", 8.0)},
             "sentences_per_s": 150.0, "wall_time_s": 800.0, "config": config,
         }
+        for name in ("variant", "transfer", "transfer_mode"):  # only where the trial has them
+            if name in trial:
+                summary[name] = trial[name]
         if trial["state"] != "COMPLETE":
             summary = None
         if summaries and summary is not None:
