@@ -302,4 +302,4 @@ def _located(exc: ValidationError, marks: Marks) -> UserError:
     return marks.error(loc, message)
 
 
-_SECTION_MODELS = {"metric": Metric, "resources": Resources, "scheduler": Scheduler}
+_SECTION_MODELS = {"metric": Metric, "resources": Resources, "scheduler": Scheduler, "tracking": Tracking}
