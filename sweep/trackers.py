@@ -49,7 +49,7 @@ LOGGER_CALLBACKS = {
 }
 RECORD_FILE = "trackers.json"  # in trials/<key>/
 # The trainer's report() keys (sweep.runner STEP_KEY, SUMMARY_KEY).
-STEP_KEY, SUMMARY_KEY = "step", "sweep_summary"
+STEP_KEY, SUMMARY_KEY, ERROR_KEY = "step", "sweep_summary", "sweep_error"
 # Seconds an MLflow request may take before the tracker counts as down (MLflow's own default retries a dead
 # server with backoff for minutes per call; each call would stall Tune's driver loop that long).
 MLFLOW_TIMEOUT_S = 5
@@ -211,10 +211,13 @@ class _StudyResults:
             if isinstance(summary.get("steps"), int):
                 logged[TIMESTEPS_TOTAL] = summary["steps"]
         else:
+            if ERROR_KEY in result:  # the trainer raised: Tune saw a normal end, the tracker run is FAILED
+                self.__dict__.setdefault("errored", set()).add(getattr(trial, "trial_id", None))
             return
         self._guarded(lambda: super(_StudyResults, self).log_trial_result(iteration, trial, logged))
 
     def log_trial_end(self, trial: Any, failed: bool = False) -> None:
+        failed = failed or getattr(trial, "trial_id", None) in self.__dict__.get("errored", ())
         self._guarded(lambda: super(_StudyResults, self).log_trial_end(trial, failed))
 
     def on_experiment_end(self, trials: list, **info: Any) -> None:

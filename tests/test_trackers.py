@@ -334,3 +334,62 @@ def test_adding_a_tracker_to_a_study_is_the_same_study():
     old = {"name": "s", "base": {"a": 1}, "loggers": [], "tracking": {"mlflow_uri": None, "wandb_project": None}}
     new = {**old, "loggers": ["mlflow"], "tracking": {"mlflow_uri": "http://h:5000", "wandb_project": None}}
     assert not compare_specs(old, new).any
+
+
+def test_what_a_tracker_is_given():
+    """Evaluation reports as they are (Tune's config left out, the trainer step as timesteps_total); the
+    final summary as its numbers only; an errored trial's run ends failed."""
+    from ray.tune.result import TIMESTEPS_TOTAL, TRAINING_ITERATION
+
+    logged, ended = [], []
+
+    class Recorder:
+        def log_trial_result(self, iteration, trial, result):
+            logged.append(result)
+
+        def log_trial_end(self, trial, failed=False):
+            ended.append((trial.trial_id, failed))
+
+    class Trial:
+        def __init__(self, trial_id):
+            self.trial_id = trial_id
+
+    tracked = type("Tracked", (_StudyResults, Recorder), {"tracker": "mlflow"})()
+    ok, broken = Trial("a"), Trial("b")
+    tracked.log_trial_result(1, ok, {"step": 3, "dev_stsb": 70.5, "config": {"key": "a"}, TRAINING_ITERATION: 1})
+    summary = {"status": "ok", "steps": 6, "best_step": 3, "best_dev_stsb": 70.5, "align": None, "variant": "paper",
+               "test": {"STSBenchmark": 68.25, "avg": 66.0, "SICKRelatedness": None}, "transfer": None}
+    tracked.log_trial_result(3, ok, {"sweep_summary": summary, TRAINING_ITERATION: 3, "config": {"key": "a"}})
+    tracked.log_trial_result(1, broken, {"sweep_error": "RuntimeError: boom", TRAINING_ITERATION: 1})
+    tracked.log_trial_end(ok)
+    tracked.log_trial_end(broken)
+    assert logged == [
+        {"step": 3, "dev_stsb": 70.5, TRAINING_ITERATION: 1, TIMESTEPS_TOTAL: 3},
+        {"test": {"STSBenchmark": 68.25, "avg": 66.0}, "best_dev_stsb": 70.5, "best_step": 3,
+         TRAINING_ITERATION: 3, TIMESTEPS_TOTAL: 6},
+    ]
+    assert ended == [("a", False), ("b", True)]
+
+
+def test_model_card_names_the_trial_tracker_runs(tmp_path):
+    from sweep.export import model_card
+    from sweep.store import StudyFolder
+    from tests.test_export import hand_made_study
+
+    folder = StudyFolder(hand_made_study(tmp_path, {"k1": {"dev": 70.0, "state": "COMPLETE", "weights": True},
+                                                    "k2": {"dev": 60.0, "state": "COMPLETE", "weights": True}}))
+    offline = folder.path / "wandb" / "offline-run-20260101_000000-abc123"
+    offline.mkdir(parents=True)
+    (folder.trial_dir("k1") / "trackers.json").write_text(json.dumps({
+        "mlflow": {"run_id": "r1", "experiment": "hand", "experiment_id": "7", "tracking_uri": "http://h:5000"},
+        "wandb": {"run_id": "abc123", "project": "p", "group": "hand", "mode": "offline", "dir": str(folder.path)}}))
+
+    def card(key):
+        return model_card("hand", folder, key, folder.read_summary(key), {}, "chosen", "abc", "avg")
+
+    text = card("k1")
+    assert ("| MLflow run | run `r1` in experiment `hand` at http://h:5000 "
+            "(http://h:5000/#/experiments/7/runs/r1) |") in text
+    assert (f"| W&B run | run `p/abc123` (group `hand`), written offline to {offline} "
+            f"(upload: `wandb sync {offline}`) |") in text
+    assert "MLflow run" not in card("k2") and "W&B run" not in card("k2")  # no tracker: no rows
