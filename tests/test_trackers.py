@@ -33,6 +33,14 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 # ---- helpers --------------------------------------------------------------------------------------------
+@pytest.fixture(autouse=True)
+def driver_environment(monkeypatch):
+    """The variables logger_callbacks sets in the driver's environment are restored after each test."""
+    for name in ("WANDB_MODE", "MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_TIMEOUT"):
+        monkeypatch.setenv(name, os.environ.get(name, ""))
+        monkeypatch.delenv(name)
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
