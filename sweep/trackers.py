@@ -121,7 +121,7 @@ def mlflow_problem(uri: str | None) -> str | None:
 
         MlflowClient(tracking_uri=uri).search_experiments(max_results=1)
     except Exception as exc:
-        return f"tracking URI {uri or '(MLflow default)'} refused: {_one_line(exc)}"
+        return f"tracking URI {hide_password(uri) if uri else '(MLflow default)'} refused: {_one_line(exc)}"
     return None
 
 
@@ -137,13 +137,13 @@ def _tcp_problem(url: str) -> str | None:
     try:
         port = parsed.port or (443 if parsed.scheme == "https" else 80)
     except ValueError as exc:
-        return f"{url} is not a valid URL ({exc})"
+        return f"{hide_password(url)} is not a valid URL ({exc})"
     if not parsed.hostname:
-        return f"{url} is not a valid URL (no host)"
+        return f"{hide_password(url)} is not a valid URL (no host)"
     try:
         socket.create_connection((parsed.hostname, port), timeout=3).close()
     except OSError as exc:
-        return f"{url} is not reachable ({exc.strerror or type(exc).__name__})"
+        return f"{hide_password(url)} is not reachable ({exc.strerror or type(exc).__name__})"
     return None
 
 
@@ -197,7 +197,7 @@ class _StudyResults:
         if new:
             _record(trial, "mlflow", {"run_id": self._trial_runs[trial], "experiment": self.experiment_name,
                                       "experiment_id": self.mlflow_util.experiment_id,
-                                      "tracking_uri": mlflow.get_tracking_uri()})
+                                      "tracking_uri": hide_password(mlflow.get_tracking_uri())})
 
     def log_trial_result(self, iteration: int, trial: Any, result: dict) -> None:
         from ray.tune.result import TIMESTEPS_TOTAL, TRAINING_ITERATION
@@ -259,6 +259,14 @@ def read_tracker_runs(trial_dir: str | Path) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
+
+
+def hide_password(uri: str) -> str:
+    """The URI with a password in it replaced by *** (for warnings, trackers.json and the model card)."""
+    parsed = urlparse(uri)
+    if not parsed.password:
+        return uri
+    return parsed._replace(netloc=parsed.netloc.replace(f":{parsed.password}@", ":***@", 1)).geturl()
 
 
 def _import(path: str) -> Any:

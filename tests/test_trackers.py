@@ -271,6 +271,17 @@ def test_unreachable_or_refused_mlflow_is_one_warning_before_tune(tmp_path, uri,
     assert "MLFLOW_TRACKING_URI" in said[0] and "mlflow server" in said[0]  # the fix
 
 
+def test_a_password_in_the_uri_is_not_shown(tmp_path, monkeypatch):
+    from sweep.trackers import hide_password
+
+    assert hide_password("https://me:s3cret@mlflow.lab:5000/x") == "https://me:***@mlflow.lab:5000/x"
+    assert hide_password("sqlite:///m.db") == "sqlite:///m.db"
+    said: list[str] = []
+    spec = spec_with(tmp_path, loggers=["mlflow"], tracking={"mlflow_uri": f"http://me:s3cret@127.0.0.1:{free_port()}"})
+    assert logger_callbacks(spec, warn=said.append) == []
+    assert len(said) == 1 and "s3cret" not in said[0] and "me:***@127.0.0.1" in said[0], said
+
+
 def test_mlflow_uri_from_the_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{free_port()}")
     said: list[str] = []
