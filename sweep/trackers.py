@@ -55,6 +55,12 @@ STEP_KEY, SUMMARY_KEY, ERROR_KEY = "step", "sweep_summary", "sweep_error"
 MLFLOW_TIMEOUT_S = 5
 # summary.json fields logged as the final scores (scalars; test and transfer are {task: score}).
 FINAL_FIELDS = ("best_dev_stsb", "best_step", "align", "uniform")
+# What to do when a tracker fails during the study (the exception says why).
+_FIXES = {
+    "mlflow": "check that the MLflow server answers at tracking.mlflow_uri / MLFLOW_TRACKING_URI",
+    "wandb": "run `wandb login` (or set WANDB_API_KEY, or WANDB_MODE=offline)",
+    "tensorboard": "check that the study's ray/ folder is writable",
+}
 
 
 def check_loggers(names: list[str]) -> None:
@@ -165,7 +171,8 @@ class _StudyResults:
         except Exception as exc:
             self.broken = True
             self.warn(f"loggers: {self.tracker} failed ({_one_line(exc)}); the study goes on without {self.tracker} "
-                      "(its own results are complete); fix the tracker and re-run to track new trials")
+                      f"(its own results are complete); {_FIXES.get(self.tracker, 'fix it')} and re-run to track "
+                      "new trials")
             return None
 
     def setup(self, *args: Any, **kwargs: Any) -> None:

@@ -304,6 +304,27 @@ def test_unreachable_wandb_server_switches_to_offline_runs(tmp_path, monkeypatch
     assert len(said) == 1 and "loggers: wandb:" in said[0] and "wandb sync" in said[0], said
 
 
+def test_wandb_online_without_an_api_key_is_one_warning_naming_wandb_login(tmp_path, monkeypatch):
+    """Ray's own W&B callback refuses to start without a key; the study would go on without W&B."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    try:
+        monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{listener.getsockname()[1]}")
+        monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc
+        monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb-config"))
+        monkeypatch.delenv("WANDB_API_KEY", raising=False)
+        said: list[str] = []
+        [callback] = logger_callbacks(spec_with(tmp_path, loggers=["wandb"]), warn=said.append)
+        assert said == []  # the server answers: online
+        callback.setup()  # Tune's first call: no exception escapes
+        callback.log_trial_result(1, None, {"step": 3, "dev_stsb": 1.0})  # off: not called
+    finally:
+        listener.close()
+    assert len(said) == 1 and said[0].startswith("loggers: wandb failed (ValueError: No WandB API key"), said
+    assert "run `wandb login` (or set WANDB_API_KEY, or WANDB_MODE=offline)" in said[0]
+
+
 def test_a_failing_tracker_is_one_warning_then_off():
     calls = []
 
@@ -322,7 +343,8 @@ def test_a_failing_tracker_is_one_warning_then_off():
     tracked.log_trial_end(None)
     assert calls == [3]  # off after the first failure
     assert said == ["loggers: mlflow failed (ConnectionError: server went away); the study goes on without mlflow "
-                    "(its own results are complete); fix the tracker and re-run to track new trials"]
+                    "(its own results are complete); check that the MLflow server answers at tracking.mlflow_uri / "
+                    "MLFLOW_TRACKING_URI and re-run to track new trials"]
 
 
 @pytest.mark.parametrize("logger, package", [("mlflow", "mlflow"), ("wandb", "wandb")])
