@@ -71,9 +71,9 @@ class MlflowServer:
         self.stop()
         raise AssertionError("mlflow server did not answer within 90 s")
 
-    def stop(self) -> None:
+    def stop(self, sig: int = signal.SIGTERM) -> None:
         if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
+            os.killpg(self.proc.pid, sig)
             try:
                 self.proc.wait(15)
             except subprocess.TimeoutExpired:
@@ -231,7 +231,7 @@ def test_mlflow_server_lost_mid_study_is_one_warning_and_the_study_completes(tmp
         while not list(trials_dir.glob("*/trackers.json")) and time.monotonic() < deadline:
             assert driver.poll() is None
             time.sleep(0.2)
-        server.stop()  # the first trial's MLflow run exists; the server goes away while it trains
+        server.stop(signal.SIGKILL)  # the first trial's MLflow run exists; the server dies while it trains
         out, err = driver.communicate(timeout=240)
     finally:
         server.stop()
