@@ -215,6 +215,7 @@ def model_card(study: str, folder: StudyFolder, key: str, summary: dict[str, Any
            f"| pooler | {pooler} ({_POOLER_TEXT[pooler]}) |",
            f"| seed | {seed} |",
            f"| git commit | {commit} |",
+           *[f"| {label} | {text} |" for label, text in tracker_runs(folder.trial_dir(key))],
            f"| MTD (formula) | {_fmt(mtd.get('formula'))} |",
            f"| MTD (measured) | {_fmt(mtd.get('measured'))} |",
            "", "## How it was selected", "",
@@ -241,6 +242,30 @@ def model_card(study: str, folder: StudyFolder, key: str, summary: dict[str, Any
     if study_text:
         out += ["## Study", "", "```yaml", study_text, "```", ""]
     return "\n".join(out)
+
+
+def tracker_runs(trial_dir: Path) -> list[tuple[str, str]]:
+    """(label, text) for each tracker run the trial was logged to (trials/<key>/trackers.json, written by
+    the study's MLflow / W&B callback when it created the run); [] when it had none."""
+    from sweep.trackers import read_tracker_runs
+
+    rows = []
+    runs = read_tracker_runs(trial_dir)
+    mlflow = runs.get("mlflow")
+    if isinstance(mlflow, dict) and mlflow.get("run_id"):
+        uri = str(mlflow.get("tracking_uri") or "")
+        text = f"run `{mlflow['run_id']}` in experiment `{mlflow.get('experiment')}` at {uri}"
+        if uri.startswith(("http://", "https://")) and mlflow.get("experiment_id"):
+            text += f" ({uri.rstrip('/')}/#/experiments/{mlflow['experiment_id']}/runs/{mlflow['run_id']})"
+        rows.append(("MLflow run", text))
+    wandb = runs.get("wandb")
+    if isinstance(wandb, dict) and wandb.get("run_id"):
+        text = f"run `{wandb.get('project')}/{wandb['run_id']}` (group `{wandb.get('group')}`)"
+        offline = sorted(Path(str(wandb.get("dir") or "")).glob(f"wandb/offline-run-*-{wandb['run_id']}"))
+        if wandb.get("mode") == "offline" and offline:
+            text += f", written offline to {offline[-1]} (upload: `wandb sync {offline[-1]}`)"
+        rows.append(("W&B run", text))
+    return rows
 
 
 _POOLER_TEXT = {

@@ -23,8 +23,8 @@ Weights (study key `keep_weights`): unless it is `none`, every trial's job asks 
 best-dev encoder and tokenizer to trials/<key>/model/; as trials end, the driver deletes the weights of
 the trials outside the top k by the study metric and records kept | deleted | none in the trials.csv
 column `weights` (summary.json stays as the trainer wrote it).
-Curves (study key `loggers`): Ray Tune's own logger callbacks, fed only the trainer's evaluation
-reports, with the trainer step as the x axis (TensorBoard, MLflow; W&B plots against the evaluation number).
+Curves and trackers (study key `loggers`): Ray Tune's own logger callbacks (TensorBoard, MLflow, W&B),
+fed the trainer's evaluation reports and the trial's final scores; see sweep/trackers.py.
 Stopping (SIGTERM from Slurm's time limit or `scancel`, SIGINT from Ctrl-C, SIGHUP from a closed
 terminal): the driver stops launching trials, asks Tune to stop the running ones (a Tune Stopper), and
 after STOP_GRACE_S (or at a second signal) stops waiting; running trials become FAIL "interrupted",
@@ -40,7 +40,6 @@ import contextlib
 import errno
 import fcntl
 import importlib
-import importlib.util
 import json
 import logging
 import math
@@ -57,13 +56,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ray import tune
-from ray.tune.result import TIMESTEPS_TOTAL
 from ray.tune.search import Searcher
 
 from sweep.progress import Progress
 from sweep.resume import decide, is_final
 from sweep.spec import StudySpec, Trial
 from sweep.store import StudyFolder, TrialsTable, metric_value, weights_state
+from sweep.trackers import check_loggers, logger_callbacks
 from trainer.errors import UserError
 from trainer.files import json_safe
 
@@ -74,12 +73,6 @@ FORWARDED_ENV = ("SWEEP_DATA_DIR", "HF_HOME", "HF_HUB_OFFLINE", "TRANSFORMERS_OF
 STEP_KEY, CURVE_KEY = "step", "dev_stsb"
 SUMMARY_KEY, ERROR_KEY = "sweep_summary", "sweep_error"
 _MAX_DROPPED_ASKS = 100
-# loggers: study name -> (the Ray Tune callback class "module:name", the package it needs, the extra)
-LOGGER_CALLBACKS = {
-    "tensorboard": ("ray.tune.logger:TBXLoggerCallback", "tensorboardX", "ray[tune]"),
-    "mlflow": ("ray.air.integrations.mlflow:MLflowLoggerCallback", "mlflow", "contrastive-sweep[mlflow]"),
-    "wandb": ("ray.air.integrations.wandb:WandbLoggerCallback", "wandb", "contrastive-sweep[wandb]"),
-}
 
 
 # Signals that stop a sweep cleanly; the exit status is 128 + the signal number (the shell's convention).
@@ -853,7 +846,8 @@ class _StudyRun:
         if self.spec.keep_weights != 0:  # set here, not in trial.config: the trial key stays the same
             config["save_model"] = True
         return {
-            "key": trial.key, "seed": trial.seed, "config": config, "trial_dir": str(trial_dir),
+            "key": trial.key, "seed": trial.seed, "params": dict(trial.params), "config": config,
+            "trial_dir": str(trial_dir),
             "cwd": os.getcwd(), "train_fn": self.train_fn,
         }
 
@@ -1107,43 +1101,6 @@ def _is_done(row: dict[str, Any]) -> bool:
     if row["state"] in ("COMPLETE", "PRUNED"):
         return True
     return row["state"] == "FAIL" and row.get("status") in ("diverged", "collapsed")
-
-
-# ---- logger callbacks ----------------------------------------------------------------------------
-def check_loggers(names: list[str]) -> None:
-    """Each chosen logger's package is installed; else a one-line UserError saying what to install."""
-    for name in names:
-        _, package, extra = LOGGER_CALLBACKS[name]
-        if importlib.util.find_spec(package) is None:
-            raise UserError(f"loggers: {name} needs the {package} package, which is not installed; "
-                            f"pip install '{extra}' (or remove {name} from the study's loggers)")
-
-
-def logger_callbacks(spec: StudySpec) -> list[Any]:
-    """Ray Tune's logger callbacks for the study's `loggers`, fed only the evaluation reports."""
-    callbacks = []
-    for name in spec.loggers:
-        path, _, _ = LOGGER_CALLBACKS[name]
-        base = _import_function(path)
-        curves = type(base.__name__, (_CurvesOnly, base), {})
-        if name == "mlflow":
-            callbacks.append(curves(tracking_uri=os.environ.get("MLFLOW_TRACKING_URI"), experiment_name=spec.name))
-        elif name == "wandb":
-            callbacks.append(curves(project=os.environ.get("WANDB_PROJECT") or spec.name, group=spec.name))
-        else:
-            callbacks.append(curves())
-    return callbacks
-
-
-class _CurvesOnly:
-    """Mixed into a Ray Tune LoggerCallback: log the trainer's evaluation reports (one per evaluation,
-    x axis = the trainer step through Tune's timesteps_total, which the TensorBoard and MLflow callbacks
-    use as their step) and skip the final sweep_summary / sweep_error reports (nested, non-scalar)."""
-
-    def log_trial_result(self, iteration: int, trial: Any, result: dict) -> None:
-        if STEP_KEY not in result:
-            return
-        super().log_trial_result(iteration, trial, {**result, TIMESTEPS_TOTAL: result[STEP_KEY]})
 
 
 def _trial_error(trial: Any) -> str:

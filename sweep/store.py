@@ -117,8 +117,9 @@ class StudyFolder:
         write_text_atomic(self.metrics_path(key), lines)
 
     def clear_attempt(self, key: str) -> None:
-        """Remove what an interrupted or failed attempt left (metrics.jsonl, summary.json, model/)."""
-        for path in (self.summary_path(key), self.metrics_path(key)):
+        """Remove what an interrupted or failed attempt left (metrics.jsonl, summary.json, trackers.json,
+        model/)."""
+        for path in (self.summary_path(key), self.metrics_path(key), self.trial_dir(key) / "trackers.json"):
             try:
                 path.unlink()
             except FileNotFoundError:

@@ -229,23 +229,6 @@ def test_export_best_and_push_without_network(exported_study):
     assert "best of 2 COMPLETE trials" in (dest / "README.md").read_text()
 
 
-# ---- loggers: a missing optional package is one line before Ray starts ------------------------------------
-@pytest.mark.parametrize("logger, package", [("mlflow", "mlflow"), ("wandb", "wandb")])
-def test_missing_logger_package_is_one_line_before_ray(tmp_path, logger, package):
-    import importlib.util
-
-    if importlib.util.find_spec(package) is not None:
-        pytest.skip(f"{package} is installed here")
-    path = tmp_path / "l.yaml"
-    path.write_text(yaml.safe_dump({"name": "l", "base": {"model": "embedded"}, "loggers": ["tensorboard", logger],
-                                    "results_dir": str(tmp_path / "results")}))
-    result = run_sweep(["run", str(path)], cwd=tmp_path, timeout=120)
-    one_line_exit_2(result)
-    assert f"loggers: {logger} needs the {package} package" in result.stderr
-    assert f"contrastive-sweep[{logger}]" in result.stderr
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["l.yaml"]  # no results folder, no Ray
-
-
 # ---- the layer-averaging poolers, against a hand-written reference on the tiny model (no trial) ------------
 @pytest.fixture(scope="module")
 def three_layer_model(tmp_path_factory, tiny_model_dir) -> Path:

@@ -172,6 +172,15 @@ class Scheduler(_Section):
         return self
 
 
+class Tracking(_Section):
+    """Where the trackers of `loggers` write (nothing here changes what a trial computes)."""
+
+    # MLflow tracking URI (http://host:port, sqlite:///file.db, ...); default: $MLFLOW_TRACKING_URI
+    mlflow_uri: Annotated[str, Strict(), AfterValidator(_non_empty)] | None = None
+    # W&B project; default: $WANDB_PROJECT, else the study name
+    wandb_project: Annotated[str, Strict(), AfterValidator(_non_empty)] | None = None
+
+
 def _none_is_default(value: Any, info: ValidationInfo) -> Any:
     """`description:` with nothing after it means the default, like leaving the key out."""
     return StudySpec.model_fields[info.field_name].get_default(call_default_factory=True) if value is None else value
@@ -202,6 +211,7 @@ class StudySpec(BaseModel):
     loggers: Annotated[list[Annotated[str, Strict()]], BeforeValidator(_none_is_default), AfterValidator(_loggers)] = []
     # what `sweep analyze` draws beyond what `parameters` call for; changing it changes no trial
     analysis: Annotated[Analysis, BeforeValidator(_none_is_default)] = Field(default_factory=Analysis)
+    tracking: Annotated[Tracking, BeforeValidator(_none_is_default)] = Field(default_factory=Tracking)
     source_text: str = ""  # the YAML as written (stored as the Optuna study's note)
     path: str = ""  # the YAML file it was loaded from ("" when built in code)
     marks: Marks | None = Field(None, exclude=True, repr=False)  # key lines of `path`, for errors
@@ -314,4 +324,5 @@ def _located(exc: ValidationError, marks: Marks) -> UserError:
     return marks.error(loc, message)
 
 
-_SECTION_MODELS = {"metric": Metric, "resources": Resources, "scheduler": Scheduler, "analysis": Analysis}
+_SECTION_MODELS = {"metric": Metric, "resources": Resources, "scheduler": Scheduler, "analysis": Analysis,
+                   "tracking": Tracking}
