@@ -52,7 +52,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from sweep.runner import run_study
 
     code = run_study(spec, address=args.address, max_concurrent=args.max_concurrent, extend=args.extend,
-                     rerun_changed=args.rerun_changed)
+                     rerun_changed=args.rerun_changed, rebuild_storage=args.rebuild_storage)
     if code >= 128:
         # Stopped by a signal, everything recorded and Ray shut down: exit now. Ray's core worker can crash
         # in the interpreter's teardown after a signal came while it was starting (seen: SIGSEGV).
@@ -152,6 +152,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--extend", action="store_true",
                      help="add this spec's trials to the study recorded in results/<name>/ although it differs in more "
                      "than added values or seeds (recorded in study_history.yaml)")
+    run.add_argument("--rebuild-storage", action="store_true",
+                     help="an unreadable SQLite Optuna storage: keep it aside as optuna.db.damaged-<time> and "
+                          "rebuild it from the trials' summary.json (it only mirrors them)")
     run.add_argument("--rerun-changed", action="store_true",
                      help="re-run finished trials whose config now resolves differently (a default changed)")
     run.set_defaults(func=_cmd_run)

@@ -20,10 +20,13 @@ Every Optuna trial carries user attr `key` (the trial key), so trials map back t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import sqlite3
 import warnings
-from typing import Any
+from pathlib import Path
+from typing import Any, Callable
 
 import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
@@ -38,6 +41,43 @@ INTERRUPTED = "interrupted"
 
 # Trainer statuses whose Optuna trial is final although not COMPLETE (re-running would not help);
 # defined with the resume decision in sweep.resume.
+
+
+def sqlite_problem(url: str) -> str | None:
+    """Why the SQLite file behind `url` cannot be read (sqlite's own words), or None: not SQLite, no file
+    yet, or it reads. Read-only and quick: `PRAGMA quick_check`, no write lock taken."""
+    if not url.startswith("sqlite:///"):
+        return None
+    path = Path(url[len("sqlite:///"):])
+    if not path.is_file():
+        return None
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=60)) as db:
+            row = db.execute("PRAGMA quick_check").fetchone()
+    except sqlite3.DatabaseError as exc:  # "file is not a database", "database disk image is malformed"
+        return " ".join(str(exc).split())
+    return None if row and row[0] == "ok" else f"integrity check: {row[0] if row else 'no answer'}"
+
+
+def rebuild_storage(url: str, rebuild: bool, study: str, method: str, set_aside: Callable[[Path], Path]) -> None:
+    """An unreadable SQLite storage: one line naming `--rebuild-storage` (exit 2), or with `rebuild` the file
+    kept aside, so the run that follows records every finished trial again from its summary.json (the
+    storage is a mirror of those records: sweep.resume's "record"). Nothing happens to a storage that reads."""
+    problem = sqlite_problem(url)
+    if problem is None:
+        if rebuild:
+            print(f"Optuna storage {_hide_password(url)} reads fine: nothing to rebuild", flush=True)
+        return
+    path = Path(url[len("sqlite:///"):])
+    if not rebuild:
+        raise UserError(f"cannot read the Optuna storage {path} ({problem}); it only mirrors the trials' "
+                        f"summary.json files: `sweep run {study} --rebuild-storage` keeps it aside and rebuilds it")
+    if method == "tpe":
+        raise UserError(f"cannot read the Optuna storage {path} ({problem}); a tpe study's sampler history lives "
+                        "only there, so it is not rebuilt: restore the file from a backup, or start a new study")
+    aside = set_aside(path)
+    print(f"Optuna storage {path} unreadable ({problem}): kept as {aside.name}; rebuilding it from the trials' "
+          "summary.json", flush=True)
 
 
 def open_storage(url: str) -> optuna.storages.RDBStorage:

@@ -88,13 +88,15 @@ RESULT_STATUSES = ("ok", "diverged", "collapsed", "pruned", "dropped", "duplicat
 
 
 def run_study(spec: StudySpec, address: str | None = None, max_concurrent: int | None = None,
-              *, extend: bool = False, rerun_changed: bool = False, _train_fn: str | None = None) -> int:
+              *, extend: bool = False, rerun_changed: bool = False, rebuild_storage: bool = False,
+              _train_fn: str | None = None) -> int:
     """Run every trial of `spec` that has not ended yet; return 0, or 130 when interrupted (Ctrl-C).
 
     `address`: an existing Ray cluster ("host:port" or "auto"); None starts Ray on this machine.
     `extend`: accept a spec that differs from the one recorded in results/<name>/ by more than added
     values or seeds (sweep.history); the change is recorded in the study's history.
     `rerun_changed`: also re-run finished trials whose config now resolves differently (a default changed).
+    `rebuild_storage`: an unreadable SQLite storage is kept aside and rebuilt from the trials' records.
     `_train_fn` ("module:function", also $SWEEP_TRAIN_FN) replaces trainer.train, for development.
     """
     if max_concurrent is not None and max_concurrent < 1:
@@ -105,6 +107,7 @@ def run_study(spec: StudySpec, address: str | None = None, max_concurrent: int |
     change = check_same_study(spec, extend=extend)  # before anything is written
     check_loggers(spec.loggers)  # before Ray starts
     run = _StudyRun(spec, train_fn, rerun_changed=rerun_changed)
+    run.rebuild_storage = rebuild_storage
     run.change = change
     if not run.folder.study_yaml.exists():
         # A new study: check every model and data path before its folder exists. A folder left by a
@@ -430,6 +433,7 @@ class _StudyRun:
         self.children_before: set[int] = set()  # processes below the driver before Ray started (not Ray's)
         self.progress_note = ""
         self.inputs_checked = False  # preflight_inputs already passed for every planned config
+        self.rebuild_storage = False  # --rebuild-storage: an unreadable SQLite storage is rebuilt from the records
 
     # ---- lock -----------------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -457,8 +461,10 @@ class _StudyRun:
     def prepare(self) -> int:
         """Write study.yaml, open the Optuna study, sort the trials into done and to run, write
         trials.csv; return how many trials this run will run."""
-        from sweep.mirror import OptunaMirror
+        from sweep.mirror import OptunaMirror, rebuild_storage
 
+        rebuild_storage(self.storage_url, self.rebuild_storage, self.spec.path or "STUDY", self.spec.method,
+                        self.folder.set_aside)
         if self.change is not None:
             from sweep.history import record_change
 

@@ -183,3 +183,35 @@ def test_a_full_disk_or_a_read_only_folder_ends_the_run_with_one_line(tmp_path, 
     trials = optuna.load_study(study_name="full", storage=f"sqlite:///{study_dir / 'optuna.db'}").get_trials()
     assert sorted(Counter(t.user_attrs["key"] for t in trials if t.state.name == "COMPLETE").values()) == [1, 1, 1]
     assert set(completed) <= {r["key"] for r in rows(study_dir)}
+
+
+@pytest.mark.slow
+def test_an_unreadable_optuna_storage_is_rebuilt_from_the_records_on_request(tmp_path, shared_data_dir):
+    path = fake_study(tmp_path, "rebuilt", shared_data_dir, decays=(0.1, 0.2, 0.3), seeds=[1, 2])
+    study_dir = tmp_path / "results" / "rebuilt"
+    storage = f"sqlite:///{study_dir / 'optuna.db'}"
+    assert sweep(["run", str(path)], tmp_path).returncode == 0
+
+    def optuna_view() -> list[tuple]:
+        study = optuna.load_study(study_name="rebuilt", storage=storage)
+        return sorted((t.user_attrs["key"], t.user_attrs["seed"], t.state.name, t.value, t.params["ema.decay"],
+                       dict(t.intermediate_values)) for t in study.get_trials())
+
+    before = optuna_view()
+    assert len(before) == 6 and {t[2] for t in before} == {"COMPLETE"}
+    damaged = os.urandom(4096)
+    (study_dir / "optuna.db").write_bytes(damaged)
+
+    refused = sweep(["run", str(path)], tmp_path)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    err = refused.stderr.strip().splitlines()
+    assert len(err) == 1 and "not a database" in err[0] and "--rebuild-storage" in err[0], refused.stderr
+    assert (study_dir / "optuna.db").read_bytes() == damaged  # nothing touched without the flag
+
+    rebuilt = sweep(["run", str(path), "--rebuild-storage"], tmp_path)
+    assert rebuilt.returncode == 0, rebuilt.stdout + rebuilt.stderr
+    assert "6 already ended (skipped)" in rebuilt.stdout and "rebuilding it from" in rebuilt.stdout
+    assert optuna_view() == before  # same trials, states, values, params and curves
+    aside = list(study_dir.glob("optuna.db.damaged-*"))
+    assert len(aside) == 1 and aside[0].read_bytes() == damaged
+    assert all(r["state"] == "COMPLETE" for r in rows(study_dir))
