@@ -109,3 +109,13 @@ def test_the_sync_check_names_the_loop_line_that_synchronised():
     assert step == 25 and loop.startswith("tests/test_doctor.py:") and loop.endswith("mean_loss = sync()")
     assert "raise RuntimeError" in via  # the innermost project line, where the call was
     assert sites[False][0].split(" (via ")[0].endswith("check = sync()  # noqa: F841")
+
+
+def test_the_bench_starts_no_run_that_would_end_past_its_budget(tmp_path):
+    from sweep.doctor import bench_table, run_bench
+
+    report = run_bench(tiny=True, budget_s=0.0, say=lambda text: None)
+    assert report["runs"] == [] and report["sharing"] is None
+    assert report["skipped"] == [f"{m} {p}" for m in ("simcse", "mocose", "gs", "mix")
+                                 for p in ("fp32", "bf16", "fp16")] + ["sharing"]
+    assert "skipped (they would have ended past the 0 s budget): simcse fp32" in bench_table(report)
