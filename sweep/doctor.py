@@ -102,7 +102,7 @@ def _torch_checks() -> list[Check]:
     for index in range(torch.cuda.device_count()):
         props = torch.cuda.get_device_properties(index)
         free, total = torch.cuda.mem_get_info(index)
-        bf16 = "bf16 yes" if torch.cuda.is_bf16_supported() else "bf16 no (fp16 only)"
+        bf16 = "bf16 yes" if props.major >= 8 else "bf16 no (fp16 only)"  # bf16 needs Ampere (8.0) or newer
         checks.append(Check("ok", f"GPU {index}: {props.name}, {total / 2**30:.1f} GiB ({free / 2**30:.1f} GiB "
                                   f"free), compute capability {props.major}.{props.minor}, {bf16}"))
         if free < 0.5 * total:
@@ -307,6 +307,9 @@ def run_bench(tiny: bool = False, methods: tuple[str, ...] = METHODS, precisions
     usable = list(precisions)  # on the CPU too: the run's summary says which precision it actually used
     if cuda and "bf16" in usable and not torch.cuda.is_bf16_supported():
         usable.remove("bf16")
+        report_skip = ["bf16: this GPU does not support it"]
+    else:
+        report_skip = []
     batch = 16 if tiny else 64
     root = str(resolve_data_dir(data_dir))
     threads = torch.get_num_threads()
@@ -322,6 +325,7 @@ def run_bench(tiny: bool = False, methods: tuple[str, ...] = METHODS, precisions
         "torch": torch.__version__, "torch_cuda": torch.version.cuda,
         "encoder": {"shape": "tiny" if tiny else "bert-base", **(TINY if tiny else BERT_BASE)},
         "batch_size": batch, "steps": steps, "budget_s": budget_s, "runs": [], "sharing": None, "skipped": [],
+        "not_supported": report_skip,
     }
     with tempfile.TemporaryDirectory(prefix="sweep-doctor-") as tmp:
         model = _write_encoder(Path(tmp) / "encoder", TINY if tiny else BERT_BASE)

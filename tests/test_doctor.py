@@ -119,3 +119,37 @@ def test_the_bench_starts_no_run_that_would_end_past_its_budget(tmp_path):
     assert report["skipped"] == [f"{m} {p}" for m in ("simcse", "mocose", "gs", "mix")
                                  for p in ("fp32", "bf16", "fp16")] + ["sharing"]
     assert "skipped (they would have ended past the 0 s budget): simcse fp32" in bench_table(report)
+
+
+def test_the_sync_check_runs_the_trainer_and_stops_at_the_first_flagged_read_back(tmp_path, tiny_model_dir,
+                                                                                  shared_data_dir, monkeypatch):
+    """The CUDA sync check, on the CPU: a stand-in for sync debug mode "error" flags every read-back of a
+    tensor to Python (.item(), bool()), which is what synchronises on CUDA. The check must run the trainer,
+    stop at the first flagged call after the first evaluation and say where it was."""
+    import torch
+
+    from sweep import doctor
+
+    mode = {"now": 0}
+
+    def flagged(original):
+        def call(self, *args):
+            if mode["now"] == "error":
+                raise RuntimeError("called a synchronizing CUDA operation")
+            return original(self, *args)
+        return call
+
+    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", lambda value: mode.update(now=value))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(torch.Tensor, "item", flagged(torch.Tensor.item))
+    monkeypatch.setattr(torch.Tensor, "__bool__", flagged(torch.Tensor.__bool__))
+    config = doctor._run_config(tiny_model_dir, "simcse", "fp32", 6, 8, "cpu", str(shared_data_dir),
+                                tmp_path / "cache")
+    result = doctor._sync_check(config, steps=6)
+    assert mode["now"] == 0  # left off
+    warm = 5
+    assert result["first_sync"].startswith("trainer/train.py:"), result
+    if result["sync_free"]:
+        assert result["at_step"] == warm + 6 and result["steps_per_s"] > 0
+    else:  # e.g. the CPU's every-step NaN check, which reads the loss back
+        assert warm < result["at_step"] <= warm + 6 and result["steps_per_s"] is None
