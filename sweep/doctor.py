@@ -58,7 +58,7 @@ class Check:
 
     def line(self) -> str:
         text = f"  {self.state:<8} {self.what}"
-        return f"{text}\n           fix: {self.fix}" if self.fix else text
+        return f"{text}; fix: {self.fix}" if self.fix else text
 
 
 # ---- the checklist -------------------------------------------------------------------------------------

@@ -42,8 +42,8 @@ def test_a_missing_data_directory_is_one_problem_with_its_fix(tmp_path):
     result = doctor("--data-dir", str(tmp_path / "nowhere"), cwd=tmp_path)
     assert result.returncode == 1, result.stdout + result.stderr
     problems = [line for line in result.stdout.splitlines() if line.strip().startswith("PROBLEM")]
-    assert len(problems) == 1 and "nowhere does not exist" in problems[0]
-    assert "fix: run `sweep data fetch`" in result.stdout and "1 problem(s)" in result.stdout
+    assert len(problems) == 1 and "nowhere does not exist; fix: run `sweep data fetch`" in problems[0]
+    assert "1 problem(s)" in result.stdout
 
 
 def test_an_unknown_method_is_one_line_and_exit_2(tmp_path):
