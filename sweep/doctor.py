@@ -176,9 +176,11 @@ def _write_encoder(folder: Path, shape: dict[str, Any]) -> Path:
     """A random-weight BERT of `shape` with the embedded model's WordPiece tokenizer (no network)."""
     import torch
     from transformers import AutoTokenizer, BertConfig, BertModel
+    from transformers.utils import logging as hf_logging
 
     from trainer.models import resolve_model_path
 
+    hf_logging.disable_progress_bar()  # "Writing model shards" on the terminal says nothing here
     torch.manual_seed(0)
     BertModel(BertConfig(**shape)).save_pretrained(folder)
     AutoTokenizer.from_pretrained(resolve_model_path("embedded")).save_pretrained(folder)
