@@ -9,8 +9,8 @@ The bench trains through `trainer.train.train` (the same loop as a trial), passi
 config and reporting the precision the run's summary.json says it used, so a device that does not honour a
 precision shows it. Per run: steps/s and sentences/s (the summary's: all steps, the first one included,
 evaluations excluded), peak memory (CUDA: torch.cuda.max_memory_allocated; not measured on the CPU), on
-CUDA a second run whose steps after the first evaluation run under torch.cuda.set_sync_debug_mode("error") (the first
-synchronising operation raises: sync-free when that is the next evaluation's loss read-back, else the line
+CUDA a second run whose steps after the first evaluation run under torch.cuda.set_sync_debug_mode("error")
+(the first synchronising operation raises: sync-free when that is the next evaluation's loss read-back, else the line
 that synced), the mean training loss over the steps against fp32's (same seed, same batches), and the
 aggregate throughput of two trials sharing the device (two processes) against one alone. It prints a
 markdown table and writes JSON; it stops starting runs after BENCH_BUDGET_S (10 minutes) and lists what it
@@ -222,22 +222,34 @@ def _measure(config: dict[str, Any], cuda: bool) -> dict[str, Any]:
 
 
 def _sync_check(config: dict[str, Any], steps: int) -> dict[str, Any]:
-    """CUDA: `steps` steps after a first evaluation run under set_sync_debug_mode("error"); the first
-    synchronising call raises. Sync-free when that call is the next evaluation's loss read-back."""
+    """CUDA: the training steps after a first evaluation run under set_sync_debug_mode("error"), from the
+    first step's forward on (the evaluation before it copies the best state to the host: a sync of its
+    own), so the first synchronising call raises. Sync-free when that call is the next evaluation's loss
+    read-back. The mode is switched on by a wrapper around the method's loss (the loop's first call of a
+    step), which changes nothing else."""
     import torch
+
+    from trainer.methods import method_class
 
     warm = 5
     config = {**config, "max_steps": warm + steps, "eval": {**config["eval"], "eval_steps": warm}}
-    window: dict[str, float] = {}
+    window: dict[str, Any] = {"armed": False}
+    method = method_class(config["method"])
+    loss = method.loss
 
     def report(metrics: dict[str, Any]) -> None:
-        if metrics.get("step") == warm:
+        window["evaluated"] = metrics.get("step") == warm
+
+    def loss_under_check(self, *args: Any, **kwargs: Any) -> Any:
+        if window.get("evaluated") and not window["armed"]:
             torch.cuda.synchronize()
-            window["start"] = time.perf_counter()
+            window.update(armed=True, start=time.perf_counter())
             torch.cuda.set_sync_debug_mode("error")
+        return loss(self, *args, **kwargs)
 
     try:
-        _train(config, report=report)
+        with _patched(method, "loss", loss_under_check):
+            _train(config, report=report)
     except RuntimeError as exc:
         torch.cuda.set_sync_debug_mode(0)
         if "synchroniz" not in str(exc):
@@ -252,6 +264,21 @@ def _sync_check(config: dict[str, Any], steps: int) -> dict[str, Any]:
         torch.cuda.set_sync_debug_mode(0)
     return {"sync_free": None, "first_sync": "no synchronising call was flagged (not expected: the evaluation "
                                              "reads the loss back)", "at_step": None, "steps_per_s": None}
+
+
+@contextlib.contextmanager
+def _patched(cls: type, name: str, value: Any):
+    """`cls.name = value` for the duration (the class's own attribute restored, or removed if inherited)."""
+    own = name in vars(cls)
+    before = vars(cls).get(name)
+    setattr(cls, name, value)
+    try:
+        yield
+    finally:
+        if own:
+            setattr(cls, name, before)
+        else:
+            delattr(cls, name)
 
 
 def _sync_site(tb: Any) -> tuple[str, int | None]:

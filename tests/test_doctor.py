@@ -124,8 +124,9 @@ def test_the_bench_starts_no_run_that_would_end_past_its_budget(tmp_path):
 def test_the_sync_check_runs_the_trainer_and_stops_at_the_first_flagged_read_back(tmp_path, tiny_model_dir,
                                                                                   shared_data_dir, monkeypatch):
     """The CUDA sync check, on the CPU: a stand-in for sync debug mode "error" flags every read-back of a
-    tensor to Python (.item(), bool()), which is what synchronises on CUDA. The check must run the trainer,
-    stop at the first flagged call after the first evaluation and say where it was."""
+    tensor to Python (.item(), bool()) and every blocking copy to the host, which is what synchronises on
+    CUDA. The check must run the trainer, stop at the first flagged call after the first evaluation and say
+    where it was."""
     import torch
 
     from sweep import doctor
@@ -143,6 +144,14 @@ def test_the_sync_check_runs_the_trainer_and_stops_at_the_first_flagged_read_bac
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
     monkeypatch.setattr(torch.Tensor, "item", flagged(torch.Tensor.item))
     monkeypatch.setattr(torch.Tensor, "__bool__", flagged(torch.Tensor.__bool__))
+    to = torch.Tensor.to
+
+    def to_host(self, *args, **kwargs):  # a blocking copy to the host (the best-state snapshot) syncs too
+        if mode["now"] == "error" and "cpu" in [str(a) for a in args] and not kwargs.get("non_blocking"):
+            raise RuntimeError("called a synchronizing CUDA operation")
+        return to(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "to", to_host)
     config = doctor._run_config(tiny_model_dir, "simcse", "fp32", 6, 8, "cpu", str(shared_data_dir),
                                 tmp_path / "cache")
     result = doctor._sync_check(config, steps=6)
