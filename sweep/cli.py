@@ -98,6 +98,13 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     return analyze_command(args.target, attach=not args.no_attach, mtd_source=args.mtd)
 
 
+def _cmd_doctor(args: argparse.Namespace) -> int:
+    from sweep.doctor import doctor_command
+
+    return doctor_command(bench=args.bench, tiny=args.tiny, json_path=args.json, data_dir=args.data_dir,
+                          methods=args.methods, precisions=args.precisions, steps=args.steps)
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse with one-line usage errors (exit 2), like every other user mistake."""
 
@@ -192,6 +199,21 @@ def build_parser() -> argparse.ArgumentParser:
     dash.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1: this machine only)")
     dash.add_argument("--port", type=int, default=8080)
     dash.set_defaults(func=_cmd_dashboard)
+
+    doc = sub.add_parser("doctor", help="check this machine (torch, CUDA, GPUs, Ray, Optuna, data, models); "
+                         "--bench: a GPU self-check of at most 10 minutes")
+    doc.add_argument("--bench", action="store_true",
+                     help="also train each method x precision for a few steps on a random bert-base-sized encoder: "
+                     "steps/s, sentences/s, peak memory, sync-free steps, fp32-vs-half loss, two trials per GPU")
+    doc.add_argument("--tiny", action="store_true",
+                     help="bench a tiny encoder instead of bert-base (always so without a GPU)")
+    doc.add_argument("--json", metavar="PATH",
+                     help="write the checklist (and the bench) as JSON here (default with --bench: sweep-doctor.json)")
+    doc.add_argument("--data-dir", help="data directory (default: $SWEEP_DATA_DIR or the default data directory)")
+    doc.add_argument("--methods", metavar="LIST", help="comma-separated methods to bench (default: all four)")
+    doc.add_argument("--precisions", metavar="LIST", help="comma-separated precisions (default: fp32,bf16,fp16)")
+    doc.add_argument("--steps", type=int, default=20, help="training steps per bench run (default 20)")
+    doc.set_defaults(func=_cmd_doctor)
 
     an = sub.add_parser("analyze", help="draw the figures and tables of a study's results")
     an.add_argument("target", help="results folder, or the study YAML file")

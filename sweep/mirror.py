@@ -13,6 +13,7 @@ How trainer verdicts map to Optuna states (the one place this is decided):
     collapsed        FAIL           none (user attrs status=collapsed, reason)
     pruned           PRUNED         none (stopped by the scheduler; intermediate values kept)
     error            FAIL           none (reason = the exception, e.g. "UserError: ...")
+    failed           FAIL           none (out of GPU memory; reason names batch_size and resources.gpu)
     (interrupted)    FAIL           none (left RUNNING by a driver that died; reason "interrupted")
 
 Every Optuna trial carries user attr `key` (the trial key), so trials map back to results/<study>/trials/<key>.

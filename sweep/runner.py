@@ -352,18 +352,26 @@ def _child_subreaper():
 
 # ---- the trial process ------------------------------------------------------------------------------
 def _run_trial(job: dict[str, Any]) -> None:
-    """The Tune trainable: one trainer run in this (fresh) worker process."""
+    """The Tune trainable: one trainer run in this (fresh) worker process.
+
+    summary.json gains `resources`: what the trial asked for and the GPU ids Ray gave it (the trainer
+    does not import Ray). Out of GPU memory ends the trial `failed`, with a reason naming batch_size
+    and resources.gpu; any other exception ends it `error`.
+    """
     trial_dir = Path(job["trial_dir"])
     trial_dir.mkdir(parents=True, exist_ok=True)
     if os.path.isdir(job["cwd"]):
         os.chdir(job["cwd"])  # relative paths in the spec mean what they meant where `sweep run` ran
     _redirect_output(trial_dir / "log.txt")
     entered = time.time()
+    resources = _trial_resources(job.get("resources") or {})
     print(f"=== trial {job['key']} pid {os.getpid()} host {socket.gethostname()} "
-          f"{time.strftime('%Y-%m-%d %H:%M:%S')} t={entered:.3f}", flush=True)
+          f"{time.strftime('%Y-%m-%d %H:%M:%S')} t={entered:.3f} gpu_ids={resources['gpu_ids']}", flush=True)
 
     def report(metrics: dict[str, Any]) -> None:
         tune.report(json_safe(metrics))
+
+    from sweep.store import write_json_atomic
 
     try:
         from trainer.config import RunConfig
@@ -377,16 +385,62 @@ def _run_trial(job: dict[str, Any]) -> None:
         print(f"=== train returned after {ended - started:.2f}s t={ended:.3f}", flush=True)
     except Exception as exc:
         traceback.print_exc()
+        oom = _out_of_memory(exc)
+        if oom is not None:
+            summary = {"status": "failed", "reason": _oom_reason(oom, job), "config": job["config"],
+                       "resources": resources}
+            write_json_atomic(trial_dir / "summary.json", summary)
+            tune.report({SUMMARY_KEY: json_safe(summary)})  # a verdict of its own: `failed`, not `error`
+            return
         reason = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
-        from sweep.store import write_json_atomic
-
-        write_json_atomic(trial_dir / "summary.json", {"status": "error", "reason": reason, "config": job["config"]})
+        write_json_atomic(trial_dir / "summary.json", {"status": "error", "reason": reason, "config": job["config"],
+                                                       "resources": resources})
         tune.report({ERROR_KEY: reason})
         return
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
+    summary = {**summary, "resources": resources}
+    summary.setdefault("config", job["config"])
+    write_json_atomic(trial_dir / "summary.json", summary)  # the trainer's own, plus `resources`
     tune.report({SUMMARY_KEY: json_safe(summary)})
+
+
+def _trial_resources(asked: dict[str, Any]) -> dict[str, Any]:
+    """What the trial asked for and what Ray gave it: the GPU ids (ray.get_gpu_ids()) and the
+    CUDA_VISIBLE_DEVICES Ray set for this worker, and the node's host name."""
+    import ray
+
+    try:
+        gpu_ids = [str(i) for i in ray.get_gpu_ids()]
+    except Exception:  # not inside a Ray worker (e.g. called directly in a test)
+        gpu_ids = []
+    return {"cpu": asked.get("cpu"), "gpu": asked.get("gpu"), "gpu_ids": gpu_ids,
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "host": socket.gethostname()}
+
+
+def _out_of_memory(exc: BaseException) -> BaseException | None:
+    """The out-of-GPU-memory error in `exc` or what it was raised from (torch.OutOfMemoryError, which
+    torch.cuda.OutOfMemoryError is, or an older torch's RuntimeError "CUDA out of memory"), or None."""
+    import torch
+
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, torch.OutOfMemoryError) or "CUDA out of memory" in str(exc):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def _oom_reason(exc: BaseException, job: dict[str, Any]) -> str:
+    """One line: out of GPU memory at this batch size and GPU share, and what to change."""
+    batch = (job.get("config") or {}).get("batch_size")
+    gpu = (job.get("resources") or {}).get("gpu")
+    detail = _short(str(exc).split(". ")[0] if str(exc) else type(exc).__name__, 120)
+    share = f"resources.gpu={gpu:g}" if isinstance(gpu, (int, float)) else "resources.gpu unknown"
+    return (f"out of GPU memory at batch_size={batch} with {share} ({detail}); lower batch_size, or give each "
+            "trial more of a GPU (a larger resources.gpu: fewer trials share one)")
 
 
 def _redirect_output(path: Path) -> None:
@@ -855,6 +909,7 @@ class _StudyRun:
             "key": trial.key, "seed": trial.seed, "params": dict(trial.params), "config": config,
             "trial_dir": str(trial_dir),
             "cwd": os.getcwd(), "train_fn": self.train_fn,
+            "resources": {"cpu": float(self.spec.resources.cpu), "gpu": float(self.spec.resources.gpu)},
         }
 
     def _ask_tpe(self) -> None:

@@ -2,7 +2,10 @@
 
 Each trial "trains" for $FAKE_TRAIN_STEPS steps of $FAKE_TRAIN_STEP_S seconds, reporting dev_stsb after
 each step, and returns a summary whose score is a function of the config (so results can be checked).
-A config with optim.lr >= 1 "diverges"; a model path containing "raise" raises.
+A config with optim.lr >= 1 "diverges"; a model path containing "raise" raises; a batch_size of at least
+$FAKE_TRAIN_OOM_BATCH (when set) raises torch.OutOfMemoryError, as CUDA does when a batch does not fit.
+The summary records when the trial started and ended (`started_at`, `ended_at`: time.time()), so tests
+can read concurrency from the trials themselves.
 
     >>> train(RunConfig.from_dict({...}), report=print)   # doctest: +SKIP
 """
@@ -20,24 +23,33 @@ TRANSFER_TASKS = ("MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC")
 def train(config: Any, report: Any = None) -> dict[str, Any]:
     steps = int(os.environ.get("FAKE_TRAIN_STEPS", "3"))
     step_s = float(os.environ.get("FAKE_TRAIN_STEP_S", "0.2"))
+    started_at = time.time()
     data = config.to_dict()
     if "raise" in str(data.get("model")):
         raise RuntimeError("the fake trainer was asked to raise")
+    oom_batch = os.environ.get("FAKE_TRAIN_OOM_BATCH")
+    if oom_batch and int(data.get("batch_size") or 0) >= int(oom_batch):
+        import torch
+
+        time.sleep(step_s)
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 7.79 GiB total "
+                                     "capacity; 6.10 GiB already allocated) [fake_train stand-in]")
     lr = float((data.get("optim") or {}).get("lr") or 0.0)
     score = 50.0 + 10.0 * float((data.get("ema") or {}).get("decay") or 0.0) + int(data.get("seed") or 0) / 100
     for step in range(1, steps + 1):
         time.sleep(step_s)
         if report is not None:
             report({"step": step, "loss": 1.0 / step, "dev_stsb": score * step / steps})
+    times = {"started_at": started_at, "ended_at": time.time()}
     if lr >= 1.0:
-        return {"status": "diverged", "reason": "diverged: loss became nan", "steps": steps}
+        return {"status": "diverged", "reason": "diverged: loss became nan", "steps": steps, **times}
     # The same fields as the real trainer's summary: the seven STS tasks (avg kept at score - 1), the
     # transfer tasks the config lists in eval.final_tasks, alignment and uniformity.
     test = {task: score - 1 + offset for task, offset in zip(STS_TASKS, (-6.0, 5.0, -2.5, 5.5, 2.0, 0.0, -4.0))}
     test["avg"] = score - 1
     summary = {"status": "ok", "reason": None, "steps": steps, "best_step": steps, "best_dev_stsb": score,
                "test": test, "align": 0.2 + score / 1000, "uniform": -2.0 - score / 1000,
-               "align_uniform_split": "dev"}
+               "align_uniform_split": "dev", **times}
     transfer = [t for t in ((data.get("eval") or {}).get("final_tasks") or []) if t in TRANSFER_TASKS]
     if transfer:
         summary["transfer"] = {task: 80.0 + score / 10 + i for i, task in enumerate(transfer)}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -27,17 +28,19 @@ def free_port() -> int:
             return port
 
 
-@pytest.fixture
-def ray_head(tmp_path):
-    """`ray start --head --block` in its own session; torn down by stopping that session only (a bare
+@contextlib.contextmanager
+def ray_head_process(cwd: Path, *extra: str, env: dict[str, str] | None = None):
+    """`ray start --head --block` (2 CPUs, plus `extra` options such as --num-gpus=2) on loopback, in its own
+    session, with `env` (default: this process's; the trials' workers inherit it); yields (address, the env
+    with its auth token). Torn down by stopping that session only (a bare
     `ray stop` would also stop any other Ray instance of this user on the machine)."""
     port = free_port()
-    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": uuid.uuid4().hex}
+    env = {**(os.environ if env is None else env), "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": uuid.uuid4().hex}
     ray = shutil.which("ray") or str(Path(sys.executable).with_name("ray"))
     head = subprocess.Popen(
-        [ray, "start", "--head", f"--port={port}", "--num-cpus=2", "--include-dashboard=false",
+        [ray, "start", "--head", f"--port={port}", "--num-cpus=2", *extra, "--include-dashboard=false",
          "--node-ip-address=127.0.0.1", "--disable-usage-stats", "--block"],
-        env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
     )
     lines: list[str] = []
     started = threading.Event()
@@ -61,6 +64,12 @@ def ray_head(tmp_path):
         except subprocess.TimeoutExpired:
             pass
         kill_session(head.pid)
+
+
+@pytest.fixture
+def ray_head(tmp_path):
+    with ray_head_process(tmp_path) as head:
+        yield head
 
 
 def test_sweep_runs_on_an_existing_cluster(tmp_path, ray_head, tiny_model_dir, shared_data_dir):
