@@ -145,7 +145,7 @@ def figure_align_uniform_vs_mtd(table: pd.DataFrame, log_x: bool = True,
         points = _mtd_points(trials, metric, keys).sort_values("x", kind="stable")
         points["series"], points["group"] = "measured", metric
         draw_points(ax, points["x"], points["mean"], points["std"], points["n"], fmt="o-", color=color,
-                    label=f"this study ({spread_note(points['n'])})")
+                    label=f"this study: {spread_note(points['n'])}")
         correlation = spearman(trials["mtd"], trials[metric])
         stats[metric] = {"spearman_rho": correlation.rho, "spearman_p": correlation.pvalue, "n": correlation.n}
         name = "alignment" if metric == "align" else "uniformity"
@@ -387,7 +387,7 @@ def _draw_mtd_series(
     points["group"] = label
     name = "this study" if label == "measured" else label
     draw_points(ax, points["x"], points["mean"], points["std"], points["n"], fmt="o", color=color,
-                label=f"{name} ({spread_note(points['n'])})")
+                label=f"{name}: {spread_note(points['n'])}")
     correlation = spearman(trials["mtd"], trials[score])
     stats: dict[str, Any] = {"score": score, "spearman_rho": correlation.rho, "spearman_p": correlation.pvalue,
                              "n_trials": correlation.n}
