@@ -83,6 +83,8 @@ STOP_GRACE_S = float(os.environ.get("SWEEP_STOP_GRACE_S", "15"))
 # stuck inside Ray (a SIGTERM to the whole process group also kills Ray's GCS, and the driver's core worker
 # then blocks for a minute before it aborts).
 STUCK_AFTER_S = 10.0
+# Trials a grid keeps pending on an existing cluster beyond what fits now (an autoscaler scales to the demand).
+PENDING_CAP = 64
 # Trainer statuses that are results, not errors: a study with only these exits 0.
 RESULT_STATUSES = ("ok", "diverged", "collapsed", "pruned", "dropped", "duplicate")
 
@@ -568,7 +570,7 @@ class _StudyRun:
                     if address and not self.stop.requested:
                         preflight_resources(cpu, gpu, cluster_nodes(), f"the Ray cluster at {address}")
                     if not self.stop.requested:
-                        self._fit(max_concurrent)
+                        self._fit(max_concurrent, address)
                 except _StopNow:
                     pass
                 except KeyboardInterrupt:  # a SIGINT before our handler was (re)installed
@@ -840,13 +842,10 @@ class _StudyRun:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         return handler
 
-    def _fit(self, max_concurrent: int | None) -> None:
+    def _fit(self, max_concurrent: int | None, address: str | None = None) -> None:
         resources = {"cpu": float(self.spec.resources.cpu), "gpu": float(self.spec.resources.gpu)}
-        if self.spec.method == "tpe" and max_concurrent is None:
-            import ray
-
-            cpus = ray.cluster_resources().get("CPU", 1.0)
-            max_concurrent = max(1, int(cpus // max(resources["cpu"], 1e-9)))
+        if max_concurrent is None:
+            max_concurrent = self._room(resources, address)
         searcher = _TrialFeed(self)
         callback = _Mirroring(self)
         tuner = tune.Tuner(
@@ -867,6 +866,23 @@ class _StudyRun:
         # Tune ends fit() quietly when its stopper stops it: trials still running were interrupted.
         if self.mirror.running or self.handed_out or searcher.has_more():
             self.interrupted = True
+
+    def _room(self, resources: dict[str, float], address: str | None) -> int:
+        """How many trials Tune may have pending or running at once: as many as the cluster's CPUs and GPUs
+        hold. Without a limit Tune lets a custom searcher have one trial pending at a time, so trials would
+        start one after another however much room there is (and an autoscaler would see one trial's demand).
+        On an existing cluster (`--address`) a grid asks for its remaining trials, up to PENDING_CAP, so an
+        autoscaler sees the study's demand; tpe asks only for what fits (each ask is a sampler decision)."""
+        import ray
+
+        total = ray.cluster_resources()
+        fits = [int(total.get("CPU", 1.0) // max(resources["cpu"], 1e-9))]
+        if resources["gpu"] > 0:
+            fits.append(int(total.get("GPU", 0.0) // resources["gpu"]))
+        room = max(1, min(fits))
+        if address and self.spec.method != "tpe":
+            room = max(room, min(len(self.to_run), PENDING_CAP))
+        return room
 
     def _scheduler(self) -> Any:
         sched = self.spec.scheduler
