@@ -104,10 +104,11 @@ class Method(nn.Module):
 
     @classmethod
     def precision_on(cls, device: torch.device, requested: str) -> str:
-        """The precision a run uses: fp32 on the CPU; on CUDA the request, or the release's for auto."""
-        if device.type != "cuda":
-            return "fp32"
-        return cls.cuda_precision if requested == "auto" else requested
+        """The precision a run uses: the request on any device (the CPU runs bf16/fp16 autocast too); for
+        auto, the release's on CUDA and fp32 elsewhere (CPU half precision is slower than fp32)."""
+        if requested != "auto":
+            return requested
+        return cls.cuda_precision if device.type == "cuda" else "fp32"
 
     # ---- the run -------------------------------------------------------------------------------------
     def __init__(self, encoder: nn.Module, config: RunConfig, generator: torch.Generator,
