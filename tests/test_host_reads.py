@@ -152,6 +152,19 @@ def test_no_host_reads_between_checks_under_the_gpu_policy(counted_run, method, 
             assert [name for name, _ in counter.reads.get(step, [])] == expected, (step, counter.reads.get(step))
 
 
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_half_precision_adds_only_the_grad_scalers_read(counted_run, precision):
+    # bf16: no scaler, no extra read. fp16: torch.amp.GradScaler.step reads found_inf to the host every step
+    # (it must know whether to skip optimizer.step); that read is torch's and is the only extra one.
+    counter = counted_run("simcse", "lagged", precision)
+    scaler_read = [("item", "grad_scaler.py")] if precision == "fp16" else []
+    for step in range(2, STEPS + 1):
+        expected = expected_reads(step)
+        if expected is not None:
+            got = [(name, where.split(":")[0]) for name, where in counter.reads.get(step, [])]
+            assert got == scaler_read + [(name, "train.py") for name in expected], (step, got)
+
+
 def test_counter_sees_each_kind_of_read():
     counter = HostReadCounter()
     x = torch.arange(4.0)
