@@ -12,6 +12,7 @@ the step, not the evaluation), so every step can be an evaluation step and repor
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -61,16 +62,18 @@ def run(tiny_model_dir, shared_data_dir, tmp_path_factory, monkeypatch):
 
     def run(method: str, precision: str, fgsm: str, eps: float = FGSM_EPS, steps: int = STEPS):
         SpyScaler.built.clear()
+        out = tmp_path_factory.mktemp("run")
         fgsm_block = {"eps": 0.0} if fgsm == "none" else {"eps": eps, "mode": fgsm}
         config = RunConfig.from_dict({
             "model": str(tiny_model_dir), "method": method, "precision": precision, "device": "cpu",
             "batch_size": 4, "max_steps": steps, "seed": 3,
             "data": {"data_dir": str(shared_data_dir), "cache_dir": str(cache), "max_sentences": 64},
             "eval": {"eval_steps": 1}, "queue": {"size": 16, "initial_size": 4},
-            "fgsm": fgsm_block,
+            "fgsm": fgsm_block, "output_dir": str(out),
         })
         losses = []
         summary = train_mod.train(config, report=lambda metrics: losses.append(metrics["loss"]))
+        assert json.loads((out / "summary.json").read_text())["precision"] == precision  # the precision that ran
         return summary, losses, list(SpyScaler.built)
 
     return run
