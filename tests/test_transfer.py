@@ -181,6 +181,31 @@ def test_kfold_and_split_protocols_match_reference():
     assert out["acc"] == round(100 * senteval_score(model, X[120:], y[120:] % 2, s.batch_size), 2)
 
 
+def test_cuda_in_process_path_on_cpu_gives_the_process_pool_accuracies():
+    # The path evaluate_transfer takes on CUDA (in-process jobs, torch.optim fits, issue 19) run on the
+    # CPU against the CPU's process pool (lockstep fits): three tasks, one per protocol, fasttest.
+    s = SMALL["fasttest"]
+    X, y = synthetic(150, 16, 6, seed=8)
+    Xm, ym = synthetic(120, 16, 2, seed=5)
+    shared = {"MR": (Xm, ym, {"all": np.arange(len(ym))}, 2),
+              "TREC": (X, y, {"train": np.arange(110), "test": np.arange(110, 150)}, 6),
+              "SST2": (X, y % 2, {"train": np.arange(90), "dev": np.arange(90, 120), "test": np.arange(120, 150)}, 2)}
+    calls = []
+    original = transfer._fit_torch
+    try:
+        transfer._fit_torch = lambda *args: calls.append(args[-1]) or original(*args)
+        in_process = transfer.run_protocols_in_process(shared, s, "cpu", solver="torch_optim")
+    finally:
+        transfer._fit_torch = original
+    assert calls and set(calls) == {"cpu"}  # the torch.optim fits ran, on the CPU
+    pool = transfer.run_protocols(shared, s, workers=2)
+    for task in shared:
+        assert (in_process[task]["devacc"], in_process[task]["acc"]) == (pool[task]["devacc"], pool[task]["acc"])
+    assert transfer.solver_for("cuda:0") == "torch_optim" and transfer.solver_for("cpu") == "lockstep"
+    with pytest.raises(ValueError, match="solver"):
+        transfer.fit_candidates(X, y, REGS, s, 6, solver="adamw")
+
+
 # ---- the loaders and the MRPC feature ----------------------------------------------------------------
 def test_loaders_sort_and_label_as_senteval(tmp_path):
     (tmp_path / "pos").write_bytes("a b  c\nsingle\ncaf\xe9 au lait\n".encode("latin-1"))

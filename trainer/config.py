@@ -160,7 +160,8 @@ class RunConfig(Section):
     temperature: Float = Field(0.05, gt=0)
     dropout: Float | None = Field(None, ge=0, lt=1)  # method default: 0.1; GS-InfoNCE released 0.2
     device: Annotated[Str, AfterValidator(_device)] = "auto"  # auto | cpu | cuda | cuda:N
-    # auto: fp32 on CPU; on CUDA each method's release: SimCSE and GS-InfoNCE fp16, MoCoSE and MixCSE fp32
+    # fp32|bf16|fp16: honoured on any device (CPU autocast too). auto: fp32 on CPU; on CUDA each method's release:
+    # SimCSE and GS-InfoNCE fp16, MoCoSE and MixCSE fp32
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
     output_dir: Str | None = None  # where summary.json and metrics.jsonl go; None: nowhere
     save_model: Bool = False

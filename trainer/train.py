@@ -18,6 +18,7 @@ import json
 import math
 import random
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -47,6 +48,25 @@ Report = Callable[[dict[str, Any]], None]
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 TEST_SELECTED_LABEL = ("checkpoint with the best seven-task TEST average, as the released MoCoSE code selects; "
                        "the test data chose it, so it is not a held-out estimate")
+
+
+@dataclass(frozen=True)
+class HostReadPolicy:
+    """How often the loop reads the running loss back to the host for the NaN/inf check. Between these
+    reads (and the evaluations) the loop reads nothing from the device: on a GPU every read is a sync
+    that drains the queue of kernels. The CPU has no queue to drain, so it checks every step."""
+
+    name: str
+    check_every: int  # steps between reads of the running loss
+
+
+EVERY_STEP = HostReadPolicy("every_step", 1)
+DEFERRED = HostReadPolicy("deferred", 25)
+
+
+def host_read_policy(device: torch.device) -> HostReadPolicy:
+    """The policy a device gets: deferred (every 25 steps) on CUDA, every step elsewhere."""
+    return DEFERRED if device.type == "cuda" else EVERY_STEP
 
 
 def seed_everything(seed: int) -> None:
@@ -98,14 +118,16 @@ def _check_fgsm_precision(config: RunConfig, precision: str, word_embeddings: to
             f"set precision: fp32 (the MoCoSE release runs in fp32) or fgsm.eps >= {floor:.1e}")
 
 
-def train(config: RunConfig, report: Report | None = None) -> dict[str, Any]:
-    """Train one model as `config` says; returns the summary (also written to config.output_dir if set)."""
+def train(config: RunConfig, report: Report | None = None, host_reads: HostReadPolicy | None = None) -> dict[str, Any]:
+    """Train one model as `config` says; returns the summary (also written to config.output_dir if set).
+    `host_reads`: the NaN/inf check's policy; default the device's (`host_read_policy`)."""
     started = time.perf_counter()
     config = config.resolved()
     seed_everything(config.seed)
     device = pick_device(config.device)
     method_cls = method_class(config.method)
     precision = method_cls.precision_on(device, config.precision)
+    host_reads = host_reads or host_read_policy(device)
     root = data_dir(config.data.data_dir)
     out_dir = Path(config.output_dir) if config.output_dir else None
     if out_dir:
@@ -151,7 +173,8 @@ def train(config: RunConfig, report: Report | None = None) -> dict[str, Any]:
     warmup = config.optim.warmup_steps
     scheduler = (get_linear_schedule_with_warmup(optimizer, warmup, total_steps) if config.optim.schedule == "linear"
                  else get_constant_schedule_with_warmup(optimizer, warmup))
-    scaler = torch.amp.GradScaler("cuda") if precision == "fp16" else None
+    # fp16 needs loss scaling on any device (its range underflows small gradients); bf16 has fp32's range
+    scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
     pad_id = tokenizer.pad_token_id or 0
     encode_eval = SentenceEncoder(encoder, tokenizer, config.pooler, device, config.eval.batch_size,
                                   mlp=method.eval_mlp()).encode
@@ -222,10 +245,9 @@ def train(config: RunConfig, report: Report | None = None) -> dict[str, Any]:
         loss_window += 1
 
         last = step == total_steps
-        # A NaN/inf loss is looked for every step on the CPU (free) and every 25 steps on a GPU, where
-        # reading it back is a host sync that would stall the inner loop.
-        check_every = 25 if device.type == "cuda" else 1
-        if step % eval_steps == 0 or last or (step % check_every == 0 and not torch.isfinite(loss_sum)):
+        # the NaN/inf check reads the loss back only on the policy's steps (a host sync on a GPU)
+        check = step % host_reads.check_every == 0
+        if step % eval_steps == 0 or last or (check and not torch.isfinite(loss_sum)):
             train_seconds += time.perf_counter() - tick
             mean_loss = (loss_sum / loss_window).item()
             loss_sum.zero_()

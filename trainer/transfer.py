@@ -305,16 +305,27 @@ def _gradients(weight, bias, xb, yb, one, total) -> list[torch.Tensor]:
     return [grad.t().mm(xb), grad.sum(0)]
 
 
+def solver_for(device: str | torch.device) -> str:
+    """The fit code path a device uses: "torch_optim" (SentEval's own nn.Linear + torch.optim, one fit per
+    weight) on CUDA, where torch.optim's multi-tensor kernels set the floats; "lockstep" (every weight in
+    one pass, hand-written updates with the same kernels as the CPU's torch.optim) elsewhere."""
+    return "torch_optim" if torch.device(device).type == "cuda" else "lockstep"
+
+
 def fit_candidates(X: np.ndarray, y: np.ndarray, l2_weights: Sequence[float], settings: ClassifierSettings,
                    nclasses: int, dev: tuple[np.ndarray, np.ndarray] | None = None,
-                   device: str = "cpu") -> list[dict]:
+                   device: str = "cpu", solver: str | None = None) -> list[dict]:
     """SentEval's `MLP(...).fit(X, y, validation_data=dev or validation_split=0.05)` for each L2 weight.
 
     The weights train in lockstep: every SentEval fit re-seeds numpy with 1111 and draws the same
     permutations (same length), so one draw and one gather serve all; each candidate keeps its own
     early stopping. Returns per weight: best dev accuracy, epochs run, and the best model (weight, bias).
+    `solver`: "lockstep" or "torch_optim" (see `solver_for`, the default for `device`).
     """
-    if torch.device(device).type == "cuda":
+    solver = solver or solver_for(device)
+    if solver not in ("lockstep", "torch_optim"):
+        raise ValueError(f"solver must be 'lockstep' or 'torch_optim', got {solver!r}")
+    if solver == "torch_optim":
         return [_fit_torch(X, y, l2, settings, nclasses, dev, device) for l2 in l2_weights]
     rng = np.random.RandomState(SEED)  # == np.random.seed(1111) then np.random.* (the legacy MT19937 stream)
     if dev is None:  # prepare_split with validation_split
@@ -409,7 +420,7 @@ class FitJob:
     score: np.ndarray | None = None
 
 
-_SHARED: dict = {}  # task -> (X, y, nclasses, settings, device); inherited by forked workers
+_SHARED: dict = {}  # task -> (X, y, nclasses, settings, device, solver); inherited by forked workers
 
 
 def _init_worker(shared: dict) -> None:
@@ -418,9 +429,9 @@ def _init_worker(shared: dict) -> None:
 
 
 def run_job(job: FitJob) -> dict:
-    X, y, nclasses, settings, device = _SHARED[job.task]
+    X, y, nclasses, settings, device, solver = _SHARED[job.task]
     dev = None if job.dev is None else (X[job.dev], y[job.dev])
-    fits = fit_candidates(X[job.train], y[job.train], job.l2_weights, settings, nclasses, dev, device)
+    fits = fit_candidates(X[job.train], y[job.train], job.l2_weights, settings, nclasses, dev, device, solver)
     for fit in fits:
         if job.score is not None:
             Xs = torch.from_numpy(X[job.score]).to(device)
@@ -518,7 +529,7 @@ class _Protocol:
 def run_protocols(shared: dict, settings: ClassifierSettings, workers: int | None = None) -> dict[str, dict]:
     """Run every task's jobs (largest first) on `workers` processes; task -> SentEval's result dict."""
     protocols = {task: _Protocol(task, y, rows, settings) for task, (X, y, rows, _) in shared.items()}
-    payload = {task: (X, y, nclasses, settings, "cpu") for task, (X, y, _, nclasses) in shared.items()}
+    payload = {task: (X, y, nclasses, settings, "cpu", "lockstep") for task, (X, y, _, nclasses) in shared.items()}
     jobs = [job for p in protocols.values() for job in p.first()]
     jobs.sort(key=lambda job: -len(job.train) * len(job.l2_weights))
     if not workers:
@@ -547,10 +558,13 @@ def run_protocols(shared: dict, settings: ClassifierSettings, workers: int | Non
     return {task: p.result() for task, p in protocols.items()}
 
 
-def run_protocols_cuda(shared: dict, settings: ClassifierSettings, device: str) -> dict[str, dict]:
-    """Same jobs, one after another in this process, with the tensors on `device` (a CUDA device)."""
+def run_protocols_in_process(shared: dict, settings: ClassifierSettings, device: str,
+                             solver: str | None = None) -> dict[str, dict]:
+    """Same jobs, one after another in this process, with the tensors on `device` and `solver`'s fits
+    (default: the device's, `solver_for`). CUDA runs this; on the CPU it runs CUDA's code path in tests."""
     protocols = {task: _Protocol(task, v[1], v[2], settings) for task, v in shared.items()}
-    _SHARED.update({task: (v[0], v[1], v[3], settings, device) for task, v in shared.items()})
+    solver = solver or solver_for(device)
+    _SHARED.update({task: (v[0], v[1], v[3], settings, device, solver) for task, v in shared.items()})
     pending = [job for p in protocols.values() for job in p.first()]
     while pending:
         job = pending.pop(0)
@@ -613,7 +627,7 @@ def evaluate_transfer(encode: EncodeFn, data_root: str | Path | None = None, tas
               f"training the classifiers ({mode})", file=sys.stderr)
     device = torch.device(device)
     if device.type == "cuda":
-        details = run_protocols_cuda(shared, settings, str(device))
+        details = run_protocols_in_process(shared, settings, str(device))
     else:
         details = run_protocols(shared, settings, workers)
     scores = {task: details[task]["acc"] for task in tasks}

@@ -64,6 +64,16 @@ class NegativeBlocks:
                                          generator=self.generator, device=anchor.device, dtype=anchor.dtype)
 
 
+def prepared_attention_mask(encoder: nn.Module, mask: Tensor) -> Tensor:
+    """The (B, L) padding mask as the (B, 1, 1, L) boolean mask SDPA attention takes, which transformers
+    passes through as-is. Given the 2D mask, transformers first asks whether it may drop the mask by
+    reading `mask.all()` back to the host, on every forward: a device sync inside the training step on a
+    GPU. The same positions are attended either way. Other attention implementations get the 2D mask."""
+    if getattr(encoder.config, "_attn_implementation", None) != "sdpa":
+        return mask
+    return mask.bool()[:, None, None, :]
+
+
 class Method(nn.Module):
     """Base class; see the module docstring for the contract."""
 
@@ -104,10 +114,11 @@ class Method(nn.Module):
 
     @classmethod
     def precision_on(cls, device: torch.device, requested: str) -> str:
-        """The precision a run uses: fp32 on the CPU; on CUDA the request, or the release's for auto."""
-        if device.type != "cuda":
-            return "fp32"
-        return cls.cuda_precision if requested == "auto" else requested
+        """The precision a run uses: the request on any device (the CPU runs bf16/fp16 autocast too); for
+        auto, the release's on CUDA and fp32 elsewhere (CPU half precision is slower than fp32)."""
+        if requested != "auto":
+            return requested
+        return cls.cuda_precision if device.type == "cuda" else "fp32"
 
     # ---- the run -------------------------------------------------------------------------------------
     def __init__(self, encoder: nn.Module, config: RunConfig, generator: torch.Generator,
@@ -120,8 +131,8 @@ class Method(nn.Module):
 
     def cls(self, encoder: nn.Module, ids: Tensor, mask: Tensor, position_ids: Tensor | None = None) -> Tensor:
         """[CLS] of the last layer."""
-        out = encoder(input_ids=ids, attention_mask=mask, token_type_ids=torch.zeros_like(ids),
-                      position_ids=position_ids, return_dict=True)
+        out = encoder(input_ids=ids, attention_mask=prepared_attention_mask(encoder, mask),
+                      token_type_ids=torch.zeros_like(ids), position_ids=position_ids, return_dict=True)
         return out.last_hidden_state[:, 0]
 
     def start(self, total_steps: int) -> None:
