@@ -1,0 +1,109 @@
+"""What the orchestrator's bookkeeping costs at 100, 1,000 and 10,000 finished trials (issue 20, point 4).
+
+    python bench/bookkeeping_scale.py [--sizes 100 1000 10000] [--json]
+
+For each size, a grid study of N `optim.lr` values (one seed, the embedded model, the corpus sample) gets
+a results folder written with the project's own writers (sweep.store.StudyFolder: study.yaml, each
+trial's config.yaml, summary.json and metrics.jsonl, as a finished trial leaves them; no Optuna storage
+yet). Then, each as a fresh `sweep` process, timed wall-clock:
+
+    dry-run    sweep run STUDY --dry-run
+    record     sweep run STUDY      (Optuna is empty: every trial is recorded from its summary.json, as
+                                     after --rebuild-storage or a lost optuna.db; no trial runs)
+    status     sweep status STUDY
+    resume     sweep run STUDY      (every trial already ended: the plan finds nothing to run)
+    analyze    sweep analyze STUDY
+
+No trial runs, so Ray never starts. The numbers include Python's start-up and imports (about 2-4 s on
+this machine), printed with the load average, since other processes skew them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+STEPS = {"dry-run": ["run", "--dry-run"], "record": ["run"], "status": ["status"], "resume": ["run"],
+         "analyze": ["analyze"]}
+
+
+def write_study(folder: Path, size: int, data_dir: Path) -> Path:
+    import yaml
+
+    from sweep.spec import expand, load_study
+    from sweep.store import StudyFolder
+
+    spec = {
+        "name": f"scale{size}", "description": "bench/bookkeeping_scale.py",
+        "base": {"model": "embedded", "method": "mocose", "batch_size": 8, "max_steps": 6,
+                 "queue": {"size": 16, "initial_size": 8}, "eval": {"eval_steps": 3, "final_tasks": ["STSBenchmark"]},
+                 "data": {"corpus": str(data_dir / "corpus" / "wiki1m_sample.txt"), "data_dir": str(data_dir),
+                          "max_sentences": 200}},
+        "parameters": {"optim.lr": [round(1e-7 * (i + 1), 12) for i in range(size)]},
+        "seeds": [1], "resources": {"cpu": 1}, "results_dir": str(folder / "results"),
+    }
+    path = folder / f"scale{size}.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    study = load_study(path)
+    store = StudyFolder(study.study_dir)
+    store.write_study_yaml(study)
+    for i, trial in enumerate(expand(study)):
+        store.write_trial_config(trial)
+        score = 70.0 + (i % 97) / 10
+        store.write_metrics(trial.key, [{"step": 3, "loss": 0.5, "dev_stsb": score - 1},
+                                        {"step": 6, "loss": 0.4, "dev_stsb": score}])
+        config = dict(trial.config, output_dir=str(store.trial_dir(trial.key)))
+        store.write_summary(trial.key, {
+            "status": "ok", "reason": None, "steps": 6, "best_step": 6, "best_dev_stsb": score,
+            "test": {"STSBenchmark": score - 1, "avg": score - 1}, "align": 0.2, "uniform": -2.0,
+            "variant": "paper", "precision": "fp32", "mtd": {"formula": trial.mtd}, "config": config,
+        })
+    return path
+
+
+def timed(args: list[str], cwd: Path) -> tuple[float, str]:
+    env = dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1")
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "sweep", *args], cwd=cwd, env=env, capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    if done.returncode != 0:
+        tail = done.stdout[-2000:] + done.stderr[-2000:]
+        raise SystemExit(f"sweep {' '.join(args)} exited {done.returncode}:\n{tail}")
+    return seconds, done.stdout
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[100, 1000, 10000])
+    parser.add_argument("--data-dir", type=Path, default=REPO.parent / "shared" / "data")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON too")
+    args = parser.parse_args()
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="bookkeeping-") as tmp:
+        for size in args.sizes:
+            folder = Path(tmp) / str(size)
+            folder.mkdir()
+            start = time.perf_counter()
+            path = write_study(folder, size, args.data_dir.resolve())
+            row = {"write_s": round(time.perf_counter() - start, 1), "load": os.getloadavg()[0]}
+            for name, verb in STEPS.items():
+                seconds, out = timed([verb[0], str(path), *verb[1:]], folder)
+                row[name] = round(seconds, 2)
+                if name == "resume":
+                    assert f"{size} already ended" in out, out[-500:]
+            results[size] = row
+            print(f"{size:>6} trials: " + ", ".join(f"{k} {v}" for k, v in row.items()), flush=True)
+    if args.json:
+        print(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
