@@ -92,7 +92,7 @@ def figure_score_vs_mtd(
     """MoCoSE Fig. 2: score vs MTD over all MoCoSE trials (one point per configuration of `by`), the
     fitted trend and the best MTD."""
     trials = _mocose_with_mtd(table, score)
-    keys = _point_columns(trials, by)
+    keys = _series_columns(trials, (), by)
     fig, (ax,) = _new_figure()
     data, panel_stats = _draw_mtd_series(ax, trials, score, "measured", "C0", log_x, n_boot, seed, fit_label="trend",
                                          keys=keys)
@@ -115,7 +115,7 @@ def figure_score_vs_mtd_by_batch(
 ) -> tuple[Figure, pd.DataFrame]:
     """MoCoSE Fig. 3: score vs MTD, one series (and trend, where >= 3 MTD values) per batch size."""
     trials = _mocose_with_mtd(table, score)
-    keys = [c for c in _point_columns(trials, by) if c != "batch_size"]
+    keys = _series_columns(trials, ["batch_size"], by)
     fig, (ax,) = _new_figure()
     parts, stats = [], {"score": score, "groups": {}}
     for i, (batch, group) in enumerate(trials.groupby("batch_size", sort=True)):
@@ -137,7 +137,7 @@ def figure_align_uniform_vs_mtd(table: pd.DataFrame, log_x: bool = True,
                                 by: Sequence[str] | None = None) -> tuple[Figure, pd.DataFrame]:
     """MoCoSE Fig. 4: alignment and uniformity (Wang & Isola; lower is better) vs MTD."""
     trials = table[(table["method"] == "mocose") & table["mtd"].notna()]
-    keys = _point_columns(trials, by)
+    keys = _series_columns(trials, (), by)
     fig, axes = _new_figure(ncols=2, figsize=(9.0, 3.8))
     parts, stats = [], {}
     split = _single_value(trials, "align_uniform_split")
@@ -361,12 +361,6 @@ def _mocose_with_mtd(table: pd.DataFrame, score: str) -> pd.DataFrame:
     if trials.empty:
         raise ValueError("no MoCoSE trials with an MTD and a score to plot")
     return trials
-
-
-def _point_columns(trials: pd.DataFrame, by: Sequence[str] | None) -> list[str]:
-    """The swept keys that vary among `trials`: each combination is its own point on an MTD figure."""
-    candidates = swept_parameters(trials) if by is None else list(by)
-    return [c for c in candidates if c in trials.columns and trials[c].nunique(dropna=False) > 1]
 
 
 def _mtd_points(trials: pd.DataFrame, value: str, keys: Sequence[str] = ()) -> pd.DataFrame:

@@ -34,6 +34,7 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, Floa
 from optuna.trial import FrozenTrial, TrialState
 
 from sweep.spec import StudySpec, Trial
+from sweep.spec.text import hide_password as _hide_password
 from sweep.store import TASKS, TRANSFER_TASKS, metric_value
 from trainer.errors import UserError
 from trainer.files import json_safe
@@ -354,11 +355,3 @@ def summary_from_attrs(attrs: dict[str, Any]) -> dict[str, Any]:
     return summary
 
 
-def _hide_password(url: str) -> str:
-    """The URL with its password replaced by ***, for printing."""
-    from sqlalchemy.engine import make_url
-
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:
-        return url.split("@")[-1] if "@" in url else url

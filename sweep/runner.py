@@ -61,6 +61,7 @@ from ray.tune.search import Searcher
 from sweep.progress import Progress
 from sweep.resume import decide, is_final
 from sweep.spec import StudySpec, Trial
+from sweep.spec.text import shorten
 from sweep.store import StudyFolder, TrialsTable, metric_value, weights_state
 from sweep.trackers import check_loggers, logger_callbacks
 from trainer.errors import UserError
@@ -108,8 +109,7 @@ def run_study(spec: StudySpec, address: str | None = None, max_concurrent: int |
 
     change = check_same_study(spec, extend=extend)  # before anything is written
     check_loggers(spec.loggers)  # before Ray starts
-    run = _StudyRun(spec, train_fn, rerun_changed=rerun_changed)
-    run.rebuild_storage = rebuild_storage
+    run = _StudyRun(spec, train_fn, rerun_changed=rerun_changed, rebuild_storage=rebuild_storage)
     run.change = change
     if not run.folder.study_yaml.exists():
         # A new study: check every model and data path before its folder exists. A folder left by a
@@ -467,7 +467,7 @@ def _import_function(path: str) -> Callable[..., Any]:
 class _StudyRun:
     """Everything one `sweep run` does: plan, resume, run under Tune, mirror, finish."""
 
-    def __init__(self, spec: StudySpec, train_fn: str, rerun_changed: bool = False):
+    def __init__(self, spec: StudySpec, train_fn: str, rerun_changed: bool = False, rebuild_storage: bool = False):
         self.spec = spec
         self.train_fn = train_fn
         self.rerun_changed = rerun_changed
@@ -489,7 +489,7 @@ class _StudyRun:
         self.children_before: set[int] = set()  # processes below the driver before Ray started (not Ray's)
         self.progress_note = ""
         self.inputs_checked = False  # preflight_inputs already passed for every planned config
-        self.rebuild_storage = False  # --rebuild-storage: an unreadable SQLite storage is rebuilt from the records
+        self.rebuild_storage = rebuild_storage  # an unreadable SQLite storage is rebuilt from the records
 
     # ---- lock -----------------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -1243,8 +1243,7 @@ def _fmt(value: Any) -> str:
 
 
 def _short(text: Any, limit: int = 200) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return shorten(text, limit)
 
 
 def _display_url(url: str) -> str:

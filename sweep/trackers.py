@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import urlparse
 
+from sweep.spec.text import hide_password, shorten
 from trainer.errors import UserError
 
 # study name -> (the Ray Tune callback class "module:name", the package it needs, the extra to install)
@@ -268,13 +269,6 @@ def read_tracker_runs(trial_dir: str | Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def hide_password(uri: str) -> str:
-    """The URI with a password in it replaced by *** (for warnings, trackers.json and the model card)."""
-    parsed = urlparse(uri)
-    if not parsed.password:
-        return uri
-    return parsed._replace(netloc=parsed.netloc.replace(f":{parsed.password}@", ":***@", 1)).geturl()
-
 
 def _import(path: str) -> Any:
     module_name, _, name = path.partition(":")
@@ -286,5 +280,4 @@ def _is_number(value: Any) -> bool:
 
 
 def _one_line(exc: BaseException, limit: int = 200) -> str:
-    text = " ".join(f"{type(exc).__name__}: {exc}".split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return shorten(f"{type(exc).__name__}: {exc}", limit)

@@ -96,3 +96,23 @@ def plural(count: int, word: str) -> str:
 
 def one_line(text: str) -> str:
     return " ".join(str(text).split())
+
+
+def shorten(text: Any, limit: int = 200) -> str:
+    """`text` on one line, cut to `limit` characters with "..." (for one-line messages)."""
+    text = one_line(text)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def hide_password(url: str) -> str:
+    """The URL with a password in it replaced by *** (database and tracking URLs in messages and files).
+
+    >>> hide_password("postgresql://me:s3cret@db:5432/optuna"), hide_password("sqlite:///m.db")
+    ('postgresql://me:***@db:5432/optuna', 'sqlite:///m.db')
+    """
+    from urllib.parse import urlparse
+
+    parsed = urlparse(url)
+    if not parsed.password:
+        return url
+    return parsed._replace(netloc=parsed.netloc.replace(f":{parsed.password}@", ":***@", 1)).geturl()
