@@ -26,7 +26,7 @@ from sweep.store import StudyFolder
 from trainer.errors import UserError
 
 # Fields that do not change what a trial computes: a change is neither an extension nor a new study.
-NEUTRAL_FIELDS = ("description", "resources", "results_dir", "analysis", "loggers", "tracking")
+NEUTRAL_FIELDS = ("description", "resources", "results_dir", "analysis", "loggers", "tracking", "reuse_workers")
 HISTORY_FILE = "study_history.yaml"
 
 

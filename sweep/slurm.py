@@ -11,7 +11,7 @@ the script and submits nothing). The script, in each allocation:
    fresh token per allocation);
 2. runs `sweep run STUDY --address HEAD` (the driver runs in the batch step, on the first node);
 3. gets SIGTERM from Slurm `margin` seconds before the time limit (`#SBATCH --signal=B:TERM@margin`: to
-   the batch shell only, which forwards it to the driver); the driver stops cleanly (sweep.runner);
+   the batch shell only, which forwards it to the driver); the driver stops cleanly (sweep.stopping);
 4. when the study is unfinished, requeues the job (`scontrol requeue`, `#SBATCH --requeue`); the next
    allocation resumes. After MAX_IDLE_ALLOCATIONS allocations in a row that finished no trial it stops
    with the reason in the log instead of requeueing forever.

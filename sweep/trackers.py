@@ -40,6 +40,7 @@ from typing import Any, Callable
 from urllib.parse import urlparse
 
 from sweep.spec.text import hide_password, shorten
+from sweep.worker import ERROR_KEY, STEP_KEY, SUMMARY_KEY
 from trainer.errors import UserError
 
 # study name -> (the Ray Tune callback class "module:name", the package it needs, the extra to install)
@@ -49,8 +50,6 @@ LOGGER_CALLBACKS = {
     "wandb": ("ray.air.integrations.wandb:WandbLoggerCallback", "wandb", "contrastive-sweep[wandb]"),
 }
 RECORD_FILE = "trackers.json"  # in trials/<key>/
-# The trainer's report() keys (sweep.runner STEP_KEY, SUMMARY_KEY).
-STEP_KEY, SUMMARY_KEY, ERROR_KEY = "step", "sweep_summary", "sweep_error"
 # Seconds an MLflow request may take before the tracker counts as down (MLflow's own default retries a dead
 # server with backoff for minutes per call; each call would stall Tune's driver loop that long).
 MLFLOW_TIMEOUT_S = 5

@@ -20,6 +20,7 @@ import yaml
 from scipy.stats import spearmanr
 
 from sweep.export import export_trial
+from sweep.feed import TrialFeed
 from sweep.runner import _StudyRun, run_study
 from sweep.spec import expand, load_study
 from sweep.store import TrialsTable
@@ -98,12 +99,14 @@ def test_keep_weights_keeps_the_top_k_as_trials_end(tmp_path, keep, kept_after):
     for step, name in enumerate("abcd"):
         key = keys[name]
         state = "FAIL" if name == "c" else "COMPLETE"
-        run.folder.write_summary(key, {"status": "collapsed" if name == "c" else "ok", "best_dev_stsb": devs[name],
-                                       "best_step": 3, "config": {"save_model": True}})
+        summary = {"status": "collapsed" if name == "c" else "ok", "best_dev_stsb": devs[name],
+                   "best_step": 3, "config": {"save_model": True}}
+        run.folder.write_summary(key, summary)
         (run.folder.model_dir(key)).mkdir(parents=True)
         (run.folder.model_dir(key) / "config.json").write_text("{}")
         run.table.update(key, state=state)
-        run.keep_weights()
+        for other, weights in run.keeper.trial_ended(key, summary).items():  # as TrialEvents.trial_ended does
+            run.table.update(other, weights=weights)
         kept = {n for n in "abcd" if run.folder.model_dir(keys[n]).is_dir()}
         assert kept == kept_after[step], (step, kept)
     for name in "abcd":
@@ -118,13 +121,13 @@ def test_keep_weights_none_saves_nothing(tmp_path):
                                     "results_dir": str(tmp_path / "results")}))
     run = _StudyRun(load_study(path), "x:y")
     run.to_run = list(expand(run.spec))
-    job = run.next_job()
+    job = TrialFeed(run).next_job()
     assert "save_model" not in job["config"] or job["config"]["save_model"] is False
     path.write_text(path.read_text().replace("keep_weights: none", "keep_weights: 2"))
     run = _StudyRun(load_study(path), "x:y")
     run.to_run = list(expand(run.spec))
     trial = run.to_run[0]
-    job = run.next_job()
+    job = TrialFeed(run).next_job()
     assert job["config"]["save_model"] is True and job["key"] == trial.key
     assert "save_model" not in trial.config or trial.config["save_model"] is False  # the key's config is unchanged
 

@@ -2,7 +2,7 @@
 
 Without a limit, Ray Tune lets a custom searcher have one trial pending at a time, so a grid started its
 trials one after another however many fit; the driver now sets max_concurrent_trials from the room the
-cluster has (sweep.runner._StudyRun._room).
+cluster has (sweep.ray_session.trial_room).
 """
 
 from __future__ import annotations
@@ -56,13 +56,10 @@ def test_a_grid_at_a_quarter_cpu_runs_eight_trials_at_once(tmp_path, shared_data
     (1.0, 0.0, {"CPU": 4.0}, "head:6379", "tpe", 1000, 4),    # tpe asks only for what fits
 ])
 def test_room_is_what_the_cluster_holds(monkeypatch, cpu, gpu, cluster, address, method, to_run, room):
-    from types import SimpleNamespace
-
     import ray
 
-    from sweep.runner import PENDING_CAP, _StudyRun
+    from sweep.ray_session import PENDING_CAP, trial_room
 
     assert PENDING_CAP == 64
     monkeypatch.setattr(ray, "cluster_resources", lambda: cluster)
-    run = SimpleNamespace(spec=SimpleNamespace(method=method), to_run=[None] * to_run)
-    assert _StudyRun._room(run, {"cpu": cpu, "gpu": gpu}, address) == room
+    assert trial_room({"cpu": cpu, "gpu": gpu}, address, method, to_run) == room

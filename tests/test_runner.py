@@ -55,6 +55,14 @@ def write_study(tmp_path: Path, name: str, model: Path | str, data: Path, parame
     return path
 
 
+def results_of(summary: dict) -> dict:
+    """A trainer summary without what may differ between two runs of one config: timings, paths, resources."""
+    timing = ("train_seconds", "eval_seconds", "wall_time_s", "sentences_per_s", "elapsed_s", "resources", "config")
+    out = {k: v for k, v in summary.items() if k not in timing and "path" not in k and "dir" not in k}
+    out["history"] = [{k: v for k, v in entry.items() if k not in timing} for entry in summary.get("history", [])]
+    return out
+
+
 def read_csv(study_dir: Path) -> list[dict[str, str]]:
     with open(study_dir / "trials.csv", newline="") as f:
         return list(csv.DictReader(f))
@@ -170,9 +178,24 @@ def test_grid_runs_under_ray_and_is_mirrored_to_optuna_and_disk(tmp_path, tiny_m
     assert grid == {(0.5, 16), (0.5, 32), (0.9, 16), (0.9, 32)}
     assert (study_dir / "study.yaml").read_text() == spec.source_text
 
-    # a fresh worker process per trial
-    pids = {(study_dir / "trials" / t.user_attrs["key"] / "log.txt").read_text().split()[4] for t in trials}
-    assert len(pids) == 4
+    # Worker reuse (`reuse_workers: true`, the default): two workers ran the four trials, and a trial that ran
+    # after another in the same worker has the summary of the same config run alone in a fresh process.
+    runs = {}  # key -> (pid, start time) from the first line of its log.txt ("=== trial KEY pid PID ... t=T")
+    for t in trials:
+        words = (study_dir / "trials" / t.user_attrs["key"] / "log.txt").read_text().split()
+        runs[t.user_attrs["key"]] = (words[4], float(next(w for w in words if w.startswith("t="))[2:]))
+    assert len({pid for pid, _ in runs.values()}) < 4
+    later = max(runs, key=lambda key: (sum(pid == runs[key][0] for pid, _ in runs.values()), runs[key][1]))
+    assert any(pid == runs[later][0] and start < runs[later][1] for pid, start in runs.values())
+    reused = json.loads((study_dir / "trials" / later / "summary.json").read_text())
+    fresh_config = tmp_path / "fresh.yaml"
+    fresh_config.write_text(yaml.safe_dump({**reused["config"], "output_dir": str(tmp_path / "fresh")}))
+    alone = subprocess.run([sys.executable, "-m", "trainer", str(fresh_config)], capture_output=True, text=True,
+                           env=dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1"),  # as in a 1-CPU trial
+                           timeout=300, check=False)
+    assert alone.returncode == 0, alone.stderr[-2000:]
+    fresh = json.loads((tmp_path / "fresh" / "summary.json").read_text())
+    assert results_of(reused) == results_of(fresh)
 
     out = capsys.readouterr().out
     assert "4/4 ended" in out and "best dev_stsb" in out and "ETA" in out

@@ -12,6 +12,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from sweep.feed import TrialFeed
 from sweep.mirror import OptunaMirror, infer_distributions, optuna_value
 from sweep.runner import _StudyRun
 from sweep.spec import Metric, Resources, StudySpec, Trial, load_study
@@ -234,17 +235,18 @@ def test_tpe_asks_optuna_per_configuration_runs_every_seed_and_resumes(tmp_path)
     spec = load_study(path)
     run = _StudyRun(spec, "unused:train")
     assert run.prepare() == 4  # two configurations x two seeds
-    first = run.next_job()
-    number = run.trial_started(first["key"], "tune-1")
+    feed, events = TrialFeed(run), run.events
+    first = feed.next_job()
+    number = events.trial_started(first["key"], "tune-1")
     asked = run.mirror.study.trials[number]
     assert asked.state == TrialState.RUNNING and asked.user_attrs["asked"] is True
     assert 0.5 <= asked.params["ema.decay"] <= 0.9 and asked.user_attrs["key"] == first["key"]
     assert first["config"]["output_dir"] == str(run.folder.trial_dir(first["key"]))
-    run.trial_result(first["key"], number, {"step": 3, "dev_stsb": 50.0})
-    run.trial_ended(first["key"], number, summary())
-    second = run.next_job()  # the same configuration with the second seed
+    events.trial_result(first["key"], number, {"step": 3, "dev_stsb": 50.0})
+    events.trial_ended(first["key"], number, summary())
+    second = feed.next_job()  # the same configuration with the second seed
     assert second["seed"] == 2 and second["config"]["ema"]["decay"] == first["config"]["ema"]["decay"]
-    run.trial_started(second["key"], "tune-2")
+    events.trial_started(second["key"], "tune-2")
     # the driver dies here: second is left RUNNING, the second configuration was never asked
 
     again = _StudyRun(spec, "unused:train")
@@ -255,19 +257,19 @@ def test_tpe_asks_optuna_per_configuration_runs_every_seed_and_resumes(tmp_path)
 
 
 def test_callback_records_pruned_and_crashed_trials(tmp_path):
-    from sweep.runner import _Mirroring
     from sweep.spec import Scheduler
+    from sweep.trial_events import TrialEvents
 
     spec = load_study(write_study_file(tmp_path))
     spec.scheduler = Scheduler()
     run = _StudyRun(spec, "unused:train")
     run.prepare()
-    callback = _Mirroring(run)
-    pruned = StubTuneTrial("t1", run.next_job())
+    callback, feed = TrialEvents(run), TrialFeed(run)
+    pruned = StubTuneTrial("t1", feed.next_job())
     callback.on_trial_start(0, [], pruned)
     callback.on_trial_result(0, [], pruned, {"step": 3, "dev_stsb": 40.0, "loss": 1.0})
     callback.on_trial_complete(0, [], pruned)  # no summary: the scheduler stopped it
-    crashed = StubTuneTrial("t2", run.next_job(), error="Traceback ...\nray.exceptions.RayActorError: The actor died")
+    crashed = StubTuneTrial("t2", feed.next_job(), error="Traceback ...\nray.exceptions.RayActorError: The actor died")
     callback.on_trial_start(0, [], crashed)
     callback.on_trial_error(0, [], crashed)
 
@@ -278,6 +280,7 @@ def test_callback_records_pruned_and_crashed_trials(tmp_path):
     on_disk = run.folder.read_summary(pruned.config["key"])
     assert on_disk["status"] == "pruned" and on_disk["best_dev_stsb"] == 40.0
     assert run.folder.read_metrics(pruned.config["key"]) == [{"step": 3, "dev_stsb": 40.0, "loss": 1.0}]
+    run.table.write()  # while trials run, trials.csv is rewritten at most every few seconds (and at the end)
     rows = {r["key"]: r for r in run.folder.read_trials_csv()}
     assert rows[pruned.config["key"]]["state"] == "PRUNED" and rows[crashed.config["key"]]["status"] == "error"
     # a pruned trial is final: not run again
@@ -296,3 +299,22 @@ def test_changed_categorical_choices_fail_before_anything_runs(tmp_path):
         OptunaMirror(spec, url, infer_distributions(grown, list(spec.parameters)))
     wider = [make_trial("d" * 12, 0.99, ["0-256"])] + TRIALS  # numbers may leave the old range
     OptunaMirror(spec, url, infer_distributions(wider, list(spec.parameters)))
+
+
+def test_trials_csv_is_rewritten_at_most_once_per_interval_while_trials_run(tmp_path, monkeypatch):
+    # One rewrite per trial event would cost O(study size) each, O(n^2) for a study of n trials.
+    spec = load_study(write_study_file(tmp_path))
+    run = _StudyRun(spec, "unused:train")
+    run.prepare()  # writes trials.csv: every trial PENDING
+    feed = TrialFeed(run)
+    key = feed.next_job()["key"]
+    monkeypatch.setattr(TrialsTable, "REWRITE_EVERY_S", 3600.0)
+    number = run.events.trial_started(key, "tune-1")
+    run.events.trial_result(key, number, {"step": 3, "dev_stsb": 50.0})
+    states = {r["key"]: r["state"] for r in run.folder.read_trials_csv()}
+    assert states[key] == "PENDING" and run.table.unwritten  # not rewritten within the interval
+    monkeypatch.setattr(TrialsTable, "REWRITE_EVERY_S", 0.0)
+    run.table._write_took = 0.0
+    run.events.on_step_end(0, [])  # Tune's loop: the change is written once the interval has passed
+    rows = {r["key"]: r for r in run.folder.read_trials_csv()}
+    assert rows[key]["state"] == "RUNNING" and rows[key]["dev_stsb"] == "50.0" and not run.table.unwritten

@@ -207,6 +207,9 @@ class StudySpec(BaseModel):
                            BeforeValidator(_none_is_default)] = []
     # best | all | none | <k>: whose best-dev weights stay (trials/<key>/model/; the top k by the metric)
     keep_weights: Annotated[int | None, BeforeValidator(_keep_weights)] = 1  # None: all; 0: none
+    # a Ray worker process runs trial after trial (Tune's actor reuse) instead of one fresh process per trial:
+    # the imports and the loaded model, tokenizer and data are paid once per worker (sweep.worker)
+    reuse_workers: Annotated[bool, Strict()] = True
     # training curves through Ray Tune's logger callbacks: tensorboard, mlflow, wandb (default: none)
     loggers: Annotated[list[Annotated[str, Strict()]], BeforeValidator(_none_is_default), AfterValidator(_loggers)] = []
     # what `sweep analyze` draws beyond what `parameters` call for; changing it changes no trial

@@ -1,0 +1,250 @@
+"""The plan of one `sweep run`: which trials the study has, which of them already ended, which run now.
+
+Owns: StudyPlan, the state a run shares with its trial feed and trial events (the spec, the results
+folder, the Optuna mirror, trials.csv, the trials to run, the keeper of saved weights, the progress
+line), and `prepare()`, which writes study.yaml, opens the Optuna study, sorts every planned trial into
+done and to run, and prints the plan.
+
+The resume rule (sweep.resume.decide, shared with `--dry-run` and `sweep status`):
+- Optuna trials left RUNNING/WAITING by a dead driver become FAIL with reason "interrupted".
+- A key is done, and skipped, when Optuna holds a final attempt for it: COMPLETE, PRUNED, or FAIL with
+  status diverged/collapsed (a deterministic verdict that a re-run would repeat).
+- A key whose summary.json holds a final verdict (ok, diverged, collapsed, pruned) that never reached
+  Optuna (the driver died between the two) is recorded from disk, not re-run.
+- Every other key (never run, interrupted, or failed with an error) runs (again) as a new Optuna trial;
+  the stale attempt stays FAIL. So each key ends final exactly once.
+"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from sweep.history import record_change
+from sweep.mirror import OptunaMirror, infer_distributions, rebuild_storage, summary_from_attrs
+from sweep.progress import Progress
+from sweep.resume import decide, is_final
+from sweep.spec import StudySpec, Trial, expand, search_space, trial_from_params
+from sweep.spec.text import flatten, hide_password
+from sweep.store import StudyFolder, TrialsTable
+from sweep.weights import WeightKeeper
+from trainer.config import RunConfig
+
+
+class StudyPlan:
+    """The trials of one run of a study and what is known about them (see the module docstring)."""
+
+    def __init__(self, spec: StudySpec, train_fn: str, rerun_changed: bool = False, rebuild_storage: bool = False):
+        self.spec = spec
+        self.train_fn = train_fn
+        self.rerun_changed = rerun_changed
+        self.changed: dict[str, list[str]] = {}  # finished key -> fields its config now resolves differently
+        self.folder = StudyFolder(spec.study_dir)
+        self.storage_url = spec.storage or self.folder.default_storage()
+        self.param_names = list(spec.parameters)
+        self.trials: dict[str, Trial] = {}  # key -> trial, every trial of this run (known so far)
+        self.to_run: list[Trial] = []
+        self.asks_left = 0  # tpe: Optuna asks still to make (each runs once per seed)
+        self.asked: dict[str, int] = {}  # tpe: key -> number of the asked Optuna trial it starts as
+        self.handed_out: set[str] = set()  # keys given to Tune and not ended yet
+        self.mirror: Any = None  # sweep.mirror.OptunaMirror, opened by prepare()
+        self.table: TrialsTable | None = None
+        self.progress: Progress | None = None
+        self.keeper = WeightKeeper(self.folder, spec.keep_weights, spec.metric.name, spec.metric.goal)
+        self.change: Any = None  # sweep.history.StudyChange when this run extends the recorded study
+        self.progress_note = ""
+        self.rebuild_storage = rebuild_storage  # an unreadable SQLite storage is rebuilt from the records
+
+    # ---- plan -----------------------------------------------------------------------------------
+    def prepare(self) -> int:
+        """Write study.yaml, open the Optuna study, sort the trials into done and to run, write
+        trials.csv; return how many trials this run will run."""
+        rebuild_storage(self.storage_url, self.rebuild_storage, self.spec.path or "STUDY", self.spec.method,
+                        self.folder.set_aside)
+        if self.change is not None:
+            record_change(self.folder, self.change, extend=bool(self.change.changed))
+            grown = ", ".join(self.change.added + self.change.changed)
+            self.progress_note = f"study {self.spec.name} extended: {grown}"
+        self.folder.write_study_yaml(self.spec)
+        planned = self._planned_trials()
+        distributions = self._distributions(planned)
+        commit = git_commit()
+        self.mirror = OptunaMirror(self.spec, self.storage_url, distributions,
+                                   common_attrs={"git_commit": commit} if commit else {})
+        stale = self.mirror.fail_interrupted()
+        self.table = TrialsTable(self.folder, self.param_names)
+        ended: dict[str, dict[str, Any]] = {}  # key -> summary.json of each trial that already ended
+        skipped = self._resume(planned, ended)
+        for key, state in self.keeper.scan(ended).items():
+            self.table.update(key, weights=state)
+        self.table.write()
+
+        total = len(self.to_run) + self.asks_left * len(self.spec.seeds)
+        self.progress = Progress(total, self.spec.metric.name, self.spec.metric.goal, skipped=skipped)
+        self._print_plan(skipped, len(stale))
+        for key, row in self.table.rows.items():
+            if row["state"] == "COMPLETE":
+                self.progress.offer_best(key, number_or_none(row.get(self.spec.metric.name)))
+        return total
+
+    def configs_planned(self) -> list[dict[str, Any]]:
+        """Every config the study plans, before anything is resumed (tpe: as _configs_to_run)."""
+        if self.spec.method != "tpe":
+            return [t.config for t in self._planned_trials()]
+        return self._configs_to_run()
+
+    def _configs_to_run(self) -> list[dict[str, Any]]:
+        """The configs this run will start (tpe: the base with each model the study may choose)."""
+        if self.spec.method != "tpe":
+            return [t.config for t in self.to_run]
+        values = self.spec.parameters.get("model", [])
+        models = values.get("choices", []) if isinstance(values, dict) else [v for v in values if isinstance(v, str)]
+        base = RunConfig.from_dict(self.spec.base).resolved().to_dict()
+        return [base] + [{**base, "model": model} for model in models]
+
+    def _planned_trials(self) -> list[Trial]:
+        if self.spec.method == "tpe":
+            return []
+        return list(expand(self.spec))
+
+    def _distributions(self, planned: list[Trial]) -> dict[str, Any]:
+        """Optuna distributions of the swept parameters: the spec's search space (random, tpe), and
+        for grid values and derived (expr) values, ranges/choices inferred from the expanded trials."""
+        space = dict(search_space(self.spec)) if self.spec.method in ("tpe", "random") else {}
+        rest = [name for name in self.param_names if name not in space]
+        space.update(infer_distributions(planned, rest))
+        return space
+
+    def _resume(self, planned: list[Trial], ended: dict[str, dict[str, Any]]) -> int:
+        """Sort planned trials into done (skipped) and to run; return how many were skipped. The summary of
+        each trial that ended is added to `ended`."""
+        by_key = self.mirror.trials_by_key()
+        skipped = 0
+        if self.spec.method == "tpe":
+            planned = self._tpe_known_trials(by_key)
+        for trial in planned:
+            self.trials[trial.key] = trial
+            row = self.table.add(trial)
+            attempts = by_key.get(trial.key, [])
+            final = [a for a in attempts if is_final(a)]
+            problem = self.folder.summary_problem(trial.key)
+            if problem:
+                self._damaged_summary(trial.key, problem, final[-1] if final else None)
+            summary = self.folder.read_summary(trial.key)
+            action = decide(attempts, summary)  # the one decision, shared with --dry-run and status
+            changed = self._changed_fields(trial) if action in ("skip", "record") else []
+            if changed:
+                self.changed[trial.key] = changed
+            if changed and self.rerun_changed:
+                self.to_run.append(trial)
+            elif action == "skip":
+                last = final[-1]
+                row.update(state=last.state.name, optuna_trial=last.number)
+                if summary is not None:
+                    self.table.set_summary(trial.key, summary)
+                    ended[trial.key] = summary
+                else:
+                    row.update(status=last.user_attrs.get("status"), reason=last.user_attrs.get("reason"))
+                skipped += 1
+            elif action == "record":
+                number, state = self.mirror.add_finished(trial, summary, self.folder.read_metrics(trial.key))
+                row.update(state=state, optuna_trial=number)
+                self.table.set_summary(trial.key, summary)
+                ended[trial.key] = summary
+                skipped += 1
+            else:
+                self.to_run.append(trial)
+        if self.spec.method == "tpe":
+            asked = {t.number for ts in by_key.values() for t in ts if t.user_attrs.get("asked")}
+            self.asks_left = max(0, (self.spec.budget or 1) - len(asked))
+        return skipped
+
+    def _changed_fields(self, trial: Trial) -> list[str]:
+        """Fields whose value in the config the trial ran with differs from how it resolves now.
+
+        A field the stored config lacks (added by a later release, with a default) does not count.
+        """
+        stored = self.folder.read_config(trial.key)
+        if stored is None:
+            return []
+        before, now = flatten(stored), flatten(trial.config)
+        return sorted(k for k in now if k in before and k != "output_dir" and before[k] != now[k])
+
+    def _damaged_summary(self, key: str, problem: str, final: Any) -> None:
+        """A summary.json that does not parse: never read as "no result". When Optuna holds the trial's
+        final attempt, the file is set aside and rebuilt from that attempt's user attributes (the key stays
+        done); otherwise the trial's folder is set aside and the trial runs again."""
+        path = self.folder.summary_path(key)
+        if final is not None:
+            aside = self.folder.set_aside(path)
+            self.folder.write_summary(key, summary_from_attrs(dict(final.user_attrs)))
+            print(f"trial {key}: {path} {problem}; kept as {aside.name}, results restored from Optuna trial "
+                  f"{final.number}", flush=True)
+        else:
+            aside = self.folder.set_aside(self.folder.trial_dir(key))
+            print(f"trial {key}: {path} {problem}; its folder kept as {aside}, the trial runs again", flush=True)
+
+    def _tpe_known_trials(self, by_key: dict[str, list[Any]]) -> list[Trial]:
+        """tpe: every seed of the parameter sets asked in earlier runs, rebuilt from Optuna."""
+        known: dict[str, Trial] = {}
+        for attempts in by_key.values():
+            first = attempts[0]
+            if not first.user_attrs.get("asked"):
+                continue
+            params = {name: first.params[name] for name in self.param_names if name in first.params}
+            for seed in self.spec.seeds:
+                trial = make_trial(self.spec, params, seed)
+                if trial is not None:
+                    known.setdefault(trial.key, trial)
+        return list(known.values())
+
+    def _print_plan(self, skipped: int, stale: int) -> None:
+        spec = self.spec
+        parts = [f"study {spec.name}: {len(self.trials) + self.asks_left * len(spec.seeds)} trials"]
+        if skipped:
+            parts.append(f"{skipped} already ended (skipped)")
+        if stale:
+            parts.append(f"{stale} left running by an earlier driver marked FAIL (interrupted)")
+        parts.append(f"{self.progress.total} to run")
+        self.progress.say(", ".join(parts))
+        if self.changed:
+            fields = ", ".join(sorted({f for fs in self.changed.values() for f in fs}))
+            what = ("re-running them (--rerun-changed)" if self.rerun_changed else
+                    "their results are kept; add --rerun-changed to re-run them")
+            self.progress.say(f"study {spec.name}: {len(self.changed)} finished trials would now resolve "
+                              f"differently ({fields}); {what}")
+        if self.progress_note:
+            self.progress.say(self.progress_note + " (see study_history.yaml)")
+        self.progress.say(f"results: {self.folder.path}  optuna: {hide_password(self.storage_url)}")
+
+
+def make_trial(spec: StudySpec, params: dict[str, Any], seed: int) -> Trial | None:
+    """The Trial for sampled parameter values (tpe); None when the study's constraints drop it."""
+    return trial_from_params(spec, params, seed)
+
+
+_GIT_COMMIT: list[str | None] = []
+
+
+def git_commit() -> str | None:
+    """The project's git commit (with "-dirty" for uncommitted changes), or None outside a checkout."""
+    if not _GIT_COMMIT:
+        repo = Path(__file__).resolve().parents[1]
+        try:
+            out = subprocess.run(["git", "-C", str(repo), "describe", "--always", "--dirty", "--abbrev=40"],
+                                 capture_output=True, text=True, timeout=10)
+            _GIT_COMMIT.append(out.stdout.strip() or None if out.returncode == 0 else None)
+        except (OSError, subprocess.SubprocessError):
+            _GIT_COMMIT.append(None)
+    return _GIT_COMMIT[0]
+
+
+def number_or_none(value: Any) -> float | None:
+    """`value` as a finite float, or None (a trials.csv cell may be empty, text or nan)."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None

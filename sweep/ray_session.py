@@ -1,0 +1,112 @@
+"""The Ray session of one `sweep run`: start a local Ray (or join a cluster), route Ray's own log lines
+to results/<study>/ray.log, size how many trials Tune may have pending, and shut Ray down.
+
+Ray is started with `address="local"` (a new instance of our own, even when another Ray runs on this
+machine) or joins `--address`; the environment a trial needs (FORWARDED_ENV) reaches the workers through
+the runtime_env. Ray's and Tune's messages (resource warnings, "Resume experiment with:
+Tuner.restore(...)", which contradicts the resume rule: run the same command again) go to ray.log, not
+the terminal.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+from sweep.reaper import name as process_name
+from sweep.stopping import StopSignals, descendants_of_driver, kill_leftovers
+from trainer.errors import UserError
+
+# Environment variables a trial needs where it runs (forwarded to the workers through runtime_env).
+FORWARDED_ENV = ("SWEEP_DATA_DIR", "HF_HOME", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HUB_CACHE")
+# Trials a grid keeps pending on an existing cluster beyond what fits now (an autoscaler scales to the demand).
+PENDING_CAP = 64
+
+
+def start_ray(address: str | None, stop: StopSignals, folder_path: Path) -> bool:
+    """ray.init for a sweep; True when this call started or joined Ray (False: already initialised).
+    A stop signal while Ray starts is recorded in `stop`; our signal handlers are put back afterwards."""
+    import ray
+
+    os.environ.setdefault("TUNE_DISABLE_STRICT_METRIC_CHECKING", "1")  # summary/error reports lack dev_stsb
+    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")  # metrics.jsonl is the record
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # with verbose=0: Tune prints nothing; Progress does
+    # With the auto loggers off, Tune's end-of-run analysis warns that it found no result files.
+    logging.getLogger("ray.tune.analysis.experiment_analysis").setLevel(logging.ERROR)
+    env_vars = {name: os.environ[name] for name in FORWARDED_ENV if name in os.environ}
+    kwargs: dict[str, Any] = dict(log_to_driver=False, logging_level=logging.WARNING,
+                                  configure_logging=False)  # see ray_log_handler
+    if env_vars:
+        kwargs["runtime_env"] = {"env_vars": env_vars}
+    if ray.is_initialized():
+        return False
+    os.environ.setdefault("TUNE_DISABLE_SIGINT_HANDLER", "1")  # ours stops the run (no Tuner.restore hint)
+    # ray.init(configure_logging=False) starts by clearing the "ray" logger's handlers, so what it logs
+    # itself (e.g. "Token authentication is enabled ...") would reach stderr through logging.lastResort.
+    handler = ray_log_handler(folder_path)
+    saved_last_resort, logging.lastResort = logging.lastResort, handler
+    try:
+        if address:
+            ray.init(address=address, **kwargs)
+        else:
+            # "local": a new instance of our own, even when another Ray runs on this machine
+            ray.init(address="local", num_cpus=os.cpu_count() or 1, include_dashboard=False, **kwargs)
+    except SystemExit:
+        # ray.init's own SIGTERM handlers (installed while it starts) end in sys.exit
+        stop.signum = stop.signum or signal.SIGTERM
+        return True
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        where = f"the Ray cluster at {address}" if address else "a local Ray instance"
+        hint = ""
+        if address and "RAY_AUTH_MODE" not in os.environ:
+            hint = ("; if the cluster uses token authentication (Ray's default for `ray start`), set "
+                    "RAY_AUTH_MODE=token (the token is read from $RAY_AUTH_TOKEN or ~/.ray/auth_token)")
+        raise UserError(f"cannot start or reach {where}: {' '.join(str(exc).split())[:300]}{hint}") from None
+    finally:
+        logging.lastResort = saved_last_resort
+        stop.install()  # replaces ray.init's SIGTERM handlers and the core worker's crash dump
+    ray_logger = logging.getLogger("ray")
+    ray_logger.handlers = [handler]
+    ray_logger.propagate = False
+    stop.ray_processes = {pid: start for pid, start in descendants_of_driver().items()
+                          if process_name(pid) in ("gcs_server", "raylet")}
+    return True
+
+
+def ray_log_handler(folder_path: Path) -> logging.Handler:
+    """Ray's and Tune's own messages (resource warnings, "Resume experiment with: Tuner.restore(...)",
+    which contradicts the resume rule: run the same command again) go to results/<study>/ray.log."""
+    handler = logging.FileHandler(folder_path / "ray.log", encoding="utf-8")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    return handler
+
+
+def shutdown_ray(local: bool, keep: set[int]) -> None:
+    """ray.shutdown(), then (for a Ray started here) kill what Ray left, except the pids in `keep`."""
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+    if local:
+        kill_leftovers(keep=keep)
+
+
+def trial_room(resources: dict[str, float], address: str | None, method: str, remaining: int) -> int:
+    """How many trials Tune may have pending or running at once: as many as the cluster's CPUs and GPUs
+    hold. Without a limit Tune lets a custom searcher have one trial pending at a time, so trials would
+    start one after another however much room there is (and an autoscaler would see one trial's demand).
+    On an existing cluster (`--address`) a grid asks for its remaining trials, up to PENDING_CAP, so an
+    autoscaler sees the study's demand; tpe asks only for what fits (each ask is a sampler decision)."""
+    import ray
+
+    total = ray.cluster_resources()
+    fits = [int(total.get("CPU", 1.0) // max(resources["cpu"], 1e-9))]
+    if resources["gpu"] > 0:
+        fits.append(int(total.get("GPU", 0.0) // resources["gpu"]))
+    room = max(1, min(fits))
+    if address and method != "tpe":
+        room = max(room, min(remaining, PENDING_CAP))
+    return room
