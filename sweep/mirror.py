@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import optuna
+import sqlalchemy
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import FrozenTrial, TrialState
 
@@ -83,15 +84,30 @@ def rebuild_storage(url: str, rebuild: bool, study: str, method: str, set_aside:
 
 
 def open_storage(url: str) -> optuna.storages.RDBStorage:
-    """An RDB storage for `url` (sqlite:///..., postgresql://...)."""
+    """An RDB storage for `url` (sqlite:///..., postgresql://...).
+
+    A SQLite storage is written without fsync (`PRAGMA synchronous=OFF`). Optuna commits once per user
+    attribute, and with an fsync per commit (~6-13 ms here) recording one trial's scores took ~0.2 s, the
+    largest cost the driver added per trial. Without it a killed driver still cannot damage the file (SQLite's
+    journal keeps each commit atomic); only an operating-system crash or a power cut could, and the storage
+    only mirrors the trials' summary.json files: `sweep run --rebuild-storage` rebuilds it.
+    """
     engine_kwargs: dict[str, Any] = {"pool_pre_ping": True}
     if url.startswith("sqlite"):
         engine_kwargs = {"connect_args": {"timeout": 60}}  # the dashboard may read while we write
     try:
-        return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
+        storage = optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
     except Exception as exc:  # sqlalchemy: bad URL, missing driver, server down
         reason = " ".join(str(exc).split())[:300]
         raise UserError(f"cannot open Optuna storage {_hide_password(url)}: {reason}") from None
+    if url.startswith("sqlite"):
+        sqlalchemy.event.listen(storage.engine, "connect", _without_fsync)
+        storage.engine.dispose()  # connections opened while Optuna set the schema up reconnect with the pragma
+    return storage
+
+
+def _without_fsync(connection: Any, record: Any) -> None:
+    connection.execute("PRAGMA synchronous=OFF")
 
 
 def optuna_value(value: Any) -> Any:
@@ -154,6 +170,7 @@ class OptunaMirror:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 self.study.set_metric_names([spec.metric.name])
+        self.study_id = self.storage.get_study_id_from_name(spec.name)
         self._check_distributions()
         self._save_note()
         self.running: dict[int, optuna.Trial] = {}  # Optuna trial number -> live trial
@@ -216,10 +233,18 @@ class OptunaMirror:
 
     # ---- live trials ----------------------------------------------------------------------------
     def start(self, trial: Trial, attrs: dict[str, Any] | None = None) -> int:
-        """Create the trial RUNNING with its parameters; return its Optuna number."""
+        """Create the trial RUNNING with its parameters and start attributes; return its Optuna number.
+
+        One storage transaction (the trial created from a template, as `study.add_trial` does), where
+        `enqueue_trial` + `ask` took one per parameter and attribute: ~7 ms instead of ~25 ms of the
+        driver's time per trial. The parameters are the study's own, so no sampler is asked."""
         params = {name: optuna_value(trial.params[name]) for name in self.distributions if name in trial.params}
-        self.study.enqueue_trial(params, user_attrs=self._start_attrs(trial, attrs))
-        live = self.study.ask({n: d for n, d in self.distributions.items() if n in params})
+        template = optuna.trial.create_trial(
+            state=TrialState.RUNNING, params=params, user_attrs=self._start_attrs(trial, attrs),
+            distributions={n: d for n, d in self.distributions.items() if n in params},
+        )
+        trial_id = self.storage.create_new_trial(self.study_id, template_trial=template)
+        live = optuna.Trial(self.study, trial_id)
         self.running[live.number] = live
         return live.number
 

@@ -6,6 +6,7 @@ import csv
 import json
 import math
 import os
+import sys
 from pathlib import Path
 
 import optuna
@@ -318,3 +319,76 @@ def test_trials_csv_is_rewritten_at_most_once_per_interval_while_trials_run(tmp_
     run.events.on_step_end(0, [])  # Tune's loop: the change is written once the interval has passed
     rows = {r["key"]: r for r in run.folder.read_trials_csv()}
     assert rows[key]["state"] == "RUNNING" and rows[key]["dev_stsb"] == "50.0" and not run.table.unwritten
+
+
+def test_the_sqlite_mirror_commits_without_fsync(tmp_path):
+    # Optuna commits once per user attribute; with an fsync each, recording a trial's scores cost ~0.2 s.
+    import sqlalchemy
+
+    from sweep.mirror import open_storage
+
+    storage = open_storage(f"sqlite:///{tmp_path / 'optuna.db'}")
+    with storage.engine.connect() as connection:
+        assert connection.execute(sqlalchemy.text("PRAGMA synchronous")).scalar() == 0  # OFF
+
+
+_WRITE_TRIALS_CSV = TrialsTable.write
+_OPENED: list[str] | None = None  # files opened while a trial's events are counted (None: not counting)
+
+
+def _count_opens(event: str, args: tuple) -> None:
+    if _OPENED is not None and event == "open" and isinstance(args[0], (str, os.PathLike)):
+        _OPENED.append(str(args[0]))
+
+
+def _event_costs(folder: Path, trials: int, monkeypatch) -> list[tuple[int, int, int]]:
+    """Run `trials` trials' events (start, two results, end) of a grid study; per trial: the SQL statements,
+    the files opened and the trials.csv rewrites its events caused."""
+    global _OPENED
+    import sqlalchemy
+
+    folder.mkdir()
+    path = folder / "many.yaml"
+    path.write_text("name: many\nbase: {model: embedded, method: simcse}\nkeep_weights: 2\n"
+                    f"parameters:\n  optim.lr: {[round(1e-6 * (i + 1), 9) for i in range(trials)]}\n"
+                    f"results_dir: {folder / 'results'}\n")
+    run = _StudyRun(load_study(path), "unused:train")
+    run.prepare()
+    monkeypatch.setattr(TrialsTable, "REWRITE_EVERY_S", 1e9)  # rewrites within the interval: the test above
+    rewrites = []
+
+    def counted_write(table: TrialsTable) -> None:
+        rewrites.append(1)
+        _WRITE_TRIALS_CSV(table)
+
+    monkeypatch.setattr(TrialsTable, "write", counted_write)
+    feed, events = TrialFeed(run), run.events
+    statements: list[str] = []
+    sqlalchemy.event.listen(run.mirror.storage.engine, "before_cursor_execute",
+                            lambda conn, cursor, sql, *rest: statements.append(sql))
+    costs = []
+    for index in range(trials):
+        job = feed.next_job()  # the driver writes the trial's config.yaml here, before Tune starts it
+        key = job["key"]
+        run.folder.write_summary(key, {**summary(dev=50.0 + index % 7), "config": job["config"]})
+        statements.clear()
+        rewrites.clear()
+        _OPENED = []
+        number = events.trial_started(key, f"tune-{index}")
+        events.trial_result(key, number, {"step": 3, "dev_stsb": 40.0})
+        events.trial_result(key, number, {"step": 6, "dev_stsb": 45.0})
+        events.trial_ended(key, number, summary(dev=50.0 + index % 7))
+        costs.append((len(statements), len(_OPENED), len(rewrites)))
+        _OPENED = None
+    assert len(run.mirror.study.get_trials()) == trials
+    return costs
+
+
+def test_a_trials_events_cost_the_same_however_large_the_study(tmp_path, monkeypatch):
+    # Issue 20: a trial's start, result and end must not rescan the study (Optuna, trials.csv, summary
+    # files). Count the SQL statements, the files opened and the trials.csv rewrites of each trial's events:
+    # the last trial of an 80-trial study costs exactly what the 10th of a 20-trial study did.
+    sys.addaudithook(_count_opens)
+    small = _event_costs(tmp_path / "small", 20, monkeypatch)
+    large = _event_costs(tmp_path / "large", 80, monkeypatch)
+    assert small[9] == large[-1] and small[9][0] > 0 and small[9][2] == 0, (small[9], large[-1])
