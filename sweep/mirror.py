@@ -25,6 +25,8 @@ import contextlib
 import json
 import math
 import sqlite3
+import sys
+import threading
 import warnings
 from pathlib import Path
 from typing import Any, Callable
@@ -172,7 +174,11 @@ class OptunaMirror:
                 self.study.set_metric_names([spec.metric.name])
         self.study_id = self.storage.get_study_id_from_name(spec.name)
         self._check_distributions()
-        self._save_note()
+        # The dashboard's note (the study's YAML) is written by a thread: importing optuna_dashboard takes
+        # a second or two, which the driver spends starting Ray meanwhile. wait_for_note() joins it.
+        self._note_error: str | None = None
+        self._note = threading.Thread(target=self._save_note, name="optuna-note", daemon=True)
+        self._note.start()
         self.running: dict[int, optuna.Trial] = {}  # Optuna trial number -> live trial
         self._reported_steps: dict[int, set[int]] = {}
 
@@ -194,7 +200,21 @@ class OptunaMirror:
             if not unchecked:
                 return
 
+    def wait_for_note(self, timeout: float = 60.0) -> None:
+        """Wait until the dashboard's note is written; a failure to write it is one warning line."""
+        self._note.join(timeout)
+        if self._note_error:
+            print(f"warning: the Optuna dashboard note of study '{self.spec.name}' was not written: "
+                  f"{self._note_error}", file=sys.stderr)
+            self._note_error = None
+
     def _save_note(self) -> None:
+        try:
+            self._write_note()
+        except Exception as exc:  # the note is for people; the study goes on without it
+            self._note_error = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+
+    def _write_note(self) -> None:
         from optuna_dashboard import get_note, save_note
 
         text = self.spec.source_text.strip() or f"name: {self.spec.name}"

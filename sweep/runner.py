@@ -211,6 +211,8 @@ class _StudyRun(StudyPlan):
         """Print the summary; the exit code (module docstring)."""
         if self.stop.requested:
             self.interrupted = True
+        if self.mirror is not None:
+            self.mirror.wait_for_note(timeout=5.0 if self.stop.requested else 60.0)
         self._print_summary()
         if self.stop.requested:
             return self.stop.exit_code

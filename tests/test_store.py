@@ -147,6 +147,7 @@ def test_mirror_records_running_curves_states_and_attrs(tmp_path):
 
     from optuna_dashboard import get_note
 
+    mirror.wait_for_note()  # written by a thread while the driver starts Ray
     assert "name: unit" in get_note(mirror.study)
 
 
