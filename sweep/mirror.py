@@ -33,16 +33,17 @@ import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import FrozenTrial, TrialState
 
-from sweep.spec import StudySpec, Trial
+from sweep.spec.schema import StudySpec, Trial
 from sweep.spec.text import hide_password as _hide_password
 from sweep.store import TASKS, TRANSFER_TASKS, metric_value
+from sweep.store import is_final as _is_final
 from trainer.errors import UserError
 from trainer.files import json_safe
 
 INTERRUPTED = "interrupted"
 
-# Trainer statuses whose Optuna trial is final although not COMPLETE (re-running would not help);
-# defined with the resume decision in sweep.resume.
+# Which attempts are final (is_final, FINAL_FAIL_STATUSES) is defined in sweep.store, read here and by the
+# resume decision in sweep.resume.
 
 
 def sqlite_problem(url: str) -> str | None:
@@ -157,6 +158,7 @@ class OptunaMirror:
         self._check_distributions()
         self._save_note()
         self.running: dict[int, optuna.Trial] = {}  # Optuna trial number -> live trial
+        self._storage_study_id: int | None = None
         self._reported_steps: dict[int, set[int]] = {}
 
     def _check_distributions(self) -> None:
@@ -210,9 +212,7 @@ class OptunaMirror:
     @staticmethod
     def is_final(frozen: FrozenTrial) -> bool:
         """True when this attempt ended the key for good (not re-run on resume)."""
-        from sweep.resume import is_final
-
-        return is_final(frozen)
+        return _is_final(frozen)
 
     # ---- live trials ----------------------------------------------------------------------------
     def start(self, trial: Trial, attrs: dict[str, Any] | None = None) -> int:
@@ -275,9 +275,15 @@ class OptunaMirror:
             distributions={n: d for n, d in self.distributions.items() if n in params},
             user_attrs=user_attrs, intermediate_values=intermediate,
         )
-        self.study.add_trial(frozen)
-        number = self.study.get_trials(deepcopy=False)[-1].number
-        return number, state.name
+        # What study.add_trial does (create_trial has validated the trial), keeping the new trial's id: its
+        # number then costs one lookup, where reading the study's trials back cost O(trials) per record.
+        trial_id = self.storage.create_new_trial(self._study_id(), template_trial=frozen)
+        return self.storage.get_trial_number_from_id(trial_id), state.name
+
+    def _study_id(self) -> int:
+        if self._storage_study_id is None:
+            self._storage_study_id = self.storage.get_study_id_from_name(self.spec.name)
+        return self._storage_study_id
 
     def state_for(self, summary: dict[str, Any]) -> tuple[TrialState, float | None]:
         status = summary.get("status")

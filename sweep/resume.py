@@ -15,18 +15,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from sweep.store import FINAL_STATUSES, StudyFolder
+# is_final and FINAL_FAIL_STATUSES live in sweep.store, below both this module and sweep.mirror (which reads them too).
+from sweep.store import FINAL_FAIL_STATUSES, FINAL_STATUSES, StudyFolder, is_final
 
-# Trainer statuses whose Optuna trial is final although not COMPLETE (re-running would not help).
-FINAL_FAIL_STATUSES = ("diverged", "collapsed")
-
-
-def is_final(attempt: Any) -> bool:
-    """True when this Optuna attempt ended the key for good (not re-run)."""
-    state = attempt.state.name
-    if state in ("COMPLETE", "PRUNED"):
-        return True
-    return state == "FAIL" and attempt.user_attrs.get("status") in FINAL_FAIL_STATUSES
+__all__ = ["FINAL_FAIL_STATUSES", "decide", "is_done", "is_final", "optuna_attempts", "trial_states"]
 
 
 def decide(attempts: list[Any], summary: dict[str, Any] | None) -> str:
@@ -77,7 +69,7 @@ def trial_states(spec: Any, keys: list[str] | None = None) -> dict[str, str] | N
         return None
     by_key = by_key or {}
     if keys is None:
-        from sweep.spec import expand
+        from sweep.spec.expand import expand
 
         keys = [t.key for t in expand(spec)]
     states = {}
