@@ -95,6 +95,88 @@ def open_storage(url: str) -> optuna.storages.RDBStorage:
         raise UserError(f"cannot open Optuna storage {_hide_password(url)}: {reason}") from None
 
 
+def read_trials(storage: optuna.storages.RDBStorage, study_id: int,
+                states: tuple[TrialState, ...] | None = None) -> list[FrozenTrial]:
+    """The study's trials (those in `states`, default all), in number order: what
+    `storage.get_all_trials(study_id, deepcopy=False)` returns, read in five plain SELECTs over Optuna's own
+    tables instead of one ORM object per row. Optuna's ORM read costs ~0.8 ms per trial (8 s for a 10,000-trial
+    study, twice for `sweep status`); this one ~20x less. Falls back to Optuna's read if its tables change."""
+    try:
+        return _read_trials_core(storage, study_id, states)
+    except (ImportError, AttributeError):  # a later Optuna renamed its models: its own (slower) read
+        trials = storage.get_all_trials(study_id, deepcopy=False, states=states)
+        return sorted(trials, key=lambda t: t.number)
+
+
+def _read_trials_core(storage: optuna.storages.RDBStorage, study_id: int,
+                      states: tuple[TrialState, ...] | None) -> list[FrozenTrial]:
+    import datetime
+
+    import sqlalchemy
+    from optuna.distributions import json_to_distribution
+    from optuna.storages._rdb import models
+
+    trial_table = models.TrialModel
+    of_study = trial_table.study_id == study_id
+    if states is not None:
+        of_study = sqlalchemy.and_(of_study, trial_table.state.in_(states))
+    ids = sqlalchemy.select(trial_table.trial_id).where(of_study)
+
+    def local(utc: datetime.datetime | None) -> datetime.datetime | None:  # as TrialModel.datetime_start
+        if utc is None:
+            return None
+        return utc.replace(tzinfo=datetime.timezone.utc).astimezone().replace(tzinfo=None)
+
+    def children(model: Any, *columns: Any) -> list[Any]:
+        query = sqlalchemy.select(model.trial_id, *columns).where(model.trial_id.in_(ids))
+        return connection.execute(query.order_by(*[c for c in model.__table__.primary_key.columns])).all()
+
+    with storage.engine.connect() as connection:
+        rows = connection.execute(sqlalchemy.select(
+            trial_table.trial_id, trial_table.number, trial_table.state, trial_table._datetime_start_utc,
+            trial_table._datetime_complete_utc).where(of_study).order_by(trial_table.trial_id)).all()
+        fields: dict[int, dict[str, Any]] = {
+            row[0]: {"number": row[1], "state": row[2], "start": local(row[3]), "complete": local(row[4]),
+                     "params": {}, "distributions": {}, "user_attrs": {}, "system_attrs": {},
+                     "intermediate": {}, "values": {}} for row in rows}
+        for trial_id, name, value, text in children(models.TrialParamModel, models.TrialParamModel.param_name,
+                                                    models.TrialParamModel.param_value,
+                                                    models.TrialParamModel.distribution_json):
+            distribution = json_to_distribution(text)
+            fields[trial_id]["distributions"][name] = distribution
+            fields[trial_id]["params"][name] = distribution.to_external_repr(value)
+        for model, target in ((models.TrialUserAttributeModel, "user_attrs"),
+                              (models.TrialSystemAttributeModel, "system_attrs")):
+            for trial_id, key, text in children(model, model.key, model.value_json):
+                fields[trial_id][target][key] = json.loads(text)
+        value_model = models.TrialValueModel
+        for trial_id, objective, value, kind in children(value_model, value_model.objective, value_model.value,
+                                                         value_model.value_type):
+            fields[trial_id]["values"][objective] = value_model.stored_repr_to_value(value, kind)
+        step_model = models.TrialIntermediateValueModel
+        for trial_id, step, value, kind in children(step_model, step_model.step, step_model.intermediate_value,
+                                                    step_model.intermediate_value_type):
+            fields[trial_id]["intermediate"][step] = step_model.stored_repr_to_intermediate_value(value, kind)
+    trials = [
+        FrozenTrial(number=f["number"], state=f["state"], value=None, datetime_start=f["start"],
+                    datetime_complete=f["complete"], params=f["params"], distributions=f["distributions"],
+                    user_attrs=f["user_attrs"], system_attrs=f["system_attrs"], intermediate_values=f["intermediate"],
+                    trial_id=trial_id, values=[f["values"][i] for i in sorted(f["values"])] or None)
+        for trial_id, f in fields.items()
+    ]
+    return sorted(trials, key=lambda t: t.number)
+
+
+def group_by_key(trials: list[FrozenTrial]) -> dict[str, list[FrozenTrial]]:
+    """Trials (in number order) grouped by their `key` user attr, oldest first; trials without one left out."""
+    out: dict[str, list[FrozenTrial]] = {}
+    for frozen in trials:
+        key = frozen.user_attrs.get("key")
+        if key:
+            out.setdefault(key, []).append(frozen)
+    return out
+
+
 def optuna_value(value: Any) -> Any:
     """A parameter value as Optuna stores it: scalars as they are, lists joined with "+" (queue slices
     ["0-256", "768-1024"] -> "0-256+768-1024", as `sweep.spec.search_space` offers them), dicts as JSON."""
@@ -137,6 +219,7 @@ class OptunaMirror:
         self.distributions = distributions
         self.common_attrs = common_attrs or {}
         self.storage = open_storage(storage_url)
+        self._storage_study_id: int | None = None
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         sampler = optuna.samplers.TPESampler(seed=spec.seeds[0] if spec.seeds else None)
         direction = "maximize" if spec.metric.goal == "maximize" else "minimize"
@@ -158,7 +241,6 @@ class OptunaMirror:
         self._check_distributions()
         self._save_note()
         self.running: dict[int, optuna.Trial] = {}  # Optuna trial number -> live trial
-        self._storage_study_id: int | None = None
         self._reported_steps: dict[int, set[int]] = {}
 
     def _check_distributions(self) -> None:
@@ -167,7 +249,7 @@ class OptunaMirror:
         from optuna.distributions import check_distribution_compatibility
 
         unchecked = dict(self.distributions)
-        for frozen in self.study.get_trials(deepcopy=False):
+        for frozen in read_trials(self.storage, self._study_id()):
             for name in [n for n in unchecked if n in frozen.distributions]:
                 try:
                     check_distribution_compatibility(frozen.distributions[name], unchecked.pop(name))
@@ -190,7 +272,7 @@ class OptunaMirror:
     # ---- resume ---------------------------------------------------------------------------------
     def fail_interrupted(self) -> list[FrozenTrial]:
         """Mark trials a previous driver left RUNNING (or WAITING) as FAIL, reason "interrupted"."""
-        stale = self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING))
+        stale = read_trials(self.storage, self._study_id(), states=(TrialState.RUNNING, TrialState.WAITING))
         for frozen in stale:
             self.storage.set_trial_user_attr(frozen._trial_id, "status", INTERRUPTED)
             self.storage.set_trial_user_attr(frozen._trial_id, "reason", INTERRUPTED)
@@ -202,12 +284,7 @@ class OptunaMirror:
 
     def trials_by_key(self) -> dict[str, list[FrozenTrial]]:
         """Every Optuna trial of the study grouped by its `key` user attr, oldest first."""
-        out: dict[str, list[FrozenTrial]] = {}
-        for frozen in self.study.get_trials(deepcopy=False):
-            key = frozen.user_attrs.get("key")
-            if key:
-                out.setdefault(key, []).append(frozen)
-        return out
+        return group_by_key(read_trials(self.storage, self._study_id()))
 
     @staticmethod
     def is_final(frozen: FrozenTrial) -> bool:

@@ -143,11 +143,7 @@ class StudyFolder:
 
     def read_summary(self, key: str) -> dict[str, Any] | None:
         """The trial's summary.json, or None when absent or unreadable (see summary_problem)."""
-        try:
-            data = json.loads(self.summary_path(key).read_text())
-        except (OSError, ValueError):
-            return None
-        return data if isinstance(data, dict) else None
+        return self.read_summary_checked(key)[0]
 
     def summary_problem(self, key: str) -> str | None:
         """Why the trial's summary.json exists but cannot be used (None when it is absent or fine).
@@ -155,16 +151,19 @@ class StudyFolder:
         A summary is written atomically, so one that does not parse was damaged afterwards (a disk or
         a hand edit): it is reported, never taken as "no result".
         """
-        path = self.summary_path(key)
+        return self.read_summary_checked(key)[1]
+
+    def read_summary_checked(self, key: str) -> tuple[dict[str, Any] | None, str | None]:
+        """(read_summary, summary_problem) from one read of the file."""
         try:
-            data = json.loads(path.read_text())
+            data = json.loads(self.summary_path(key).read_text())
         except FileNotFoundError:
-            return None
+            return None, None
         except OSError as exc:
-            return f"cannot be read ({exc.strerror})"
+            return None, f"cannot be read ({exc.strerror})"
         except ValueError as exc:
-            return f"does not parse ({exc})"
-        return None if isinstance(data, dict) else "does not hold a JSON object"
+            return None, f"does not parse ({exc})"
+        return (data, None) if isinstance(data, dict) else (None, "does not hold a JSON object")
 
     def set_aside(self, path: Path) -> Path:
         """Rename a damaged file or trial folder to <name>.damaged-<time> beside it; return the new path."""
