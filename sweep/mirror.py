@@ -108,6 +108,32 @@ def read_trials(storage: optuna.storages.RDBStorage, study_id: int,
         return sorted(trials, key=lambda t: t.number)
 
 
+def first_distributions(storage: optuna.storages.RDBStorage, study_id: int) -> dict[str, tuple[int, BaseDistribution]]:
+    """Parameter name -> (number, distribution) of the study's first trial that has it: what a new trial's
+    distribution must be compatible with. One SELECT over the parameters, not a read of every trial."""
+    try:
+        import sqlalchemy
+        from optuna.distributions import json_to_distribution
+        from optuna.storages._rdb import models
+
+        param, trial = models.TrialParamModel, models.TrialModel
+        query = (sqlalchemy.select(param.param_name, trial.number, param.distribution_json)
+                 .join(trial, trial.trial_id == param.trial_id).where(trial.study_id == study_id)
+                 .order_by(trial.number, param.param_id))
+        with storage.engine.connect() as connection:
+            rows = connection.execute(query).all()
+        first: dict[str, tuple[int, str]] = {}
+        for name, number, text in rows:
+            first.setdefault(name, (number, text))
+        return {name: (number, json_to_distribution(text)) for name, (number, text) in first.items()}
+    except (ImportError, AttributeError):  # a later Optuna renamed its models
+        out: dict[str, tuple[int, BaseDistribution]] = {}
+        for frozen in read_trials(storage, study_id):
+            for name, distribution in frozen.distributions.items():
+                out.setdefault(name, (frozen.number, distribution))
+        return out
+
+
 def _read_trials_core(storage: optuna.storages.RDBStorage, study_id: int,
                       states: tuple[TrialState, ...] | None) -> list[FrozenTrial]:
     import datetime
@@ -248,18 +274,16 @@ class OptunaMirror:
         distribution (Optuna refuses e.g. new categorical choices within one study)."""
         from optuna.distributions import check_distribution_compatibility
 
-        unchecked = dict(self.distributions)
-        for frozen in read_trials(self.storage, self._study_id()):
-            for name in [n for n in unchecked if n in frozen.distributions]:
-                try:
-                    check_distribution_compatibility(frozen.distributions[name], unchecked.pop(name))
-                except ValueError as exc:
-                    raise UserError(
-                        f"parameter '{name}' of study '{self.spec.name}' changed in a way the existing Optuna "
-                        f"study cannot hold ({exc}); give the study a new name (or a new storage) to run it"
-                    ) from None
-            if not unchecked:
-                return
+        held = first_distributions(self.storage, self._study_id())  # name -> (trial number, distribution)
+        order = list(self.distributions)
+        for name in sorted((n for n in order if n in held), key=lambda n: (held[n][0], order.index(n))):
+            try:
+                check_distribution_compatibility(held[name][1], self.distributions[name])
+            except ValueError as exc:
+                raise UserError(
+                    f"parameter '{name}' of study '{self.spec.name}' changed in a way the existing Optuna "
+                    f"study cannot hold ({exc}); give the study a new name (or a new storage) to run it"
+                ) from None
 
     def _save_note(self) -> None:
         from optuna_dashboard import get_note, save_note
