@@ -64,13 +64,14 @@ def optuna_trials(name: str, storage_url: str, way_out: str) -> list[Any] | None
                         f"{' '.join(str(exc).split())[:200]} ({way_out})") from None
 
 
-def trial_states(spec: Any, keys: list[str] | None = None,
-                 by_key: dict[str, list[Any]] | None = None) -> dict[str, str] | None:
+def trial_states(spec: Any, keys: list[str] | None = None, by_key: dict[str, list[Any]] | None = None,
+                 problems: dict[str, str] | None = None) -> dict[str, str] | None:
     """key -> what `sweep run` would find, one word each (a table cell): the final Optuna state (skipped:
     COMPLETE, PRUNED, FAIL/diverged, FAIL/collapsed), "ended-not-in-optuna" (recorded on the next run),
     "FAIL->rerun" / "RUNNING->rerun" for an earlier attempt that runs again, "damaged" for a summary.json
     that does not parse. Keys never run are left out. None when the study has not run here (no Optuna
-    study and no trial folders). `by_key`: the attempts (optuna_attempts) when the caller read them already."""
+    study and no trial folders). `by_key`: the attempts (optuna_attempts) when the caller read them already.
+    `problems`, when given, gets key -> StudyFolder.summary_problem for each key whose summary.json is damaged."""
     folder = StudyFolder(spec.study_dir)
     if by_key is None:
         by_key = optuna_attempts(spec.name, spec.storage_url)
@@ -86,6 +87,8 @@ def trial_states(spec: Any, keys: list[str] | None = None,
     for key in keys:
         attempts = by_key.get(key, [])
         summary, problem = folder.read_summary_checked(key)  # one read for both
+        if problem and problems is not None:
+            problems[key] = problem
         action = decide(attempts, summary)
         if action == "skip":
             last = [a for a in attempts if is_final(a)][-1]

@@ -337,7 +337,7 @@ def locate_study(study: str | Path) -> StudyLocation:
     if path.is_file():
         from sweep.spec.load import load_study
 
-        spec = load_study(path)
+        spec = load_study(path, trials=False)  # its name, folder and storage; the trials are not read here
         folder = StudyFolder(spec.study_dir)
         return StudyLocation(folder, spec.name, spec.storage or folder.default_storage())
     if path.is_dir():
