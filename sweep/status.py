@@ -82,9 +82,16 @@ def _next_run(location: StudyLocation, keys: list[str], optuna_trials: list[Any]
     from sweep.spec import load_study
 
     try:
-        spec = load_study(location.folder.study_yaml, trials=False)  # the trials come from the rows
-    except UserError:
-        return None
+        recorded = location.folder.study_yaml.read_text()
+    except OSError:
+        recorded = None
+    if location.spec is not None and recorded == location.spec.source_text:
+        spec = location.spec  # study.yaml holds the study file given: validated once, by locate_study
+    else:
+        try:
+            spec = load_study(location.folder.study_yaml, trials=False)  # the trials come from the rows
+        except UserError:
+            return None
     if spec.name != location.name:
         return None
     if Path(spec.study_dir).resolve() != location.folder.path:  # a relative results_dir, read from elsewhere

@@ -323,6 +323,7 @@ class StudyLocation:
     folder: StudyFolder
     name: str  # the Optuna study name (the spec's name)
     storage: str  # Optuna storage URL
+    spec: Any = None  # the StudySpec, when located from the study YAML (load_study(path, trials=False))
 
 
 def locate_study(study: str | Path) -> StudyLocation:
@@ -339,7 +340,7 @@ def locate_study(study: str | Path) -> StudyLocation:
 
         spec = load_study(path, trials=False)  # its name, folder and storage; the trials are not read here
         folder = StudyFolder(spec.study_dir)
-        return StudyLocation(folder, spec.name, spec.storage or folder.default_storage())
+        return StudyLocation(folder, spec.name, spec.storage or folder.default_storage(), spec)
     if path.is_dir():
         folder = StudyFolder(path)
         if not any(p.exists() for p in (folder.study_yaml, folder.trials_csv, folder.path / "optuna.db")):
