@@ -152,3 +152,48 @@ def test_files_opened_per_trial_are_a_few_at_every_size(measured):
 
 def test_recording_costs_the_same_statements_per_trial_at_every_size(measured):
     assert per_trial(measured["record"]["sql"]) > 0  # each record is written (a line, not a curve)
+
+
+def test_read_trials_gives_what_optunas_own_read_gives(tmp_path):
+    """sweep.mirror.read_trials (plain SELECTs) against RDBStorage.get_all_trials, field by field, on a study
+    with every state, infinite and NaN values, log/int/categorical parameters, and a second study beside it."""
+    import math
+
+    from optuna.trial import TrialState
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 'optuna.db'}")
+    optuna.create_study(study_name="other", storage=storage).optimize(lambda t: t.suggest_float("x", 0, 1), 2)
+    study = optuna.create_study(study_name="mixed", storage=storage)
+
+    def objective(trial: optuna.Trial) -> float:
+        x = trial.suggest_float("x", 1e-5, 1, log=True)
+        trial.suggest_categorical("slices", ["0-256", "0-256+768-1024", None])
+        trial.suggest_int("k", 1, 9, step=2)
+        trial.set_user_attr("key", f"k{trial.number}")
+        trial.set_user_attr("mtd", {"formula": 1.5, "ages": [1, 2]})
+        for step, value in ((1, float("nan")), (2, float("inf")), (3, 0.5)):
+            trial.report(value, step)
+        if trial.number % 4 == 1:
+            raise optuna.TrialPruned()
+        if trial.number % 4 == 2:
+            raise ValueError("a failing trial")
+        return float("inf") if trial.number == 3 else x
+
+    study.optimize(objective, n_trials=8, catch=(ValueError,))
+    study.ask()  # RUNNING
+    study.enqueue_trial({"x": 0.5}, user_attrs={"key": "queued"})  # WAITING
+    study_id = storage.get_study_id_from_name("mixed")
+
+    def fields(trial: optuna.trial.FrozenTrial) -> tuple:
+        steps = {s: "nan" if math.isnan(v) else v for s, v in trial.intermediate_values.items()}
+        return (trial.number, trial.state, trial.values, trial.datetime_start, trial.datetime_complete,
+                trial.params, trial.distributions, trial.user_attrs, trial.system_attrs, steps, trial._trial_id)
+
+    optunas = sorted(storage.get_all_trials(study_id, deepcopy=False), key=lambda t: t.number)
+    assert {t.state for t in optunas} == {TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL,
+                                         TrialState.RUNNING, TrialState.WAITING}
+    assert [fields(t) for t in sweep.mirror.read_trials(storage, study_id)] == [fields(t) for t in optunas]
+    live = (TrialState.RUNNING, TrialState.WAITING)
+    assert ([fields(t) for t in sweep.mirror.read_trials(storage, study_id, states=live)]
+            == [fields(t) for t in optunas if t.state in live])
