@@ -15,7 +15,8 @@ yet). Then, each as a fresh `sweep` process, timed wall-clock:
     analyze    sweep analyze STUDY
 
 No trial runs, so Ray never starts. The numbers include Python's start-up and imports (about 2-4 s on
-this machine), printed with the load average, since other processes skew them.
+this machine), printed with the load average, since other processes skew them: each step's wall-clock
+seconds and, as `<step>_cpu`, the CPU seconds of its process (user + system), which a busy machine skews less.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -69,15 +71,20 @@ def write_study(folder: Path, size: int, data_dir: Path) -> Path:
     return path
 
 
-def timed(args: list[str], cwd: Path) -> tuple[float, str]:
+def timed(args: list[str], cwd: Path) -> tuple[float, float, str]:
+    """Wall-clock and CPU seconds (user + system, of the `sweep` process) of one command, and its stdout.
+    CPU seconds are what the step costs itself; wall-clock also holds the waits of a shared, busy machine."""
     env = dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1")
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "sweep", *args], cwd=cwd, env=env, capture_output=True, text=True)
     seconds = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     if done.returncode != 0:
         tail = done.stdout[-2000:] + done.stderr[-2000:]
         raise SystemExit(f"sweep {' '.join(args)} exited {done.returncode}:\n{tail}")
-    return seconds, done.stdout
+    return seconds, cpu, done.stdout
 
 
 def main() -> None:
@@ -95,8 +102,9 @@ def main() -> None:
             path = write_study(folder, size, args.data_dir.resolve())
             row = {"write_s": round(time.perf_counter() - start, 1), "load": os.getloadavg()[0]}
             for name, verb in STEPS.items():
-                seconds, out = timed([verb[0], str(path), *verb[1:]], folder)
+                seconds, cpu, out = timed([verb[0], str(path), *verb[1:]], folder)
                 row[name] = round(seconds, 2)
+                row[f"{name}_cpu"] = round(cpu, 2)
                 if name == "resume":
                     assert f"{size} already ended" in out, out[-500:]
             results[size] = row

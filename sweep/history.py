@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -114,10 +115,19 @@ def recorded_spec(folder: StudyFolder) -> tuple[dict[str, Any], str] | None:
         return (data if isinstance(data, dict) else {}), text
 
 
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text()
+    except (OSError, ValueError):
+        return None
+
+
 def check_same_study(spec: StudySpec, extend: bool = False) -> StudyChange | None:
     """None when the folder holds no study yet or the same spec; the change when the spec extends it
     (or `extend` accepts any change); a UserError (exit 2, nothing written) otherwise."""
     folder = StudyFolder(spec.study_dir)
+    if spec.source_text and _read(folder.study_yaml) == spec.source_text:
+        return None  # the very file recorded: the same spec (validating it again costs seconds at 10,000 trials)
     recorded = recorded_spec(folder)
     if recorded is None:
         return None

@@ -129,10 +129,10 @@ class StudyPlan:
             row = self.table.add(trial)
             attempts = by_key.get(trial.key, [])
             final = [a for a in attempts if is_final(a)]
-            problem = self.folder.summary_problem(trial.key)
+            summary, problem = self.folder.read_summary_checked(trial.key)  # one read of summary.json
             if problem:
                 self._damaged_summary(trial.key, problem, final[-1] if final else None)
-            summary = self.folder.read_summary(trial.key)
+                summary = self.folder.read_summary(trial.key)  # restored from Optuna, or set aside
             action = decide(attempts, summary)  # the one decision, shared with --dry-run and status
             changed = self._changed_fields(trial) if action in ("skip", "record") else []
             if changed:

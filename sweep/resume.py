@@ -15,18 +15,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from sweep.store import FINAL_STATUSES, StudyFolder
+# is_final and FINAL_FAIL_STATUSES live in sweep.store, below both this module and sweep.mirror (which reads them too).
+from sweep.store import FINAL_FAIL_STATUSES, FINAL_STATUSES, StudyFolder, is_final
 
-# Trainer statuses whose Optuna trial is final although not COMPLETE (re-running would not help).
-FINAL_FAIL_STATUSES = ("diverged", "collapsed")
-
-
-def is_final(attempt: Any) -> bool:
-    """True when this Optuna attempt ended the key for good (not re-run)."""
-    state = attempt.state.name
-    if state in ("COMPLETE", "PRUNED"):
-        return True
-    return state == "FAIL" and attempt.user_attrs.get("status") in FINAL_FAIL_STATUSES
+__all__ = ["FINAL_FAIL_STATUSES", "decide", "is_done", "is_final", "optuna_attempts", "trial_states"]
 
 
 def decide(attempts: list[Any], summary: dict[str, Any] | None) -> str:
@@ -41,56 +33,70 @@ def decide(attempts: list[Any], summary: dict[str, Any] | None) -> str:
 def optuna_attempts(name: str, storage_url: str) -> dict[str, list[Any]] | None:
     """key -> the study's Optuna attempts, oldest first; None when the storage or study does not exist.
     A storage that cannot be read is a UserError (one line, exit 2)."""
+    trials = optuna_trials(name, storage_url, "restore or remove the storage")
+    if trials is None:
+        return None
+    from sweep.mirror import group_by_key
+
+    return group_by_key(trials)
+
+
+def optuna_trials(name: str, storage_url: str, way_out: str) -> list[Any] | None:
+    """The study's Optuna trials in number order (sweep.mirror.read_trials); None when the storage or the
+    study does not exist (a missing SQLite file is not created). A storage that cannot be read is a
+    UserError (one line, exit 2) ending with `way_out`."""
     if storage_url.startswith("sqlite:///") and not Path(storage_url[len("sqlite:///"):]).is_file():
         return None
     import optuna
 
-    from sweep.mirror import _hide_password, open_storage
+    from sweep.mirror import open_storage, read_trials
+    from sweep.spec.text import hide_password
     from trainer.errors import UserError
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    storage = open_storage(storage_url)
+    storage = open_storage(storage_url)  # a UserError when the storage cannot be opened
     try:
-        frozen = optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False)
+        return read_trials(storage, storage.get_study_id_from_name(name))
     except KeyError:
-        return None
-    except Exception as exc:
-        raise UserError(f"cannot read the Optuna storage {_hide_password(storage_url)}: "
-                        f"{' '.join(str(exc).split())[:200]} (restore or remove the storage)") from None
-    out: dict[str, list[Any]] = {}
-    for t in frozen:
-        if t.user_attrs.get("key"):
-            out.setdefault(t.user_attrs["key"], []).append(t)
-    return out
+        return None  # the storage holds no such study (yet)
+    except Exception as exc:  # sqlalchemy: "file is not a database", a server gone, ...
+        raise UserError(f"cannot read the Optuna storage {hide_password(storage_url)}: "
+                        f"{' '.join(str(exc).split())[:200]} ({way_out})") from None
 
 
-def trial_states(spec: Any, keys: list[str] | None = None) -> dict[str, str] | None:
+def trial_states(spec: Any, keys: list[str] | None = None, by_key: dict[str, list[Any]] | None = None,
+                 problems: dict[str, str] | None = None) -> dict[str, str] | None:
     """key -> what `sweep run` would find, one word each (a table cell): the final Optuna state (skipped:
     COMPLETE, PRUNED, FAIL/diverged, FAIL/collapsed), "ended-not-in-optuna" (recorded on the next run),
     "FAIL->rerun" / "RUNNING->rerun" for an earlier attempt that runs again, "damaged" for a summary.json
     that does not parse. Keys never run are left out. None when the study has not run here (no Optuna
-    study and no trial folders)."""
+    study and no trial folders). `by_key`: the attempts (optuna_attempts) when the caller read them already.
+    `problems`, when given, gets key -> StudyFolder.summary_problem for each key whose summary.json is damaged."""
     folder = StudyFolder(spec.study_dir)
-    by_key = optuna_attempts(spec.name, spec.storage_url)
+    if by_key is None:
+        by_key = optuna_attempts(spec.name, spec.storage_url)
     trials_dir = folder.path / "trials"
     if by_key is None and not trials_dir.is_dir():
         return None
     by_key = by_key or {}
     if keys is None:
-        from sweep.spec import expand
+        from sweep.spec.expand import expand
 
         keys = [t.key for t in expand(spec)]
     states = {}
     for key in keys:
         attempts = by_key.get(key, [])
-        action = decide(attempts, folder.read_summary(key))
+        summary, problem = folder.read_summary_checked(key)  # one read for both
+        if problem and problems is not None:
+            problems[key] = problem
+        action = decide(attempts, summary)
         if action == "skip":
             last = [a for a in attempts if is_final(a)][-1]
             status = last.user_attrs.get("status")
             states[key] = last.state.name if last.state.name != "FAIL" else f"FAIL/{status}"
         elif action == "record":
             states[key] = "ended-not-in-optuna"
-        elif folder.summary_problem(key):
+        elif problem:
             states[key] = "damaged"
         elif attempts:
             states[key] = f"{attempts[-1].state.name}->rerun"

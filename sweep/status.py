@@ -49,12 +49,15 @@ def show_status(study: str) -> int:
         optuna_counts = Counter(t.state.name for t in optuna_trials)
         print(f"optuna ({_display(location.storage)}): {len(optuna_trials)} trials: "
               + ", ".join(f"{n} {state}" for state, n in sorted(optuna_counts.items())))
+    problems: dict[str, str] = {}  # key -> why its summary.json cannot be used; filled by _next_run's read
+    next_run = _next_run(location, [row.get("key") for row in rows if row.get("key")], optuna_trials, problems)
     for row in rows:  # a damaged result is reported, not shown as if the trial had none
-        problem = location.folder.summary_problem(row.get("key") or "") if row.get("key") else None
-        if problem:
-            print(f"trial {row['key']}: {location.folder.summary_path(row['key'])} {problem}; "
+        key = row.get("key")
+        if next_run is None and key:  # the summaries were not read for the next run
+            problems[key] = location.folder.summary_problem(key) or ""
+        if key and problems.get(key):
+            print(f"trial {key}: {location.folder.summary_path(key)} {problems[key]}; "
                   "`sweep run` sets it aside and restores it from Optuna (or runs the trial again)")
-    next_run = _next_run(location, [row.get("key") for row in rows if row.get("key")])
     if next_run:
         print(next_run)
     if counts.get("RUNNING") and not _driver_running(location.folder):
@@ -65,41 +68,40 @@ def show_status(study: str) -> int:
 
 def _optuna_trials(location: StudyLocation) -> list[Any] | None:
     """The study's Optuna trials, or None when the storage or the study does not exist (yet)."""
-    url = location.storage
-    if url.startswith("sqlite:///") and not Path(url[len("sqlite:///"):]).is_file():
-        return None
-    import optuna
+    from sweep.resume import optuna_trials
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    from sweep.mirror import open_storage
-
-    storage = open_storage(url)  # a UserError (one line, exit 2) when the storage cannot be opened
-    try:
-        study = optuna.load_study(study_name=location.name, storage=storage)
-        return study.get_trials(deepcopy=False)
-    except KeyError:
-        return None  # the storage holds no such study (yet)
-    except Exception as exc:  # sqlalchemy: "file is not a database", a server gone, ...
-        raise UserError(f"cannot read the Optuna storage {_display(url)}: {' '.join(str(exc).split())[:200]} "
-                        "(trials.csv is intact; restore or remove the storage file)") from None
+    return optuna_trials(location.name, location.storage, "trials.csv is intact; restore or remove the storage file")
 
 
-def _next_run(location: StudyLocation, keys: list[str]) -> str | None:
-    """What the next `sweep run` does, decided as it decides (sweep.resume); None without a valid study.yaml."""
+def _next_run(location: StudyLocation, keys: list[str], optuna_trials: list[Any] | None,
+              problems: dict[str, str]) -> str | None:
+    """What the next `sweep run` does, decided as it decides (sweep.resume); None without a valid study.yaml.
+    Fills `problems` (key -> why its summary.json cannot be used) from the same read of the summaries."""
+    from sweep.mirror import group_by_key
     from sweep.resume import is_done, trial_states
     from sweep.spec import load_study
 
     try:
-        spec = load_study(location.folder.study_yaml)
-    except UserError:
-        return None
+        recorded = location.folder.study_yaml.read_text()
+    except OSError:
+        recorded = None
+    if location.spec is not None and recorded == location.spec.source_text:
+        spec = location.spec  # study.yaml holds the study file given: validated once, by locate_study
+    else:
+        try:
+            spec = load_study(location.folder.study_yaml, trials=False)  # the trials come from the rows
+        except UserError:
+            return None
     if spec.name != location.name:
         return None
     if Path(spec.study_dir).resolve() != location.folder.path:  # a relative results_dir, read from elsewhere
-        import dataclasses
-
-        spec = dataclasses.replace(spec, results_dir=str(location.folder.path.parent))
-    states = trial_states(spec, keys=keys) or {}
+        # (a pydantic model: dataclasses.replace, used here before, raised TypeError)
+        spec = spec.model_copy(update={"results_dir": str(location.folder.path.parent)})
+    same_storage = (spec.storage or StudyFolder(spec.study_dir).default_storage()) == location.storage
+    by_key = None  # trial_states reads them
+    if optuna_trials is not None and same_storage:
+        by_key = group_by_key(optuna_trials)  # read once, by show_status
+    states = trial_states(spec, keys=keys, by_key=by_key, problems=problems) or {}
     to_run = [k for k in keys if not is_done(states.get(k))]
     return (f"next `sweep run`: {len(keys) - len(to_run)} done (skipped), {len(to_run)} to run"
             + (f" ({', '.join(to_run[:5])}{', ...' if len(to_run) > 5 else ''})" if to_run else ""))
@@ -129,7 +131,8 @@ def _param_columns(folder: StudyFolder, rows: list[dict[str, Any]]) -> list[str]
     import yaml
 
     try:
-        data = yaml.safe_load(folder.study_yaml.read_text()) or {}
+        # libyaml's parser when PyYAML has it: a 10,000-value grid takes seconds in the pure-Python one
+        data = yaml.load(folder.study_yaml.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) or {}
         declared = list((data.get("parameters") or {}).keys()) if isinstance(data, dict) else []
     except (OSError, yaml.YAMLError, AttributeError):
         declared = []

@@ -23,7 +23,8 @@ from typing import Any, Iterable
 
 import yaml
 
-from sweep.spec import StudySpec, Trial, dotted_get
+from sweep.spec.schema import StudySpec, Trial
+from sweep.spec.text import dotted_get
 from trainer.files import json_safe, write_text_atomic
 
 TASKS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness")
@@ -33,6 +34,11 @@ TRANSFER_TASKS = ("MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC")
 # Trainer verdicts that end a trial for good: re-running the same config would give the same answer.
 # "pruned" is written by the driver when the scheduler stopped the trial.
 FINAL_STATUSES = ("ok", "diverged", "collapsed", "pruned")
+# Trainer statuses whose Optuna trial is final although not COMPLETE (re-running would not help).
+FINAL_FAIL_STATUSES = ("diverged", "collapsed")
+# libyaml's parser when PyYAML was built with it (the same documents, ~20x faster than the pure-Python one):
+# a resume reads every finished trial's config.yaml.
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 # trials.csv: these come first, then one column per swept parameter, then CONFIG_COLUMNS, RESULT_COLUMNS.
 HEAD_COLUMNS = ("key", "seed", "state", "status", "reason", "optuna_trial")
@@ -130,18 +136,14 @@ class StudyFolder:
     def read_config(self, key: str) -> dict[str, Any] | None:
         """The resolved config a trial ran with: its config.yaml, else the config in its summary.json."""
         try:
-            data = yaml.safe_load(self.trial_dir(key).joinpath("config.yaml").read_text())
+            data = yaml.load(self.trial_dir(key).joinpath("config.yaml").read_text(), Loader=_YAML_LOADER)
         except (OSError, yaml.YAMLError):
             data = (self.read_summary(key) or {}).get("config")
         return data if isinstance(data, dict) else None
 
     def read_summary(self, key: str) -> dict[str, Any] | None:
         """The trial's summary.json, or None when absent or unreadable (see summary_problem)."""
-        try:
-            data = json.loads(self.summary_path(key).read_text())
-        except (OSError, ValueError):
-            return None
-        return data if isinstance(data, dict) else None
+        return self.read_summary_checked(key)[0]
 
     def summary_problem(self, key: str) -> str | None:
         """Why the trial's summary.json exists but cannot be used (None when it is absent or fine).
@@ -149,16 +151,19 @@ class StudyFolder:
         A summary is written atomically, so one that does not parse was damaged afterwards (a disk or
         a hand edit): it is reported, never taken as "no result".
         """
-        path = self.summary_path(key)
+        return self.read_summary_checked(key)[1]
+
+    def read_summary_checked(self, key: str) -> tuple[dict[str, Any] | None, str | None]:
+        """(read_summary, summary_problem) from one read of the file."""
         try:
-            data = json.loads(path.read_text())
+            data = json.loads(self.summary_path(key).read_text())
         except FileNotFoundError:
-            return None
+            return None, None
         except OSError as exc:
-            return f"cannot be read ({exc.strerror})"
+            return None, f"cannot be read ({exc.strerror})"
         except ValueError as exc:
-            return f"does not parse ({exc})"
-        return None if isinstance(data, dict) else "does not hold a JSON object"
+            return None, f"does not parse ({exc})"
+        return (data, None) if isinstance(data, dict) else (None, "does not hold a JSON object")
 
     def set_aside(self, path: Path) -> Path:
         """Rename a damaged file or trial folder to <name>.damaged-<time> beside it; return the new path."""
@@ -300,6 +305,15 @@ def weights_state(folder: StudyFolder, key: str, summary: dict[str, Any]) -> str
     return "deleted" if saved else "none"
 
 
+def is_final(attempt: Any) -> bool:
+    """True when this Optuna attempt (a FrozenTrial) ended its key for good: COMPLETE, PRUNED, or FAIL with a
+    status in FINAL_FAIL_STATUSES. Read by the resume decision (sweep.resume) and the mirror (sweep.mirror)."""
+    state = attempt.state.name
+    if state in ("COMPLETE", "PRUNED"):
+        return True
+    return state == "FAIL" and attempt.user_attrs.get("status") in FINAL_FAIL_STATUSES
+
+
 def metric_value(summary: dict[str, Any], name: str) -> float | None:
     """The study metric from a summary: dev_stsb -> best_dev_stsb, task names and avg -> test[...],
     transfer task names and transfer_avg -> transfer[...]."""
@@ -335,6 +349,7 @@ class StudyLocation:
     folder: StudyFolder
     name: str  # the Optuna study name (the spec's name)
     storage: str  # Optuna storage URL
+    spec: Any = None  # the StudySpec, when located from the study YAML (load_study(path, trials=False))
 
 
 def locate_study(study: str | Path) -> StudyLocation:
@@ -347,11 +362,11 @@ def locate_study(study: str | Path) -> StudyLocation:
 
     path = Path(study)
     if path.is_file():
-        from sweep.spec import load_study
+        from sweep.spec.load import load_study
 
-        spec = load_study(path)
+        spec = load_study(path, trials=False)  # its name, folder and storage; the trials are not read here
         folder = StudyFolder(spec.study_dir)
-        return StudyLocation(folder, spec.name, spec.storage or folder.default_storage())
+        return StudyLocation(folder, spec.name, spec.storage or folder.default_storage(), spec)
     if path.is_dir():
         folder = StudyFolder(path)
         if not any(p.exists() for p in (folder.study_yaml, folder.trials_csv, folder.path / "optuna.db")):

@@ -6,7 +6,7 @@ INTERFACE CONTRACT (the runner consumes it):
     expand(spec) -> list[Trial]             # deterministic order; constraints applied
     trial_key(config_dict, seed) -> str     # 12 hex chars over the fields the study sets (not defaults) + seed
 
-Modules: marks (YAML with line marks), schema (pydantic models, load_study), values (base and parameters
+Modules: marks (YAML with line marks), schema (pydantic models), load (load_study), values (base and parameters
 against the trainer config), expressions (the safe evaluator), expand (trials, keys), dry_run (the table).
 
 and beside it: `search_space(spec)` (Optuna distributions for random/tpe), `trial_from_params(spec,
@@ -76,7 +76,8 @@ differently; `--rerun-changed` re-runs those trials).
 
 from sweep.spec.dry_run import format_trial_table, print_dry_run, read_trial_states
 from sweep.spec.expand import expand, requested_fields, search_space, trial_from_params, trial_key
-from sweep.spec.schema import LOWER_IS_BETTER, Metric, Resources, Scheduler, StudySpec, Trial, load_study
+from sweep.spec.load import load_study
+from sweep.spec.schema import LOWER_IS_BETTER, Metric, Resources, Scheduler, StudySpec, Trial
 from sweep.spec.text import dotted_get
 
 __all__ = [

@@ -6,7 +6,7 @@ fastest). Combinations that resolve to the same trainer config are collapsed to 
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 import hashlib
 import itertools
 import json
@@ -18,8 +18,8 @@ from typing import Any, Iterator
 from sweep.spec.expressions import compile_expression, evaluate
 from sweep.spec.marks import Marks
 from sweep.spec.schema import StudySpec, Trial
-from sweep.spec.text import MISSING, dotted_get, flatten, format_value, is_expr, overlay
-from sweep.spec.values import default_config, queue_overfull
+from sweep.spec.text import MISSING, copy_plain, dotted_get, flatten, format_value, is_expr, overlay
+from sweep.spec.values import default_config, flat_default_config, queue_overfull
 from trainer import config as run_config
 from trainer.config import check_value, set_dotted
 from trainer.errors import ConfigError, UserError
@@ -32,7 +32,9 @@ _EXPANSIONS: dict[str, Expansion] = {}  # the spec's content -> its expansion
 
 def expand(spec: StudySpec) -> list[Trial]:
     """The study's trials in a deterministic order (see the module doc); [] for tpe."""
-    return copy.deepcopy(expansion(spec).trials)  # callers may edit their trials; the cache stays intact
+    # Callers may edit their trials; the cache stays intact.
+    return [dataclasses.replace(t, params=copy_plain(t.params), config=copy_plain(t.config),
+                                requested=copy_plain(t.requested)) for t in expansion(spec).trials]
 
 
 def trial_key(config: dict[str, Any], seed: int) -> str:
@@ -42,7 +44,12 @@ def trial_key(config: dict[str, Any], seed: int) -> str:
     A field added later with a default, or a changed default the study does not set, keeps the key (and
     so a finished trial stays finished); `sweep run` reports a changed resolution instead.
     """
-    canonical = json.dumps({"asked": requested_fields(config), "seed": seed}, sort_keys=True,
+    return _key_of_requested(requested_fields(config), seed)
+
+
+def _key_of_requested(requested: dict[str, Any], seed: int) -> str:
+    """trial_key for fields requested_fields already picked (it gives them back unchanged)."""
+    canonical = json.dumps({"asked": requested, "seed": seed}, sort_keys=True,
                            separators=(",", ":"), ensure_ascii=True, allow_nan=True)
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:TRIAL_KEY_LENGTH]
 
@@ -129,8 +136,9 @@ def _expand_uncached(spec: StudySpec) -> Expansion:
                 trial = _make_trial(spec, raw, seed, where)
             else:
                 trial = _with_seed(first, seed)  # the seed changes nothing else in the config
-            if trial is not None and _fingerprint(trial) not in seen:
-                seen.add(_fingerprint(trial))
+            fingerprint = None if trial is None else _fingerprint(trial)
+            if fingerprint is not None and fingerprint not in seen:
+                seen.add(fingerprint)
                 trials.append(trial)
     return Expansion(trials, len(first_seed_trials), dropped, duplicates)
 
@@ -142,9 +150,9 @@ def _first_point(values: Any) -> Any:
 
 
 def _with_seed(trial: Trial, seed: int) -> Trial:
-    config = copy.deepcopy(trial.config)
+    config = copy_plain(trial.config)
     config["seed"] = seed
-    return Trial(key=trial_key(trial.requested, seed), seed=seed, params=copy.deepcopy(trial.params),
+    return Trial(key=_key_of_requested(trial.requested, seed), seed=seed, params=copy_plain(trial.params),
                  config=config, mtd=trial.mtd, requested=dict(trial.requested))
 
 
@@ -205,10 +213,11 @@ def _distinct_configurations(
         fate = fate_of_repeat.get(raw_text)
         if fate is None:
             trial = _make_trial(spec, raw, spec.seeds[0], where)
-            fate = "dropped" if trial is None else "duplicate" if _fingerprint(trial) in seen else "kept"
+            fingerprint = None if trial is None else _fingerprint(trial)
+            fate = "dropped" if trial is None else "duplicate" if fingerprint in seen else "kept"
             fate_of_repeat[raw_text] = "dropped" if fate == "dropped" else "duplicate"
             if fate == "kept":
-                seen.add(_fingerprint(trial))
+                seen.add(fingerprint)
                 kept.append((raw, trial))
         dropped += fate == "dropped"
         duplicates += fate == "duplicate"
@@ -223,7 +232,7 @@ def _make_trial(spec: StudySpec, raw: dict[str, Any], seed: int, where: Marks) -
     params: dict[str, Any] = {}
     for key, value in raw.items():
         if not is_expr(value):
-            params[key] = copy.deepcopy(value)  # a Trial must not share lists with the spec
+            params[key] = copy_plain(value)  # a Trial must not share lists with the spec
             set_dotted(config, key, params[key])
     config["seed"] = seed
     for key, value in raw.items():
@@ -246,7 +255,7 @@ def _make_trial(spec: StudySpec, raw: dict[str, Any], seed: int, where: Marks) -
     if problem is not None:
         raise _combination_error(problem, params, spec, where)
     asked_fields = requested_fields(requested)
-    return Trial(key=trial_key(asked_fields, seed), seed=seed, params=params, config=resolved,
+    return Trial(key=_key_of_requested(asked_fields, seed), seed=seed, params=params, config=resolved,
                  mtd=planned_traceable_distance(resolved), requested=asked_fields)
 
 
@@ -291,10 +300,10 @@ def requested_fields(config: dict[str, Any] | None) -> dict[str, Any]:
     >>> requested_fields({"queue": {"size": 1024, "initial_size": 128}, "seed": 7})
     {'queue.size': 1024}
     """
-    defaults = default_config()
+    defaults = flat_default_config()  # by dotted key: as dotted_get(default_config(), key, MISSING) finds them
     out = {}
     for key, value in flatten(config or {}).items():
-        if key not in ("seed", "output_dir") and value != dotted_get(defaults, key, MISSING):
+        if key not in ("seed", "output_dir") and value != defaults.get(key, MISSING):
             out[key] = value
     return out
 

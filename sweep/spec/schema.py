@@ -1,6 +1,4 @@
-"""The study file's schema (pydantic v2 models) and `load_study`, which maps pydantic's errors to lines.
-
-    load_study(path) -> StudySpec    # raises trainer.errors.UserError: "FILE:LINE: key 'a.b': expected ..."
+"""The study file's schema (pydantic v2 models); sweep/spec/load.py reads a file into them (`load_study`).
 
 Keys whose values are checked against each other and the trainer config (`base`, `parameters`,
 `budget` against `method`, `resources.gpu` against `base.device`) are checked after the fields, in
@@ -10,7 +8,6 @@ Keys whose values are checked against each other and the trainer config (`base`,
 from __future__ import annotations
 
 import ast
-import copy
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,15 +20,13 @@ from pydantic import (
     ConfigDict,
     Field,
     Strict,
-    ValidationError,
     ValidationInfo,
     model_validator,
 )
 
 from sweep.spec.expressions import check_expression
-from sweep.spec.marks import Marks, parse_yaml, read_study_text
-from sweep.spec.text import suggestion, type_name
-from trainer.errors import UserError, expected_text
+from sweep.spec.marks import Marks
+from sweep.spec.text import suggestion
 
 METRIC_NAMES = (
     "dev_stsb", "avg", "STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness",
@@ -42,12 +37,6 @@ LOGGERS = ("tensorboard", "mlflow", "wandb")
 _NAMED_KEEP = {"best": 1, "all": None, "none": 0}
 STORAGE_BACKENDS = ("sqlite", "postgresql", "mysql")
 _NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,99}$")
-_MISSING_HELP = {
-    "name": "the study has no 'name'; expected e.g. name: queue_init (it names the results folder and the "
-            "Optuna study)",
-    "base": "the study has no 'base'; expected a trainer config mapping with at least 'model' (e.g. base: "
-            "{model: bert-base-uncased, method: mocose})",
-}
 
 Int = Annotated[int, Strict()]  # no True for an integer
 Number = Annotated[float, Strict(), Field(allow_inf_nan=False)]  # ints allowed, booleans not
@@ -279,53 +268,6 @@ class Trial:
     requested: dict[str, Any] = field(default_factory=dict)  # dotted key -> value the study set (not a default)
 
 
-def load_study(path: str | Path) -> StudySpec:
-    """Read and validate a study file; every mistake is a one-line UserError naming file, key, line.
-
-    Nothing is written. Grid and random studies are expanded once here, so a combination that is not
-    a valid trainer config fails now rather than halfway through a sweep.
-    """
-    from sweep.spec.expand import check_expansion
-
-    text = read_study_text(Path(path))
-    data, marks = parse_yaml(text, str(path))
-    if data is None:
-        raise UserError(f"{path}:1: the study file is empty; expected a mapping with at least name and base")
-    keys = [name for name in StudySpec.model_fields if name not in ("source_text", "path", "marks")]
-    if not isinstance(data, dict):
-        raise UserError(f"{path}:1: expected a mapping of study keys ({', '.join(keys)}), got {type_name(data)}")
-    for key in data:
-        if key not in keys:
-            raise marks.error((key,), f"is not a study key; expected one of {', '.join(keys)}" + suggestion(key, keys))
-    try:
-        spec = StudySpec.model_validate({**copy.deepcopy(data), "source_text": text, "path": str(path),
-                                         "marks": marks})
-    except ValidationError as exc:
-        raise _located(exc, marks) from None
-    check_expansion(spec)
-    return spec
-
-
-def _located(exc: ValidationError, marks: Marks) -> UserError:
-    """pydantic's first error as "FILE:LINE: key 'a.b': expected ..., got ..." on the key's line."""
-    error = exc.errors(include_url=False)[0]
-    loc = tuple(error["loc"])
-    if error["type"] == "missing" and len(loc) == 1 and loc[0] in _MISSING_HELP:
-        return marks.error((), _MISSING_HELP[loc[0]], show_key=False)
-    if isinstance((error.get("ctx") or {}).get("error"), UserErrorAt):
-        return marks.error(error["ctx"]["error"].path, str(error["ctx"]["error"]))
-    if error["type"] == "extra_forbidden":
-        section = loc[0]
-        known = list(type(_SECTION_MODELS[section]()).model_fields)
-        article = "an" if str(section)[:1] in "aeiou" else "a"
-        return marks.error(loc, f"is not {article} {section} key; expected {', '.join(known)}"
-                           + suggestion(loc[-1], known))
-    loc = tuple(part for part in loc if not (isinstance(part, str) and "[" in part))  # pydantic's union branches
-    message = expected_text(error)
-    if error["type"] == "literal_error":
-        message += suggestion(error.get("input"), re.findall(r"'([^']*)'", str(error["ctx"].get("expected"))))
-    return marks.error(loc, message)
-
-
-_SECTION_MODELS = {"metric": Metric, "resources": Resources, "scheduler": Scheduler, "analysis": Analysis,
-                   "tracking": Tracking}
+# The sections whose unknown keys load_study names with the known ones.
+SECTION_MODELS = {"metric": Metric, "resources": Resources, "scheduler": Scheduler, "analysis": Analysis,
+                  "tracking": Tracking}

@@ -42,15 +42,35 @@ def pop_dotted(data: dict[str, Any], dotted: str) -> None:
         parent.pop(last, None)
 
 
+_IMMUTABLE = (str, int, float, bool, type(None))
+
+
+def copy_plain(value: Any) -> Any:
+    """copy.deepcopy for configs and YAML data (dicts, lists, scalars), several times faster: expanding a
+    10,000-trial study copies a config per trial. Anything else is handed to copy.deepcopy.
+
+    >>> a = {"queue": {"slices": [["0-256"]]}}; b = copy_plain(a); b["queue"]["slices"][0].append("x"); a
+    {'queue': {'slices': [['0-256']]}}
+    """
+    kind = type(value)
+    if kind is dict:
+        return {key: copy_plain(item) for key, item in value.items()}
+    if kind is list:
+        return [copy_plain(item) for item in value]
+    if kind in _IMMUTABLE:
+        return value
+    return copy.deepcopy(value)
+
+
 def overlay(defaults: dict[str, Any], values: dict[str, Any]) -> dict[str, Any]:
     """`defaults` with `values` written over it, section by section (a null section keeps defaults)."""
-    out = copy.deepcopy(defaults)
+    out = copy_plain(defaults)
     for key, value in values.items():
         if isinstance(out.get(key), dict):
             if isinstance(value, dict):
                 out[key] = overlay(out[key], value)
         else:
-            out[key] = copy.deepcopy(value)
+            out[key] = copy_plain(value)
     return out
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from sweep.spec.expressions import check_expression
 from sweep.spec.marks import Marks
-from sweep.spec.text import format_value, is_expr, overlay, pop_dotted, suggestion, type_name
+from sweep.spec.text import flatten, format_value, is_expr, overlay, pop_dotted, suggestion, type_name
 from trainer import config as run_config  # run_config.RunConfig read at call time (tests swap it)
 from trainer.config import check_value, field_names, set_dotted
 from trainer.errors import ConfigError
@@ -48,6 +48,16 @@ def default_config() -> dict[str, Any]:
 @functools.lru_cache(maxsize=4)
 def _defaults_of(config_class: type) -> dict[str, Any]:
     return config_class().to_dict()
+
+
+def flat_default_config() -> dict[str, Any]:
+    """default_config() by dotted key (sweep.spec.text.flatten); never modified."""
+    return _flat_defaults_of(run_config.RunConfig)
+
+
+@functools.lru_cache(maxsize=4)
+def _flat_defaults_of(config_class: type) -> dict[str, Any]:
+    return flatten(_defaults_of(config_class))
 
 
 def queue_overfull(config: dict[str, Any]) -> bool:
@@ -138,7 +148,8 @@ def _read_value_list(
     if not values:
         raise where.error(("parameters", key), "expected a non-empty list of values")
     out: list[Any] = []
-    seen: list[Any] = []
+    seen: list[Any] = []  # values that cannot be hashed (queue slices); the others are looked up in a set
+    seen_hashable: set[Any] = set()
     for index, value in enumerate(values):
         path = ("parameters", key, index)
         if is_expr(value):
@@ -151,9 +162,14 @@ def _read_value_list(
         if isinstance(value, dict):
             raise where.error(path, f"expected a plain value or {{expr: ...}}, got {value!r}")
         value = _check_value(key, value, context, path, where)
-        if value in seen:
+        try:
+            repeated = value in seen_hashable  # a set: a list scan made 10,000 values 50 million comparisons
+            seen_hashable.add(value)
+        except TypeError:
+            repeated = value in seen
+            seen.append(value)
+        if repeated:
             raise where.error(path, f"value {format_value(value)} is listed twice")
-        seen.append(value)
         out.append(value)
     return out
 
@@ -221,6 +237,18 @@ class _ValueContext:
     swept: set[str]
 
 
+def _copy_along(config: dict[str, Any], key: str) -> dict[str, Any]:
+    """`config` with fresh dicts along the dotted `key` (set_dotted writes there); other sections shared."""
+    out = dict(config)
+    node = out
+    for part in key.split(".")[:-1]:
+        if not isinstance(node.get(part), dict):
+            break  # set_dotted raises its ConfigError for this key
+        node[part] = dict(node[part])
+        node = node[part]
+    return out
+
+
 def _check_value(key: str, value: Any, context: _ValueContext, path: tuple, where: Marks) -> Any:
     """Coerce one swept value to its trainer type and check it with the base (K0 <= K aside).
 
@@ -230,9 +258,10 @@ def _check_value(key: str, value: Any, context: _ValueContext, path: tuple, wher
         value = check_value(key, value)
     except ConfigError as exc:
         raise where.error(path, exc.detail.lstrip(": ")) from None
-    config = copy.deepcopy(context.base_config)
+    # Fresh dicts only where this function writes (a full copy per value cost seconds over 10,000 values).
+    config = _copy_along(context.base_config, key)
     set_dotted(config, key, value)
-    queue = config["queue"]
+    config["queue"] = queue = dict(config["queue"])
     if queue_overfull(config):
         queue["initial_size"] = queue["size"]  # the pair is judged per combination, never here
     try:
