@@ -34,6 +34,7 @@ from scipy.stats import pearsonr, spearmanr
 
 from trainer.data import data_dir as resolve_data_dir
 from trainer.data import verified_path
+from trainer.embedding_cache import EmbeddingCache, EncodeFn
 from trainer.errors import UserError
 
 STS_YEARS: dict[str, tuple[str, list[str]]] = {
@@ -47,7 +48,6 @@ TASKS = ["STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelat
 POOLERS = ("cls", "cls_before_pooler", "avg", "avg_first_last", "avg_top2")
 NO_POOLER = "pooler 'cls' needs a model with a pooler layer (or a trained MLP); use cls_before_pooler"
 
-EncodeFn = Callable[[Sequence[str]], np.ndarray]
 
 
 # ---- reading the SentEval files -----------------------------------------------------------------
@@ -324,19 +324,6 @@ class SentenceEncoder:
         if self.pooler == "avg_first_last":
             return ((hidden[1] + hidden[-1]) / 2.0 * m).sum(1) / m.sum(1)
         return ((hidden[-1] + hidden[-2]) / 2.0 * m).sum(1) / m.sum(1)  # avg_top2
-
-
-class EmbeddingCache:
-    """Encode the union of many sentence lists in one pass, then look rows up by sentence."""
-
-    def __init__(self, encode: EncodeFn, sentences: Sequence[str]):
-        self.sentences = list(dict.fromkeys(sentences))
-        emb = encode(self.sentences)
-        self.index = {s: i for i, s in enumerate(self.sentences)}
-        self.emb = emb
-
-    def __call__(self, sentences: Sequence[str]) -> np.ndarray:
-        return self.emb[[self.index[s] for s in sentences]]
 
 
 # ---- the evaluation entry points ------------------------------------------------------------------

@@ -36,7 +36,7 @@ import time
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
 import numpy as np
 import torch
@@ -44,6 +44,7 @@ from sklearn.model_selection import StratifiedKFold
 
 from trainer.data import data_dir as resolve_data_dir
 from trainer.data import verified_path
+from trainer.embedding_cache import EmbeddingCache, EncodeFn
 from trainer.errors import UserError
 
 TRANSFER_TASKS = ["MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC"]
@@ -51,7 +52,6 @@ SEED = 1111
 L2_WEIGHTS = [10 ** t for t in range(-5, -1)]  # SentEval's `regs` with usepytorch
 VALIDATION_SPLIT = 0.05  # the refit's held-out share (SentEval's `validation_split`)
 
-EncodeFn = Callable[[Sequence[str]], np.ndarray]
 
 
 @dataclass(frozen=True)
@@ -611,8 +611,6 @@ def evaluate_transfer(encode: EncodeFn, data_root: str | Path | None = None, tas
     >>> result = evaluate_transfer(encoder.encode, tasks=["MR"], mode="fasttest")  # doctest: +SKIP
     >>> result.scores["MR"], result.avg  # doctest: +SKIP
     """
-    from trainer.evaluation import EmbeddingCache
-
     started = time.perf_counter()
     tasks = check_tasks(tasks, mode)
     settings = MODES[mode]

@@ -13,14 +13,16 @@ best-dev state keeps); at the end `method.summary_fields(total_steps)` (e.g. the
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from torch import Tensor, nn
 
-from trainer.config import RunConfig
 from trainer.losses.gaussian import gaussian_logits, sample_gaussian_negatives
 from trainer.losses.mix import mix_logits
+
+if TYPE_CHECKING:  # the config type only: trainer.config imports the methods to resolve defaults
+    from trainer.config import RunConfig
 
 
 @dataclass

@@ -24,13 +24,12 @@ Released-code behaviours (each its own `released.*` key):
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
 
 from trainer.augment import EmbeddingCutoff
-from trainer.config import RunConfig
 from trainer.ema import ema_decay_at, ema_update
 from trainer.errors import ConfigError
 from trainer.heads import build_predictor, build_projection, make_pooler_dense
@@ -39,6 +38,9 @@ from trainer.methods.base import Method, StepOutput
 from trainer.mtd import TraceableDistanceMeter, config_traceable_distance, effective_eta
 from trainer.queue import NegativeQueue
 from trainer.slices import parse_slices
+
+if TYPE_CHECKING:  # the config type only: trainer.config imports the methods to resolve defaults
+    from trainer.config import RunConfig
 
 
 class MoCoSE(Method):

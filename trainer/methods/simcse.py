@@ -8,19 +8,21 @@ extra negative blocks (`NegativeBlocks`), which compose: a SimCSE run may turn o
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
 
 from trainer.augment import EmbeddingCutoff
-from trainer.config import RunConfig
 from trainer.errors import ConfigError
 from trainer.heads import MLPHead
 from trainer.losses.gaussian import gs_infonce_loss
 from trainer.losses.mix import mixcse_loss
 from trainer.losses.simcse import simcse_loss
 from trainer.methods.base import Method, StepOutput
+
+if TYPE_CHECKING:  # the config type only: trainer.config imports the methods to resolve defaults
+    from trainer.config import RunConfig
 
 
 class SimCSE(Method):
