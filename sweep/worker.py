@@ -8,7 +8,8 @@ driver reads (STEP_KEY, CURVE_KEY, SUMMARY_KEY, ERROR_KEY).
 
 A worker process may run several trials one after another (Ray Tune's actor reuse): everything a trial
 changes in the process (working directory, output redirection) is set again at its start, and the
-trainer resets its own global state (seeds, grad mode, threads) at the start of every run.
+trainer sets its process-wide state (seeds, grad mode) at the start of every run and undoes its own
+thread-count changes (trainer.train._set_up).
 """
 
 from __future__ import annotations

@@ -448,3 +448,41 @@ def test_loss_decreases_deterministic_and_cache_reused(make_config, shared_data_
     # are noisy (dropout views), so compare the means of the first and last 10 steps.
     head, tail = np.mean(first_losses[:10]), np.mean(first_losses[-10:])
     assert tail < 0.85 * head, (head, tail)
+
+
+# ---- a run in a reused process (sweep's reuse_workers) equals the same run in a fresh process ----------
+def _results(summary: dict) -> dict:
+    """A summary without what differs between two runs of one config: timings and paths."""
+    timing = ("train_seconds", "eval_seconds", "final_eval_seconds", "wall_time_s", "sentences_per_s", "elapsed_s")
+    out = {k: v for k, v in summary.items() if k not in timing and k != "config"}
+    out["history"] = [{k: v for k, v in entry.items() if k not in timing} for entry in summary["history"]]
+    return out
+
+
+def test_a_run_after_another_in_one_process_equals_a_fresh_run(make_config, tmp_path):
+    import subprocess
+
+    import yaml
+
+    repo = Path(__file__).resolve().parents[1]
+    run_a = make_config("mocose", **{"fgsm.eps": 1e-3, "fgsm.mode": "lagged", "seed": 7,
+                                     "output_dir": str(tmp_path / "fresh")})
+    (tmp_path / "a.yaml").write_text(yaml.safe_dump(run_a.to_dict()))
+    alone = subprocess.run([sys.executable, "-m", "trainer", str(tmp_path / "a.yaml")], capture_output=True, text=True,
+                           env={**__import__("os").environ, "PYTHONPATH": str(repo), "OMP_NUM_THREADS": "1"},
+                           timeout=300, check=False)
+    assert alone.returncode == 0, alone.stderr[-2000:]
+    fresh = json.loads((tmp_path / "fresh" / "summary.json").read_text())
+
+    # this process: another method, precision and seed first, then state a caller might leave behind
+    threads = torch.get_num_threads()
+    train_mod.train(make_config("gs", precision="bf16", seed=3, **{"fgsm.eps": 1e-2, "fgsm.mode": "exact"}))
+    assert torch.get_num_threads() == threads  # the evaluation's single-thread spells are undone
+    torch.manual_seed(12345)
+    np.random.seed(12345)
+    torch.set_grad_enabled(False)
+    try:
+        reused = train_mod.train(run_a.override({"output_dir": str(tmp_path / "reused")}))
+    finally:
+        torch.set_grad_enabled(True)
+    assert _results(reused) == _results(fresh)

@@ -18,7 +18,7 @@ import json
 import math
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -43,6 +43,7 @@ from trainer.evaluation import (
 from trainer.files import json_safe, write_text_atomic
 from trainer.methods import Method, method_class
 from trainer.models import load_encoder, pick_device
+from trainer.transfer import evaluate_transfer, load_transfer_tasks
 
 Report = Callable[[dict[str, Any]], None]
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -118,16 +119,71 @@ def _check_fgsm_precision(config: RunConfig, precision: str, word_embeddings: to
             f"set precision: fp32 (the MoCoSE release runs in fp32) or fgsm.eps >= {floor:.1e}")
 
 
+# ---- one run, in phases: set-up, the step, evaluate-and-select, final evaluation, summary ----------------
+@dataclass
+class _Run:
+    """What the phases of one run share: the built objects (set-up) and the state the loop updates."""
+
+    config: RunConfig
+    started: float  # time.perf_counter() when train() began
+    device: torch.device
+    precision: str
+    host_reads: HostReadPolicy
+    root: Path  # the data directory
+    out_dir: Path | None
+    dev: _DevEvaluator
+    final_sts: list[str]
+    final_transfer: list[str]
+    encoder: Any
+    tokenizer: Any
+    corpus: Any
+    total_steps: int
+    steps_per_epoch: int
+    generator: torch.Generator
+    device_generator: torch.Generator
+    method: Method
+    fgsm: FGSM | None
+    autocast: Any
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    scaler: torch.amp.GradScaler | None
+    encode_eval: Callable
+    encode_dev: Callable
+    track_test: bool
+    params: list[torch.nn.Parameter]
+    # updated by the loop
+    step: int = 0
+    status: str = "ok"
+    reason: str | None = None
+    best: dict[str, Any] = field(default_factory=lambda: {"dev": -math.inf, "step": 0, "state": None})
+    best_test: dict[str, Any] = field(
+        default_factory=lambda: {"avg": -math.inf, "step": None, "test": None, "state": None})
+    history: list[dict[str, Any]] = field(default_factory=list)
+    train_seconds: float = 0.0
+    eval_seconds: float = 0.0
+    final_eval_seconds: float = 0.0
+
+
 def train(config: RunConfig, report: Report | None = None, host_reads: HostReadPolicy | None = None) -> dict[str, Any]:
     """Train one model as `config` says; returns the summary (also written to config.output_dir if set).
     `host_reads`: the NaN/inf check's policy; default the device's (`host_read_policy`)."""
+    run = _set_up(config, host_reads)
+    _train_loop(run, report)
+    final = _final_evaluation(run)
+    return _summary(run, final)
+
+
+def _set_up(config: RunConfig, host_reads: HostReadPolicy | None) -> _Run:
+    """Resolve the config, check the data, load the model and corpus, and build the method, the optimiser
+    and the evaluators. Everything process-wide a previous run in this process may have changed (a worker
+    that runs trial after trial) is set again here: the seeds, grad mode, the thread count."""
     started = time.perf_counter()
     config = config.resolved()
+    _reset_process_state()
     seed_everything(config.seed)
     device = pick_device(config.device)
     method_cls = method_class(config.method)
     precision = method_cls.precision_on(device, config.precision)
-    host_reads = host_reads or host_read_policy(device)
     root = data_dir(config.data.data_dir)
     out_dir = Path(config.output_dir) if config.output_dir else None
     if out_dir:
@@ -137,8 +193,6 @@ def train(config: RunConfig, report: Report | None = None, host_reads: HostReadP
     dev = _DevEvaluator(root)  # fails early on missing/altered data
     final_sts, final_transfer = split_tasks(config.eval.final_tasks)  # fails early on an unknown task name
     if final_transfer:
-        from trainer.transfer import load_transfer_tasks
-
         load_transfer_tasks(root, final_transfer)  # ... and on missing/altered transfer data
     encoder, tokenizer = load_encoder(config.model, dropout=config.dropout)
     _check_fgsm_precision(config, precision, encoder.get_input_embeddings().weight)
@@ -150,7 +204,6 @@ def train(config: RunConfig, report: Report | None = None, host_reads: HostReadP
         raise UserError(f"the corpus has {len(corpus)} sentences, fewer than batch_size={batch}: lower batch_size")
     steps_per_epoch = len(corpus) // batch  # drop_last, as SimCSE's data loader
     total_steps = config.max_steps or max(1, int(config.epochs * steps_per_epoch))
-    eval_steps = config.eval.eval_steps
 
     generator = torch.Generator().manual_seed(config.seed)
     device_generator = torch.Generator(device=device).manual_seed(config.seed)
@@ -158,14 +211,11 @@ def train(config: RunConfig, report: Report | None = None, host_reads: HostReadP
     method.train()
     method.start(total_steps)
     # attached after the method is built: MoCoSE's target is a deep copy, which would copy the hook
-    fgsm = None
-    if config.fgsm.eps > 0:
-        fgsm = FGSM(config.fgsm.eps, config.fgsm.mode).attach(encoder.get_input_embeddings())
+    fgsm = FGSM(config.fgsm.eps, config.fgsm.mode).attach(encoder.get_input_embeddings()) if config.fgsm.eps > 0 \
+        else None
     autocast_dtype = AUTOCAST_DTYPES.get(precision)
     if fgsm is not None:
         fgsm.compute_dtype = autocast_dtype
-    autocast = torch.autocast(device.type, dtype=autocast_dtype) if autocast_dtype else contextlib.nullcontext()
-
     optimizer = torch.optim.AdamW(method.trainable_groups(config.optim.weight_decay), lr=config.optim.lr,
                                   betas=tuple(config.optim.betas), eps=config.optim.eps)
     from transformers import get_constant_schedule_with_warmup, get_linear_schedule_with_warmup
@@ -173,167 +223,206 @@ def train(config: RunConfig, report: Report | None = None, host_reads: HostReadP
     warmup = config.optim.warmup_steps
     scheduler = (get_linear_schedule_with_warmup(optimizer, warmup, total_steps) if config.optim.schedule == "linear"
                  else get_constant_schedule_with_warmup(optimizer, warmup))
-    # fp16 needs loss scaling on any device (its range underflows small gradients); bf16 has fp32's range
-    scaler = torch.amp.GradScaler(device.type) if precision == "fp16" else None
-    pad_id = tokenizer.pad_token_id or 0
     encode_eval = SentenceEncoder(encoder, tokenizer, config.pooler, device, config.eval.batch_size,
                                   mlp=method.eval_mlp()).encode
     dev_pooler, dev_mlp = method.dev_head()
     encode_dev = encode_eval if dev_pooler is None else SentenceEncoder(
         encoder, tokenizer, dev_pooler, device, config.eval.batch_size, mlp=dev_mlp).encode
-    track_test = config.eval.selection == "test_avg" or method.reports_test_selected()
+    return _Run(
+        config=config, started=started, device=device, precision=precision,
+        host_reads=host_reads or host_read_policy(device), root=root, out_dir=out_dir, dev=dev,
+        final_sts=final_sts, final_transfer=final_transfer, encoder=encoder, tokenizer=tokenizer, corpus=corpus,
+        total_steps=total_steps, steps_per_epoch=steps_per_epoch, generator=generator,
+        device_generator=device_generator, method=method, fgsm=fgsm,
+        autocast=torch.autocast(device.type, dtype=autocast_dtype) if autocast_dtype else contextlib.nullcontext(),
+        optimizer=optimizer, scheduler=scheduler,
+        # fp16 needs loss scaling on any device (its range underflows small gradients); bf16 has fp32's range
+        scaler=torch.amp.GradScaler(device.type) if precision == "fp16" else None,
+        encode_eval=encode_eval, encode_dev=encode_dev,
+        track_test=config.eval.selection == "test_avg" or method.reports_test_selected(),
+        params=[p for g in optimizer.param_groups for p in g["params"]],
+    )
 
-    def step_loss(ids: torch.Tensor, mask: torch.Tensor):
-        position_ids = None
-        if config.augment.token_shuffle:
-            base = torch.arange(ids.shape[1], device=device).expand_as(ids)
-            position_ids = shuffle_token_positions(base, mask, generator=device_generator)
-        with autocast:
-            return method.loss(ids, mask, position_ids)
 
-    # running statistics kept on the device: reading them is a host sync, done only at evaluations
-    loss_sum = torch.zeros((), device=device)
-    best = {"dev": -math.inf, "step": 0, "state": None}
-    best_test: dict[str, Any] = {"avg": -math.inf, "step": None, "test": None, "state": None}
-    status, reason = "ok", None
-    history: list[dict[str, Any]] = []
-    train_seconds, eval_seconds = 0.0, 0.0
-    step = 0
-    order: list[int] = []
-    loss_window = 0
-    params = [p for g in optimizer.param_groups for p in g["params"]]
+def _reset_process_state() -> None:
+    """What a caller or an earlier run in this process could leave set: grad mode. (The seeds are set next;
+    the thread count is the process's own, which the evaluation lowers to 1 only inside a try/finally.)"""
+    torch.set_grad_enabled(True)
 
-    tick = time.perf_counter()
-    while step < total_steps:
-        if not order:  # a new epoch: a fresh shuffle of the corpus
-            order = torch.randperm(len(corpus), generator=generator).tolist()[: steps_per_epoch * batch]
-        indices, order = order[:batch], order[batch:]
-        step += 1
-        ids, mask = corpus.batch(indices, pad_id)
-        ids, mask = ids.to(device, non_blocking=True), mask.to(device, non_blocking=True)
 
-        if fgsm is not None and config.fgsm.mode == "exact":
-            with fgsm.capture():
-                probe = step_loss(ids, mask)
-            probe.loss.backward()
-            optimizer.zero_grad(set_to_none=True)
-            perturb = fgsm.perturb()
-        elif fgsm is not None:
-            perturb = contextlib.ExitStack()
-            perturb.enter_context(fgsm.perturb())
-            perturb.enter_context(fgsm.capture())
-        else:
-            perturb = contextlib.nullcontext()
-        with perturb:
-            out = step_loss(ids, mask)
-        if scaler is not None:
-            scaler.scale(out.loss).backward()
-            scaler.unscale_(optimizer)
-        else:
-            out.loss.backward()
-        if config.optim.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(params, config.optim.grad_clip)
-        if scaler is not None:
-            scaler.step(optimizer)
-            scaler.update()
-        else:
-            optimizer.step()
-        scheduler.step()
+def _step_loss(run: _Run, ids: torch.Tensor, mask: torch.Tensor):
+    position_ids = None
+    if run.config.augment.token_shuffle:
+        base = torch.arange(ids.shape[1], device=run.device).expand_as(ids)
+        position_ids = shuffle_token_positions(base, mask, generator=run.device_generator)
+    with run.autocast:
+        return run.method.loss(ids, mask, position_ids)
+
+
+def _step(run: _Run, ids: torch.Tensor, mask: torch.Tensor):
+    """One optimiser step on a batch (FGSM's perturbation around it when on); the method's after-step hook
+    (MoCoSE: the EMA update and the queue push). Reads nothing back from the device."""
+    fgsm, optimizer, scaler = run.fgsm, run.optimizer, run.scaler
+    if fgsm is not None and run.config.fgsm.mode == "exact":
+        with fgsm.capture():
+            probe = _step_loss(run, ids, mask)
+        probe.loss.backward()
         optimizer.zero_grad(set_to_none=True)
-        method.after_step(step, out)
+        perturb = fgsm.perturb()
+    elif fgsm is not None:
+        perturb = contextlib.ExitStack()
+        perturb.enter_context(fgsm.perturb())
+        perturb.enter_context(fgsm.capture())
+    else:
+        perturb = contextlib.nullcontext()
+    with perturb:
+        out = _step_loss(run, ids, mask)
+    if scaler is not None:
+        scaler.scale(out.loss).backward()
+        scaler.unscale_(optimizer)
+    else:
+        out.loss.backward()
+    if run.config.optim.grad_clip > 0:
+        torch.nn.utils.clip_grad_norm_(run.params, run.config.optim.grad_clip)
+    if scaler is not None:
+        scaler.step(optimizer)
+        scaler.update()
+    else:
+        optimizer.step()
+    run.scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    run.method.after_step(run.step, out)
+    return out
+
+
+def _train_loop(run: _Run, report: Report | None) -> None:
+    """Steps until total_steps, evaluating every eval.eval_steps; ends early on a NaN/inf loss (diverged) or
+    a collapsed embedding space (collapsed). The running loss stays on the device between its reads."""
+    config, batch, pad_id = run.config, run.config.batch_size, run.tokenizer.pad_token_id or 0
+    eval_steps = config.eval.eval_steps
+    loss_sum = torch.zeros((), device=run.device)
+    loss_window = 0
+    order: list[int] = []
+    tick = time.perf_counter()
+    while run.step < run.total_steps:
+        if not order:  # a new epoch: a fresh shuffle of the corpus
+            order = torch.randperm(len(run.corpus), generator=run.generator).tolist()[: run.steps_per_epoch * batch]
+        indices, order = order[:batch], order[batch:]
+        run.step += 1
+        ids, mask = run.corpus.batch(indices, pad_id)
+        ids, mask = ids.to(run.device, non_blocking=True), mask.to(run.device, non_blocking=True)
+        out = _step(run, ids, mask)
         loss_sum += out.loss.detach()
         loss_window += 1
 
-        last = step == total_steps
+        last = run.step == run.total_steps
         # the NaN/inf check reads the loss back only on the policy's steps (a host sync on a GPU)
-        check = step % host_reads.check_every == 0
-        if step % eval_steps == 0 or last or (check and not torch.isfinite(loss_sum)):
-            train_seconds += time.perf_counter() - tick
+        check = run.step % run.host_reads.check_every == 0
+        if run.step % eval_steps == 0 or last or (check and not torch.isfinite(loss_sum)):
+            run.train_seconds += time.perf_counter() - tick
             mean_loss = (loss_sum / loss_window).item()
             loss_sum.zero_()
             loss_window = 0
             if not math.isfinite(mean_loss):
-                status, reason = "diverged", f"loss became {mean_loss} by step {step}"
+                run.status, run.reason = "diverged", f"loss became {mean_loss} by step {run.step}"
                 break
-            if step % eval_steps != 0 and not last:
-                tick = time.perf_counter()
-                continue
-            eval_started = time.perf_counter()
-            dev_rho, mean_cos = dev(encode_dev)
-            test_now = None
-            if track_test:
-                result = evaluate_sts(encode_eval, root, TASKS, align_uniform_split=None)
-                test_now = {**result.scores, "avg": result.avg}
-            eval_seconds += time.perf_counter() - eval_started
-            metrics = {"step": step, "loss": mean_loss,
-                       "dev_stsb": round(dev_rho * 100, 4) if math.isfinite(dev_rho) else None,
-                       "lr": scheduler.get_last_lr()[0], "eta": None, "queue_fill": None, **method.log_values(),
-                       "mean_cosine": round(mean_cos, 4),
-                       "fgsm_norm": fgsm.last_perturbation_norm if fgsm is not None else None,
-                       "elapsed_s": round(time.perf_counter() - started, 2)}
-            if test_now is not None:
-                metrics["test_avg"] = test_now["avg"]
-            history.append(metrics)
-            if out_dir:
-                with open(out_dir / "metrics.jsonl", "a") as handle:
-                    handle.write(json.dumps(json_safe(metrics)) + "\n")
-            if report is not None:
-                report(json_safe(metrics))
-            if not math.isfinite(dev_rho) or mean_cos > config.collapse_threshold:
-                # checked before the best-state update, so a collapsed state is never the one evaluated
-                status = "collapsed"
-                reason = f"embeddings collapsed at step {step}: mean pairwise cosine {mean_cos:.4f} on STS-B dev"
+            if (run.step % eval_steps == 0 or last) and not _evaluate_and_select(run, mean_loss, report):
                 break
-            if dev_rho > best["dev"]:
-                best = {"dev": dev_rho, "step": step, "state": _snapshot(method)}
-            if test_now is not None and test_now["avg"] > best_test["avg"]:  # strictly better, as the release
-                best_test = {"avg": test_now["avg"], "step": step, "test": test_now,
-                             "state": _snapshot(method) if config.eval.selection == "test_avg" else None}
             tick = time.perf_counter()
+    if run.fgsm is not None:
+        run.fgsm.detach()
 
-    if fgsm is not None:
-        fgsm.detach()
-    # ---- final evaluation with the selected state (STS-B dev; the test average only on request) ----
-    selected = best_test if config.eval.selection == "test_avg" else best
+
+def _evaluate_and_select(run: _Run, mean_loss: float, report: Report | None) -> bool:
+    """STS-B dev (and the seven test tasks when the test-selected state is tracked), logged and reported;
+    the best state kept. False when the embedding space collapsed (the run ends)."""
+    config, step, method, fgsm = run.config, run.step, run.method, run.fgsm
+    eval_started = time.perf_counter()
+    dev_rho, mean_cos = run.dev(run.encode_dev)
+    test_now = None
+    if run.track_test:
+        result = evaluate_sts(run.encode_eval, run.root, TASKS, align_uniform_split=None)
+        test_now = {**result.scores, "avg": result.avg}
+    run.eval_seconds += time.perf_counter() - eval_started
+    metrics = {"step": step, "loss": mean_loss,
+               "dev_stsb": round(dev_rho * 100, 4) if math.isfinite(dev_rho) else None,
+               "lr": run.scheduler.get_last_lr()[0], "eta": None, "queue_fill": None, **method.log_values(),
+               "mean_cosine": round(mean_cos, 4),
+               "fgsm_norm": fgsm.last_perturbation_norm if fgsm is not None else None,
+               "elapsed_s": round(time.perf_counter() - run.started, 2)}
+    if test_now is not None:
+        metrics["test_avg"] = test_now["avg"]
+    run.history.append(metrics)
+    if run.out_dir:
+        with open(run.out_dir / "metrics.jsonl", "a") as handle:
+            handle.write(json.dumps(json_safe(metrics)) + "\n")
+    if report is not None:
+        report(json_safe(metrics))
+    if not math.isfinite(dev_rho) or mean_cos > config.collapse_threshold:
+        # checked before the best-state update, so a collapsed state is never the one evaluated
+        run.status = "collapsed"
+        run.reason = f"embeddings collapsed at step {step}: mean pairwise cosine {mean_cos:.4f} on STS-B dev"
+        return False
+    if dev_rho > run.best["dev"]:
+        run.best = {"dev": dev_rho, "step": step, "state": _snapshot(method)}
+    if test_now is not None and test_now["avg"] > run.best_test["avg"]:  # strictly better, as the release
+        run.best_test = {"avg": test_now["avg"], "step": step, "test": test_now,
+                         "state": _snapshot(method) if config.eval.selection == "test_avg" else None}
+    return True
+
+
+def _final_evaluation(run: _Run) -> dict[str, Any]:
+    """The final tasks with the selected state (best STS-B dev; the best test average only on request);
+    the encoder saved when asked. Nothing is evaluated when no state was ever selected."""
+    config = run.config
+    selected = run.best_test if config.eval.selection == "test_avg" else run.best
     if selected["state"] is not None:
-        _restore(method, selected["state"])
-    test = transfer = None
-    align = uniform = au_split = None
-    if status == "ok" or selected["state"] is not None:
-        if final_sts:
-            result = evaluate_sts(encode_eval, root, final_sts, config.eval.align_uniform_split)
-            test = {**result.scores, "avg": result.avg}
-            align, uniform, au_split = result.align, result.uniform, result.align_uniform_split
-        if final_transfer:
-            from trainer.transfer import evaluate_transfer
-
+        _restore(run.method, selected["state"])
+    final: dict[str, Any] = {"test": None, "transfer": None, "align": None, "uniform": None, "au_split": None}
+    eval_started = time.perf_counter()
+    if run.status == "ok" or selected["state"] is not None:
+        if run.final_sts:
+            result = evaluate_sts(run.encode_eval, run.root, run.final_sts, config.eval.align_uniform_split)
+            final.update(test={**result.scores, "avg": result.avg}, align=result.align, uniform=result.uniform,
+                         au_split=result.align_uniform_split)
+        if run.final_transfer:
             # the fits run on the trial's own thread budget (Ray sets it from resources.cpu), one per process
-            result = evaluate_transfer(encode_eval, root, final_transfer, config.eval.transfer_mode,
-                                       workers=torch.get_num_threads(), device=device)
-            transfer = {**result.scores, "avg": result.avg}
-    if config.save_model and out_dir and selected["state"] is not None:
-        encoder.save_pretrained(out_dir / "model")
-        tokenizer.save_pretrained(out_dir / "model")
+            result = evaluate_transfer(run.encode_eval, run.root, run.final_transfer, config.eval.transfer_mode,
+                                       workers=torch.get_num_threads(), device=run.device)
+            final["transfer"] = {**result.scores, "avg": result.avg}
+    run.final_eval_seconds = time.perf_counter() - eval_started
+    if config.save_model and run.out_dir and selected["state"] is not None:
+        run.encoder.save_pretrained(run.out_dir / "model")
+        run.tokenizer.save_pretrained(run.out_dir / "model")
+    return final
 
+
+def _summary(run: _Run, final: dict[str, Any]) -> dict[str, Any]:
+    """summary.json: the verdict, the scores, MTD and the method's own fields, timings, the resolved config."""
+    config, best, best_test = run.config, run.best, run.best_test
+    transfer = final["transfer"]
     summary = {
-        "status": status, "reason": reason, "steps": step, "total_steps": total_steps,
-        "variant": config.variant, "precision": precision,
+        "status": run.status, "reason": run.reason, "steps": run.step, "total_steps": run.total_steps,
+        "variant": config.variant, "precision": run.precision,
         "released": {flag: value for flag, value in config.to_dict()["released"].items()},
         "selection": "dev" if config.eval.selection == "dev" else f"test_avg: {TEST_SELECTED_LABEL}",
         "best_step": best["step"] if best["state"] is not None else None,
         "best_dev_stsb": round(best["dev"] * 100, 4) if best["state"] is not None else None,
-        "test": test, "transfer": transfer, "transfer_mode": config.eval.transfer_mode if transfer else None,
-        "align": align, "uniform": uniform, "align_uniform_split": au_split,
-        "mtd": None, **method.summary_fields(step),
-        "sentences_per_s": round(step * batch / train_seconds, 2) if train_seconds > 0 else None,
-        "train_seconds": round(train_seconds, 2), "eval_seconds": round(eval_seconds, 2),
-        "wall_time_s": round(time.perf_counter() - started, 2),
-        "device": str(device), "corpus_sentences": len(corpus), "history": history,
+        "test": final["test"], "transfer": transfer,
+        "transfer_mode": config.eval.transfer_mode if transfer else None,
+        "align": final["align"], "uniform": final["uniform"], "align_uniform_split": final["au_split"],
+        "mtd": None, **run.method.summary_fields(run.step),
+        "sentences_per_s": (round(run.step * config.batch_size / run.train_seconds, 2)
+                            if run.train_seconds > 0 else None),
+        "train_seconds": round(run.train_seconds, 2), "eval_seconds": round(run.eval_seconds, 2),
+        "final_eval_seconds": round(run.final_eval_seconds, 2),
+        "wall_time_s": round(time.perf_counter() - run.started, 2),
+        "device": str(run.device), "corpus_sentences": len(run.corpus), "history": run.history,
         "config": config.to_dict(),
     }
-    if track_test:
+    if run.track_test:
         summary["test_selected"] = {"label": TEST_SELECTED_LABEL, "step": best_test["step"], "test": best_test["test"]}
     summary = json_safe(summary)
-    if out_dir:
-        write_text_atomic(out_dir / "summary.json", json.dumps(summary, indent=2))
+    if run.out_dir:
+        write_text_atomic(run.out_dir / "summary.json", json.dumps(summary, indent=2))
     return summary

@@ -544,6 +544,7 @@ def run_protocols(shared: dict, settings: ClassifierSettings, workers: int | Non
                 pending += protocols[pending[0].task].add(run_job(pending.pop(0)))
         finally:
             torch.set_num_threads(threads)
+            _SHARED.clear()  # this process may run the next trial (sweep's reuse_workers): drop the features
         return {task: p.result() for task, p in protocols.items()}
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
     with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context(method),
@@ -565,10 +566,13 @@ def run_protocols_in_process(shared: dict, settings: ClassifierSettings, device:
     protocols = {task: _Protocol(task, v[1], v[2], settings) for task, v in shared.items()}
     solver = solver or solver_for(device)
     _SHARED.update({task: (v[0], v[1], v[3], settings, device, solver) for task, v in shared.items()})
-    pending = [job for p in protocols.values() for job in p.first()]
-    while pending:
-        job = pending.pop(0)
-        pending += protocols[job.task].add(run_job(job))
+    try:
+        pending = [job for p in protocols.values() for job in p.first()]
+        while pending:
+            job = pending.pop(0)
+            pending += protocols[job.task].add(run_job(job))
+    finally:
+        _SHARED.clear()  # this process may run the next trial (sweep's reuse_workers): drop the features
     return {task: p.result() for task, p in protocols.items()}
 
 
