@@ -32,17 +32,15 @@ class TrialFeed(Searcher):
         super().__init__()
         self.plan = plan
         self.stopping = stopping  # sweep.stopping.StopSignals: nothing new is handed out once it is requested
-        # Until the first trial runs, at most this many trials handed out (None: no limit). On one machine
-        # every trial of the first wave starts a worker process, and starting them all at once shares the
-        # cores among them: with 8 at once on 2 cores the first trial ran 7.4 s after Tune began, with 2 at
-        # once 2.9 s. The rest of the first wave starts while the first trials run. Not used on a cluster
-        # (`--address`), where the pending trials are the demand an autoscaler sees.
+        # At most this many trials handed out and not started yet (None: no limit). On one machine every
+        # trial of the first wave starts a worker process, and starting them all at once shares the cores
+        # among them: with 8 at once on 2 cores the first trial ran 7.4 s after Tune began, with 2 at once
+        # 2.9 s. Later trials mostly reuse a started worker. Not used on a cluster (`--address`), where
+        # the pending trials are the demand an autoscaler sees.
         self.starting_cap = starting_cap
 
     def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
-        plan = self.plan
-        if (self.starting_cap is not None and not plan.any_started and len(plan.starting) >= self.starting_cap
-                and self.has_more()):
+        if self.starting_cap is not None and len(self.plan.starting) >= self.starting_cap and self.has_more():
             return None  # Tune asks again on its next round
         job = self.next_job()
         return job if job is not None else self.FINISHED

@@ -48,7 +48,6 @@ class TrialEvents(tune.Callback):
         """Tune started the trial: RUNNING in Optuna (the asked trial for tpe) and trials.csv; its number."""
         plan = self.plan
         plan.starting.discard(key)
-        plan.any_started = True
         trial = plan.trials[key]
         number = plan.asked.pop(key, None)
         if number is None:
