@@ -28,20 +28,12 @@ class TrialFeed(Searcher):
         job = feed.next_job()             # the next trial's job, or None when there is none
     """
 
-    def __init__(self, plan: StudyPlan, stopping: Any = None, starting_cap: int | None = None):
+    def __init__(self, plan: StudyPlan, stopping: Any = None):
         super().__init__()
         self.plan = plan
         self.stopping = stopping  # sweep.stopping.StopSignals: nothing new is handed out once it is requested
-        # At most this many trials handed out and not started yet (None: no limit). On one machine every
-        # trial of the first wave starts a worker process, and starting them all at once shares the cores
-        # among them: with 8 at once on 2 cores the first trial ran 7.4 s after Tune began, with 2 at once
-        # 2.9 s. Later trials mostly reuse a started worker. Not used on a cluster (`--address`), where
-        # the pending trials are the demand an autoscaler sees.
-        self.starting_cap = starting_cap
 
     def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
-        if self.starting_cap is not None and len(self.plan.starting) >= self.starting_cap and self.has_more():
-            return None  # Tune asks again on its next round
         job = self.next_job()
         return job if job is not None else self.FINISHED
 
@@ -59,7 +51,6 @@ class TrialFeed(Searcher):
             return None
         trial = plan.to_run.pop(0)
         plan.handed_out.add(trial.key)
-        plan.starting.add(trial.key)
         plan.folder.clear_attempt(trial.key)
         plan.folder.write_trial_config(trial)
         trial_dir = plan.folder.trial_dir(trial.key)

@@ -49,7 +49,6 @@ class StudyPlan:
         self.asks_left = 0  # tpe: Optuna asks still to make (each runs once per seed)
         self.asked: dict[str, int] = {}  # tpe: key -> number of the asked Optuna trial it starts as
         self.handed_out: set[str] = set()  # keys given to Tune and not ended yet
-        self.starting: set[str] = set()  # keys given to Tune whose trial has not started yet
         self.mirror: Any = None  # sweep.mirror.OptunaMirror, opened by prepare()
         self.table: TrialsTable | None = None
         self.progress: Progress | None = None

@@ -240,7 +240,7 @@ class _StudyRun(StudyPlan):
         resources = {"cpu": float(self.spec.resources.cpu), "gpu": float(self.spec.resources.gpu)}
         if max_concurrent is None:
             max_concurrent = trial_room(resources, address, self.spec.method, len(self.to_run))
-        searcher = TrialFeed(self, self.stop, starting_cap=None if address else (os.cpu_count() or 1))
+        searcher = TrialFeed(self, self.stop)
         tuner = tune.Tuner(
             tune.with_resources(run_trial, resources),
             tune_config=tune.TuneConfig(

@@ -47,7 +47,6 @@ class TrialEvents(tune.Callback):
     def trial_started(self, key: str, tune_trial_id: str) -> int:
         """Tune started the trial: RUNNING in Optuna (the asked trial for tpe) and trials.csv; its number."""
         plan = self.plan
-        plan.starting.discard(key)
         trial = plan.trials[key]
         number = plan.asked.pop(key, None)
         if number is None:
@@ -129,7 +128,6 @@ class TrialEvents(tune.Callback):
         return live is not None and stopping and live["summary"] is None and live["error"] is None
 
     def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        self.plan.starting.discard(trial.config.get("key"))  # ended without starting (e.g. stopped early)
         if self._stopped_by_signal(trial):
             return
         live = self.live.pop(trial.trial_id, None)
@@ -147,7 +145,6 @@ class TrialEvents(tune.Callback):
         self.trial_ended(live["key"], live["number"], summary)
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        self.plan.starting.discard(trial.config.get("key"))  # its worker may have failed to start
         if self._stopped_by_signal(trial):
             return
         live = self.live.pop(trial.trial_id, None)
