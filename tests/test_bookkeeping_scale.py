@@ -98,7 +98,10 @@ def finished_study(root: Path, size: int) -> Path:
 
 def plan(path: Path) -> int:
     """What `sweep run` does before Ray starts (no trial runs: Ray never starts); how many trials it would run."""
-    return _StudyRun(load_study(path), "unused:train").prepare()
+    run = _StudyRun(load_study(path), "unused:train")
+    to_run = run.prepare()
+    run.mirror.wait_for_note()  # the dashboard note is written by a thread: counted here, not by chance
+    return to_run
 
 
 def per_trial(counts: dict[int, int]) -> int:
