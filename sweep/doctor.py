@@ -282,9 +282,9 @@ def _patched(cls: type, name: str, value: Any):
 
 
 def _sync_site(tb: Any) -> tuple[str, int | None]:
-    """Where a synchronising call came from: the line of the trainer's train() (the loop) that led to it,
-    plus the innermost project line when that is elsewhere ("trainer/train.py:227: <code> (via ...)"), and
-    train()'s step then."""
+    """Where a synchronising call came from: the line of the trainer's loop (trainer.train._train_loop) that
+    led to it, plus the innermost project line when that is elsewhere ("trainer/train.py:227: <code> (via
+    ...)"), and the run's step then."""
     root = str(Path(__file__).resolve().parents[1])
     loop, inner, step = "", "", None
     while tb is not None:
@@ -293,8 +293,8 @@ def _sync_site(tb: Any) -> tuple[str, int | None]:
         if filename.startswith(root):
             code = linecache.getline(filename, tb.tb_lineno).strip()
             inner = f"{os.path.relpath(filename, root)}:{tb.tb_lineno}: {code}"
-            if frame.f_code.co_name == "train" and "step" in frame.f_locals:
-                loop, step = inner, frame.f_locals["step"]
+            if frame.f_code.co_name == "_train_loop" and "run" in frame.f_locals:
+                loop, step = inner, frame.f_locals["run"].step
         tb = tb.tb_next
     if loop and inner != loop:
         return f"{loop} (via {inner})", step

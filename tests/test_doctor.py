@@ -87,13 +87,15 @@ def test_the_tiny_cpu_bench_measures_and_says_no_gpu_was_measured(tmp_path, shar
 
 
 def test_the_sync_check_names_the_loop_line_that_synchronised():
+    from types import SimpleNamespace
+
     from sweep.doctor import _sync_site
 
     def sync():
         raise RuntimeError("called a synchronizing CUDA operation")
 
-    def train(sync_at_eval: bool):  # named as the trainer's function: _sync_site reads its line and `step`
-        step = 25  # noqa: F841
+    def _train_loop(sync_at_eval: bool):  # named as the trainer's loop: _sync_site reads its line and run.step
+        run = SimpleNamespace(step=25)  # noqa: F841
         if sync_at_eval:
             mean_loss = sync()
         else:
@@ -103,7 +105,7 @@ def test_the_sync_check_names_the_loop_line_that_synchronised():
     sites = {}
     for at_eval in (True, False):
         with pytest.raises(RuntimeError) as raised:
-            train(at_eval)
+            _train_loop(at_eval)
         sites[at_eval] = _sync_site(raised.value.__traceback__)
     (loop, via), step = sites[True][0].split(" (via "), sites[True][1]
     assert step == 25 and loop.startswith("tests/test_doctor.py:") and loop.endswith("mean_loss = sync()")

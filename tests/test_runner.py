@@ -57,7 +57,8 @@ def write_study(tmp_path: Path, name: str, model: Path | str, data: Path, parame
 
 def results_of(summary: dict) -> dict:
     """A trainer summary without what may differ between two runs of one config: timings, paths, resources."""
-    timing = ("train_seconds", "eval_seconds", "wall_time_s", "sentences_per_s", "elapsed_s", "resources", "config")
+    timing = ("train_seconds", "eval_seconds", "final_eval_seconds", "wall_time_s", "sentences_per_s", "elapsed_s",
+              "resources", "config")
     out = {k: v for k, v in summary.items() if k not in timing and "path" not in k and "dir" not in k}
     out["history"] = [{k: v for k, v in entry.items() if k not in timing} for entry in summary.get("history", [])]
     return out
