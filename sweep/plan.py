@@ -134,7 +134,7 @@ class StudyPlan:
                 self._damaged_summary(trial.key, problem, final[-1] if final else None)
                 summary = self.folder.read_summary(trial.key)  # restored from Optuna, or set aside
             action = decide(attempts, summary)  # the one decision, shared with --dry-run and status
-            changed = self._changed_fields(trial) if action in ("skip", "record") else []
+            changed = self._changed_fields(trial, summary) if action in ("skip", "record") else []
             if changed:
                 self.changed[trial.key] = changed
             if changed and self.rerun_changed:
@@ -161,12 +161,16 @@ class StudyPlan:
             self.asks_left = max(0, (self.spec.budget or 1) - len(asked))
         return skipped
 
-    def _changed_fields(self, trial: Trial) -> list[str]:
+    def _changed_fields(self, trial: Trial, summary: dict[str, Any] | None) -> list[str]:
         """Fields whose value in the config the trial ran with differs from how it resolves now.
 
+        The config the trial ran with is the one its summary.json records (already read: parsing each
+        finished trial's config.yaml as well was most of a 10,000-trial resume), else its config.yaml.
         A field the stored config lacks (added by a later release, with a default) does not count.
         """
-        stored = self.folder.read_config(trial.key)
+        stored = (summary or {}).get("config")
+        if not isinstance(stored, dict):
+            stored = self.folder.read_config(trial.key)
         if stored is None:
             return []
         before, now = flatten(stored), flatten(trial.config)

@@ -46,14 +46,17 @@ def write_study(tmp_path: Path) -> Path:
     return path
 
 
-def finish_every_trial(path: Path) -> list[str]:
-    """Run the study's plan and record every trial as the driver does when a trial ends ok."""
+def finish_every_trial(path: Path, config_in_summary: bool = True) -> list[str]:
+    """Run the study's plan and record every trial as the driver does when a trial ends ok (a summary
+    without its config when `config_in_summary` is False, as a stand-in trainer might write)."""
     run = _StudyRun(load_study(path), "unused:train")
     assert run.prepare() == 8
     for trial in list(run.to_run):
         number = run.mirror.start(trial)
         run.folder.write_trial_config(trial)
-        summary = {"status": "ok", "steps": 6, "best_step": 3, "best_dev_stsb": 70.0, "config": trial.config}
+        summary = {"status": "ok", "steps": 6, "best_step": 3, "best_dev_stsb": 70.0}
+        if config_in_summary:
+            summary["config"] = trial.config
         run.folder.write_summary(trial.key, summary)
         run.mirror.finish(number, summary)
     run.mirror = None
@@ -85,9 +88,11 @@ def test_an_upgrade_keeps_finished_trials_finished(tmp_path, monkeypatch, capsys
     assert (tmp_path / "results" / "keys" / "trials" / keys[0] / "summary.json").is_file()  # results kept
 
 
-def test_rerun_changed_plans_exactly_the_changed_trials(tmp_path, monkeypatch):
+@pytest.mark.parametrize("config_in_summary", [True, False], ids=["summary-config", "config-yaml"])
+def test_rerun_changed_plans_exactly_the_changed_trials(tmp_path, monkeypatch, config_in_summary):
+    # the config a trial ran with is read from its summary.json, or from config.yaml when the summary lacks it
     path = write_study(tmp_path)
-    finish_every_trial(path)
+    finish_every_trial(path, config_in_summary)
     monkeypatch.setattr(trainer.config, "RunConfig", WithOtherDefault)
     assert _StudyRun(load_study(path), "unused:train").prepare() == 0
     run = _StudyRun(load_study(path), "unused:train", rerun_changed=True)
