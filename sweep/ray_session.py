@@ -52,6 +52,12 @@ def start_ray(address: str | None, stop: StopSignals, folder_path: Path) -> bool
         if address:
             ray.init(address=address, **kwargs)
         else:
+            # Worker processes started at once (Ray's default: one per core). Each trial's worker imports
+            # Ray Tune (~1 s of CPU); with 8 starting together on 2 cores, all became ready together and
+            # the first trial ran 8 s after Tune began. Half the cores (the rest for the driver and the
+            # trials already running) staggers them: the first ran after 3 s, the last as late as before
+            # (bench/RESULTS.md). The raylet reads this from the environment it inherits; yours wins.
+            os.environ.setdefault("RAY_worker_maximum_startup_concurrency", str(max(1, (os.cpu_count() or 1) // 2)))
             # "local": a new instance of our own, even when another Ray runs on this machine
             ray.init(address="local", num_cpus=os.cpu_count() or 1, include_dashboard=False, **kwargs)
     except SystemExit:

@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import math
 import os
 import signal
 import socket
@@ -42,6 +41,7 @@ from sweep.history import check_same_study
 from sweep.plan import StudyPlan
 from sweep.preflight import cluster_nodes, preflight_inputs, preflight_resources
 from sweep.ray_session import shutdown_ray, start_ray, trial_room
+from sweep.schedulers import trial_scheduler
 from sweep.spec import StudySpec
 from sweep.spec.text import hide_password, shorten
 from sweep.stopping import (
@@ -261,22 +261,12 @@ class _StudyRun(StudyPlan):
             self.interrupted = True
 
     def _scheduler(self) -> Any:
-        sched = self.spec.scheduler
-        if sched is None:
-            return None
-        if sched.type != "asha":
-            raise UserError(f"scheduler.type '{sched.type}': expected asha")
-        from ray.tune.schedulers import ASHAScheduler
+        def configs() -> list[dict[str, Any]]:
+            planned = [t.config for t in self.trials.values()]
+            # tpe before its first ask: the base config tells the run length
+            return planned or [RunConfig.from_dict(self.spec.base).resolved().to_dict()]
 
-        configs = [t.config for t in self.trials.values()]
-        if not configs:  # tpe before its first ask: the base config tells the run length
-            configs = [RunConfig.from_dict(self.spec.base).resolved().to_dict()]
-        max_t = sched.max_t or max(_evaluations(c) for c in configs)
-        return ASHAScheduler(
-            time_attr="training_iteration", metric=CURVE_KEY, mode="max", max_t=max(max_t, sched.grace_period),
-            grace_period=sched.grace_period, reduction_factor=sched.reduction_factor,
-            stop_last_trials=False,  # the trainer must reach its final test evaluation
-        )
+        return trial_scheduler(self.spec.scheduler, configs, CURVE_KEY)
 
     # ---- the end --------------------------------------------------------------------------------
     def _print_summary(self) -> None:
@@ -310,10 +300,3 @@ def _is_done(row: dict[str, Any]) -> bool:
     if row["state"] in ("COMPLETE", "PRUNED"):
         return True
     return row["state"] == "FAIL" and row.get("status") in ("diverged", "collapsed")
-
-
-
-def _evaluations(config: dict[str, Any]) -> int:
-    steps = config.get("max_steps")
-    every = (config.get("eval") or {}).get("eval_steps") or 100
-    return max(1, math.ceil(steps / every)) if steps else 100

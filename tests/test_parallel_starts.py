@@ -63,3 +63,45 @@ def test_room_is_what_the_cluster_holds(monkeypatch, cpu, gpu, cluster, address,
     assert PENDING_CAP == 64
     monkeypatch.setattr(ray, "cluster_resources", lambda: cluster)
     assert trial_room({"cpu": cpu, "gpu": gpu}, address, method, to_run) == room
+
+
+def worker_pid(trial_dir) -> str:
+    return (trial_dir / "log.txt").read_text().split()[4]  # "=== trial KEY pid PID ..."
+
+
+def test_short_trials_keep_every_worker_that_is_starting(tmp_path, shared_data_dir):
+    # Worker processes start a few at a time (sweep.ray_session), so some trials end while others' workers
+    # are still starting. Tune's own FIFO order then handed a freed worker to a trial whose worker was
+    # starting and killed that one: 1 s trials ran on 2 workers, 2 at once. sweep.schedulers keeps them.
+    path = fake_study(tmp_path, "short", shared_data_dir, decays=[round(0.02 * i, 2) for i in range(1, 33)],
+                      resources={"cpu": 0.25})
+    done = subprocess.run([sys.executable, "-m", "sweep", "run", str(path)], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=400, env=fake_env(steps=1, step_s=1.0), start_new_session=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    trial_dirs = sorted((tmp_path / "results" / "short" / "trials").iterdir())
+    summaries = [json.loads((d / "summary.json").read_text()) for d in trial_dirs]
+    assert len(summaries) == 32 and all(s["status"] == "ok" for s in summaries)
+    fits = min(8, int((os.cpu_count() or 1) / 0.25))
+    assert len({worker_pid(d) for d in trial_dirs}) == fits
+    assert most_at_once([(s["started_at"], s["ended_at"]) for s in summaries]) == fits
+
+
+def test_asha_stops_the_trials_below_its_rung_cutoff(tmp_path, shared_data_dir):
+    # The fake trainer reports dev_stsb = (50 + 10 * ema.decay) * step / steps: the grid's order (highest
+    # decay first) and two at a time make the later, lower curves fall below ASHA's cutoff at rung 1.
+    import optuna
+
+    decays = [0.9, 0.8, 0.7, 0.6, 0.5, 0.4]
+    path = fake_study(tmp_path, "asha", shared_data_dir, decays=decays, resources={"cpu": 1},
+                      scheduler={"type": "asha", "grace_period": 1, "reduction_factor": 2})
+    done = subprocess.run([sys.executable, "-m", "sweep", "run", str(path), "--max-concurrent", "2"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=400, env=fake_env(steps=4, step_s=0.5),
+                          start_new_session=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    folder = tmp_path / "results" / "asha"
+    study = optuna.load_study(study_name="asha", storage=f"sqlite:///{folder / 'optuna.db'}")
+    states = {t.params["ema.decay"]: t.state.name for t in study.trials}
+    assert states[0.9] == "COMPLETE" and "PRUNED" in states.values(), states
+    for trial in study.trials:  # a pruned trial reported fewer evaluations than the 4 a finished one did
+        steps = sorted(trial.intermediate_values)
+        assert steps == [1, 2, 3, 4] if trial.state.name == "COMPLETE" else len(steps) < 4, (trial.params, steps)
