@@ -127,10 +127,15 @@ class TrialEvents(tune.Callback):
         stopping = self.stopping is not None and self.stopping.requested
         return live is not None and stopping and live["summary"] is None and live["error"] is None
 
-    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+    def _take_ended(self, trial: Any) -> dict[str, Any] | None:
+        """The live record of a trial Tune ended, taken out of `live`; None when there is nothing to record
+        (stopped by a signal: finish_interrupted records it; or never started here)."""
         if self._stopped_by_signal(trial):
-            return
-        live = self.live.pop(trial.trial_id, None)
+            return None
+        return self.live.pop(trial.trial_id, None)
+
+    def on_trial_complete(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        live = self._take_ended(trial)
         if live is None:
             return
         if live["summary"] is not None:
@@ -145,9 +150,7 @@ class TrialEvents(tune.Callback):
         self.trial_ended(live["key"], live["number"], summary)
 
     def on_trial_error(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        if self._stopped_by_signal(trial):
-            return
-        live = self.live.pop(trial.trial_id, None)
+        live = self._take_ended(trial)
         if live is None:
             return
         summary = {"status": "error", "reason": trial_error(trial)}
