@@ -67,3 +67,50 @@ def test_a_model_or_data_that_is_not_there_stops_the_study_before_any_trial(tmp_
     # A new study refused here leaves no folder: one would claim the name, and the corrected spec (another
     # base) would then be refused as a different study.
     assert not Path(spec.study_dir).exists()
+
+
+def test_a_model_folder_that_loaded_before_is_not_loaded_again_until_its_files_change(tmp_path, monkeypatch,
+                                                                                      tiny_model_dir):
+    """The driver's model check imports transformers (a second or more of each start); a folder that
+    passed with the same files and versions is remembered. Any change to its files checks it again."""
+    import shutil
+
+    import transformers
+
+    from trainer import models
+
+    monkeypatch.setattr(models, "MODEL_CHECKS", tmp_path / "cache" / "model_checks.json")
+    folder = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, folder)
+    loads = []
+    real = transformers.AutoConfig.from_pretrained
+
+    def counting(path, *args, **kwargs):
+        loads.append(path)
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(transformers.AutoConfig, "from_pretrained", counting)
+    models.check_model(str(folder))
+    first = len(loads)  # AutoTokenizer reads the config too
+    models.check_model(str(folder))
+    assert first >= 1 and len(loads) == first
+    (folder / "config.json").write_text("{not json")  # a damaged config: same folder, changed file
+    with pytest.raises(UserError, match="cannot load model"):
+        models.check_model(str(folder))
+    assert len(loads) > first
+
+
+def test_a_sweep_driver_resolves_every_method_without_importing_torch():
+    """The method rules live apart from the nn.Modules (trainer.method_rules) so that `sweep run` loads a
+    study, fills each method's defaults and checks them without torch (~2 s of its start)."""
+    code = ("import sys\n"
+            "from trainer.config import RunConfig\n"
+            "for method in ('simcse', 'gs', 'mix', 'mocose'):\n"
+            "    for variant in ('paper', 'released'):\n"
+            "        RunConfig.from_dict({'method': method, 'variant': variant}).resolved()\n"
+            "from sweep.spec import load_study\n"
+            "load_study(sys.argv[1])\n"
+            "print('torch' in sys.modules, 'transformers' in sys.modules)\n")
+    study = Path(__file__).resolve().parents[1] / "studies" / "quickstart.yaml"
+    out = subprocess.run([sys.executable, "-c", code, str(study)], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]

@@ -18,6 +18,7 @@ import yaml
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, Strict, ValidationError
 
 from trainer.errors import ConfigError, UserError, config_error
+from trainer.method_rules import method_rules
 from trainer.slices import parse_slices  # noqa: F401  (re-exported: the one slice parser)
 
 METHODS = ("simcse", "mocose", "gs", "mix")
@@ -228,19 +229,18 @@ class RunConfig(Section):
     def resolved(self) -> RunConfig:
         """Fill the variant's and the method's defaults (the keys left null) and return a new config.
 
-        The released-code flags follow `variant`; then the method object (trainer.methods) fills and
-        checks its own defaults, e.g. weight decay 0 for SimCSE and 1e-6 for MoCoSE.
+        The released-code flags follow `variant`; then the method's rules (trainer.method_rules, which the
+        method objects inherit; no torch) fill and check its own defaults, e.g. weight decay 0 for SimCSE
+        and 1e-6 for MoCoSE.
         """
-        from trainer.methods import method_class  # imported here: the methods need torch
-
         data = self.to_dict()
         for flag, value in data["released"].items():
             if value is None:
                 data["released"][flag] = self.variant == "released"
-        method = method_class(self.method)
-        method.fill_defaults(data)
+        rules = method_rules(self.method)
+        rules.fill_defaults(data)
         resolved = type(self).from_dict(data)
-        method.check(resolved)
+        rules.check(resolved)
         return resolved
 
     def gaussian_count(self) -> int:

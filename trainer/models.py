@@ -7,15 +7,23 @@ name is a local directory, and a name that cannot be resolved is a one-line User
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
+from importlib import metadata
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from trainer.errors import UserError
+from trainer.files import write_text_atomic
+
+if TYPE_CHECKING:  # torch is imported where a device is picked: checking a model needs none
+    import torch
 
 EMBEDDED = "embedded"
+# Local model folders that loaded before (folder -> stamp of its files and the loader's versions).
+MODEL_CHECKS = Path("~/.cache/contrastive-sweep/model_checks.json")
 
 
 def resolve_model_path(name: str) -> str:
@@ -42,16 +50,25 @@ def _looks_like_path(name: str) -> bool:
 
 def check_model(name: str) -> None:
     """Load `name`'s tokenizer and config only (seconds, no weights): a missing local folder, an id neither
-    in the HF cache nor reachable, or a folder without config.json is a one-line UserError naming it."""
-    from transformers import AutoConfig, AutoTokenizer
+    in the HF cache nor reachable, or a folder without config.json is a one-line UserError naming it.
 
+    A local folder that passed before, with the same files (names, sizes, modification times) and the
+    same transformers and tokenizers versions, passes again without loading: the load imports
+    transformers and torch, a second or more of every `sweep run`'s start (MODEL_CHECKS remembers).
+    """
     path = resolve_model_path(name)
     local = Path(path).expanduser()
+    stamp = None
     if local.exists():
         path = str(local)
+        stamp = _folder_stamp(local)
+        if stamp is not None and _passed_checks().get(str(local.resolve())) == stamp:
+            return
     elif _looks_like_path(path):
         raise UserError(f"model folder {name} does not exist ({local.resolve()}): fix the path, or pass an HF id "
                         "or 'embedded'")
+    from transformers import AutoConfig, AutoTokenizer
+
     try:
         AutoConfig.from_pretrained(path)
         AutoTokenizer.from_pretrained(path)
@@ -59,6 +76,41 @@ def check_model(name: str) -> None:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UserError(f"cannot load model '{name}': {first[:200]} (pass a local folder, 'embedded', or an HF id "
                         "in the HF cache or reachable from this machine)") from None
+    if stamp is not None:
+        _remember_check(str(local.resolve()), stamp)
+
+
+def _folder_stamp(folder: Path) -> str | None:
+    """A digest of the folder's files (name, size, mtime) and the loader's versions; None if unreadable.
+
+    >>> import tempfile; folder = Path(tempfile.mkdtemp()); _ = (folder / "config.json").write_text("{}")
+    >>> before = _folder_stamp(folder); _ = (folder / "vocab.txt").write_text("x")
+    >>> before != _folder_stamp(folder)
+    True
+    """
+    try:
+        files = sorted((entry.name, entry.stat().st_size, entry.stat().st_mtime_ns)
+                       for entry in os.scandir(folder) if entry.is_file())
+        versions = [metadata.version(package) for package in ("transformers", "tokenizers")]
+    except (OSError, metadata.PackageNotFoundError):
+        return None
+    return hashlib.sha256(json.dumps([files, versions]).encode()).hexdigest()
+
+
+def _passed_checks() -> dict[str, str]:
+    try:
+        checks = json.loads(MODEL_CHECKS.expanduser().read_text())
+    except (OSError, ValueError):
+        return {}
+    return checks if isinstance(checks, dict) else {}
+
+
+def _remember_check(folder: str, stamp: str) -> None:
+    """Record a passed check; a cache: a home that cannot be written only costs the next check its time."""
+    try:
+        write_text_atomic(MODEL_CHECKS.expanduser(), json.dumps({**_passed_checks(), folder: stamp}, indent=1))
+    except OSError:
+        pass
 
 
 def load_encoder(name: str, dropout: float | None = None, output_hidden_states: bool = False):
@@ -98,6 +150,8 @@ def load_encoder(name: str, dropout: float | None = None, output_hidden_states: 
 
 
 def pick_device(device: str = "auto") -> torch.device:
+    import torch
+
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device.startswith("cuda") and not torch.cuda.is_available():

@@ -13,13 +13,14 @@ best-dev state keeps); at the end `method.summary_fields(total_steps)` (e.g. the
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
 
 from trainer.losses.gaussian import gaussian_logits, sample_gaussian_negatives
 from trainer.losses.mix import mix_logits
+from trainer.method_rules import MethodRules
 
 if TYPE_CHECKING:  # the config type only: trainer.config imports the methods to resolve defaults
     from trainer.config import RunConfig
@@ -76,51 +77,9 @@ def prepared_attention_mask(encoder: nn.Module, mask: Tensor) -> Tensor:
     return mask.bool()[:, None, None, :]
 
 
-class Method(nn.Module):
-    """Base class; see the module docstring for the contract."""
-
-    name: ClassVar[str]
-    cuda_precision: ClassVar[str] = "fp32"  # the release's precision on CUDA (precision: auto)
-    weight_decay: ClassVar[float] = 0.0
-    eval_steps: ClassVar[int] = 125
-    fgsm_eps: ClassVar[float] = 0.0
-
-    # ---- config defaults (solo-learn: each method fills and checks its own) -----------------------
-    @classmethod
-    def fill_defaults(cls, data: dict[str, Any]) -> None:
-        """Fill the keys left null with this method's defaults; `data` is a config dict, changed in place."""
-        if data["optim"]["weight_decay"] is None:
-            data["optim"]["weight_decay"] = cls.weight_decay
-        if data["eval"]["eval_steps"] is None:
-            data["eval"]["eval_steps"] = cls.eval_steps
-        if data["fgsm"]["eps"] is None:
-            data["fgsm"]["eps"] = cls.fgsm_eps
-        if data["mix"]["enabled"] is None:
-            data["mix"]["enabled"] = False
-        if data["dropout"] is None:
-            data["dropout"] = 0.1  # SimCSE's, standard HF dropout
-        ema = data["ema"]  # only MoCoSE reads it; filled for every method so configs have one shape
-        released = data["released"]["ema_schedule"]
-        if ema["decay_end"] is None:
-            ema["decay_end"] = 1.0 if released else 0.95
-        if ema["schedule_steps"] is None and released:
-            from trainer.schedules import RELEASED_SCHEDULE_STEPS
-
-            ema["schedule_steps"] = RELEASED_SCHEDULE_STEPS
-        if ema["hold_after_schedule"] is None:
-            ema["hold_after_schedule"] = not released
-
-    @classmethod
-    def check(cls, config: RunConfig) -> None:
-        """Refuse combinations this method cannot run (raise UserError naming the key)."""
-
-    @classmethod
-    def precision_on(cls, device: torch.device, requested: str) -> str:
-        """The precision a run uses: the request on any device (the CPU runs bf16/fp16 autocast too); for
-        auto, the release's on CUDA and fp32 elsewhere (CPU half precision is slower than fp32)."""
-        if requested != "auto":
-            return requested
-        return cls.cuda_precision if device.type == "cuda" else "fp32"
+class Method(MethodRules, nn.Module):
+    """Base class; see the module docstring for the contract. The config rules (defaults, checks,
+    precision) come from trainer.method_rules, which the sweep driver reads without torch."""
 
     # ---- the run -------------------------------------------------------------------------------------
     def __init__(self, encoder: nn.Module, config: RunConfig, generator: torch.Generator,

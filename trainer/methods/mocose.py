@@ -31,9 +31,9 @@ from torch import Tensor, nn
 
 from trainer.augment import EmbeddingCutoff
 from trainer.ema import ema_decay_at, ema_update
-from trainer.errors import ConfigError
 from trainer.heads import build_predictor, build_projection, make_pooler_dense
 from trainer.losses.mocose import mocose_loss
+from trainer.method_rules import MoCoSERules
 from trainer.methods.base import Method, StepOutput
 from trainer.mtd import TraceableDistanceMeter, config_traceable_distance, effective_eta
 from trainer.queue import NegativeQueue
@@ -43,19 +43,8 @@ if TYPE_CHECKING:  # the config type only: trainer.config imports the methods to
     from trainer.config import RunConfig
 
 
-class MoCoSE(Method):
-    name = "mocose"
-    cuda_precision = "fp32"  # the release has no fp16 flag
-    weight_decay = 1e-6
-    eval_steps = 100  # "validate every 100 steps"
-    fgsm_eps = 5e-9  # Table 9's best
-
-    @classmethod
-    def check(cls, config: RunConfig) -> None:
-        heads = config.heads
-        if heads.projection_layers == 0 and heads.embedding_dim is not None:
-            raise ConfigError("heads.embedding_dim", ": a projection of 0 layers keeps the encoder's size; set "
-                              "heads.projection_layers >= 1 or leave embedding_dim null")
+class MoCoSE(MoCoSERules, Method):
+    """Defaults and checks: trainer.method_rules.MoCoSERules."""
 
     def __init__(self, encoder: nn.Module, config: RunConfig, generator: torch.Generator,
                  device_generator: torch.Generator):

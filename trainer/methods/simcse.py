@@ -8,28 +8,25 @@ extra negative blocks (`NegativeBlocks`), which compose: a SimCSE run may turn o
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor, nn
 
 from trainer.augment import EmbeddingCutoff
-from trainer.errors import ConfigError
 from trainer.heads import MLPHead
 from trainer.losses.gaussian import gs_infonce_loss
 from trainer.losses.mix import mixcse_loss
 from trainer.losses.simcse import simcse_loss
+from trainer.method_rules import GSInfoNCERules, MixCSERules, SimCSERules
 from trainer.methods.base import Method, StepOutput
 
 if TYPE_CHECKING:  # the config type only: trainer.config imports the methods to resolve defaults
     from trainer.config import RunConfig
 
 
-class SimCSE(Method):
+class SimCSE(SimCSERules, Method):
     """Unsupervised SimCSE (Gao et al. 2021). Released code: fp16 on CUDA (`run_unsup_example.sh`)."""
-
-    name = "simcse"
-    cuda_precision = "fp16"
 
     def __init__(self, encoder: nn.Module, config: RunConfig, generator: torch.Generator,
                  device_generator: torch.Generator):
@@ -57,27 +54,9 @@ class SimCSE(Method):
         return self.mlp
 
 
-class GSInfoNCE(SimCSE):
+class GSInfoNCE(GSInfoNCERules, SimCSE):
     """GS-InfoNCE (Chen et al. 2022): SimCSE + M Gaussian negatives per step, M = 3N by default.
     Released code: dropout 0.2, lambda unused (weight 1), fp16."""
-
-    name = "gs"
-    cuda_precision = "fp16"
-
-    @classmethod
-    def fill_defaults(cls, data: dict[str, Any]) -> None:
-        gaussian = data["gaussian"]
-        if gaussian["count"] is None and gaussian["count_per_batch"] is None:
-            gaussian["count_per_batch"] = 3.0  # the paper: M = 3 x batch size
-        if data["dropout"] is None:
-            data["dropout"] = 0.2 if data["released"]["dropout"] else 0.1
-        super().fill_defaults(data)
-
-    @classmethod
-    def check(cls, config: RunConfig) -> None:
-        if config.variant == "released" and config.gaussian.weight != 1.0:
-            raise ConfigError("gaussian.weight", ": expected 1 under variant released (the released GS-InfoNCE "
-                              f"code parses lambda but never uses it), got {config.gaussian.weight}")
 
     def loss(self, ids: Tensor, mask: Tensor, position_ids: Tensor | None = None) -> StepOutput:
         z1, z2 = self.two_views(ids, mask, position_ids)
@@ -88,18 +67,9 @@ class GSInfoNCE(SimCSE):
         return StepOutput(loss)
 
 
-class MixCSE(SimCSE):
+class MixCSE(MixCSERules, SimCSE):
     """MixCSE (Zhang et al. 2022): SimCSE + mixed hard negatives with stop-gradient. Released code: all N
     mixes per direction (`released.mix_negatives`), dev scored on MLP([CLS]) (`released.dev_on_mlp`), fp32."""
-
-    name = "mix"
-    cuda_precision = "fp32"
-
-    @classmethod
-    def fill_defaults(cls, data: dict[str, Any]) -> None:
-        if data["mix"]["enabled"] is None:
-            data["mix"]["enabled"] = True
-        super().fill_defaults(data)
 
     def loss(self, ids: Tensor, mask: Tensor, position_ids: Tensor | None = None) -> StepOutput:
         z1, z2 = self.two_views(ids, mask, position_ids)
