@@ -34,10 +34,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trainer.config import METHODS
 from trainer.errors import UserError
 
 BENCH_BUDGET_S = 600.0  # the whole bench, sharing test included
-METHODS = ("simcse", "mocose", "gs", "mix")
 PRECISIONS = ("fp32", "bf16", "fp16")
 NO_GPU_NOTE = ("no GPU was measured: this ran on the CPU with a tiny random encoder, so the figures only show that "
                "the bench runs; run `sweep doctor --bench` on a CUDA machine for GPU figures")

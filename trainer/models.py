@@ -60,9 +60,9 @@ def check_model(name: str) -> None:
     local = Path(path).expanduser()
     stamp = None
     if local.exists():
-        path = str(local)
+        path = str(local.resolve())
         stamp = _folder_stamp(local)
-        if stamp is not None and _passed_checks().get(str(local.resolve())) == stamp:
+        if stamp is not None and _passed_checks().get(path) == stamp:
             return
     elif _looks_like_path(path):
         raise UserError(f"model folder {name} does not exist ({local.resolve()}): fix the path, or pass an HF id "
@@ -77,7 +77,7 @@ def check_model(name: str) -> None:
         raise UserError(f"cannot load model '{name}': {first[:200]} (pass a local folder, 'embedded', or an HF id "
                         "in the HF cache or reachable from this machine)") from None
     if stamp is not None:
-        _remember_check(str(local.resolve()), stamp)
+        _remember_check(path, stamp)
 
 
 def _folder_stamp(folder: Path) -> str | None:
@@ -89,8 +89,8 @@ def _folder_stamp(folder: Path) -> str | None:
     True
     """
     try:
-        files = sorted((entry.name, entry.stat().st_size, entry.stat().st_mtime_ns)
-                       for entry in os.scandir(folder) if entry.is_file())
+        files = sorted((entry.name, stat.st_size, stat.st_mtime_ns)
+                       for entry in os.scandir(folder) if entry.is_file() for stat in [entry.stat()])
         versions = [metadata.version(package) for package in ("transformers", "tokenizers")]
     except (OSError, metadata.PackageNotFoundError):
         return None

@@ -11,6 +11,7 @@ summary fields. See `base.Method`.
 
 from __future__ import annotations
 
+from trainer.method_rules import method_rules
 from trainer.methods.base import Method, NegativeBlocks, StepOutput
 from trainer.methods.mocose import MoCoSE
 from trainer.methods.simcse import GSInfoNCE, MixCSE, SimCSE
@@ -19,11 +20,9 @@ METHODS: dict[str, type[Method]] = {cls.name: cls for cls in (SimCSE, GSInfoNCE,
 
 
 def method_class(name: str) -> type[Method]:
-    """The registered class for a method name (`simcse`, `gs`, `mix`, `mocose`)."""
-    try:
-        return METHODS[name]
-    except KeyError:
-        raise ValueError(f"unknown method {name!r}; known: {', '.join(METHODS)}") from None
+    """The registered class for a method name (`simcse`, `gs`, `mix`, `mocose`); an unknown name raises
+    method_rules' ValueError."""
+    return METHODS[method_rules(name).name]
 
 
 __all__ = ["METHODS", "Method", "MoCoSE", "GSInfoNCE", "MixCSE", "NegativeBlocks", "SimCSE", "StepOutput",
