@@ -105,3 +105,36 @@ def test_asha_stops_the_trials_below_its_rung_cutoff(tmp_path, shared_data_dir):
     for trial in study.trials:  # a pruned trial reported fewer evaluations than the 4 a finished one did
         steps = sorted(trial.intermediate_values)
         assert steps == [1, 2, 3, 4] if trial.state.name == "COMPLETE" else len(steps) < 4, (trial.params, steps)
+
+
+def test_tune_does_not_import_wandb_or_mlflow_for_its_usage_tag_unless_a_study_uses_them():
+    """Ray Tune's callback usage tag imports its tracker integrations (and so wandb and mlflow, installed by
+    the README's set-up) before the first trial: ~2 s of a study's start. sweep.ray_session skips the tag
+    while that would import them, and lets Ray record it once they are imported (a study logging to them)."""
+    code = """
+import sys
+from ray.air._internal import usage
+from ray.tune import Callback
+from sweep.ray_session import skip_tracker_imports_in_tune_usage_tag
+tagged = []
+usage.record_extra_usage_tag = lambda key, value, *a, **k: tagged.append(value)
+original = usage.tag_callbacks
+skip_tracker_imports_in_tune_usage_tag()
+skip_tracker_imports_in_tune_usage_tag()  # twice: still one wrapper
+assert usage.tag_callbacks.__wrapped__ is original
+callbacks = [Callback()]
+usage.tag_callbacks(callbacks)
+print('skipped', 'wandb' in sys.modules, 'mlflow' in sys.modules, tagged)
+original(callbacks)  # Ray's own tag: the reason for the skip
+print('ray', 'wandb' in sys.modules, 'mlflow' in sys.modules, len(tagged))
+usage.tag_callbacks(callbacks)  # the trackers are imported now: Ray's tag runs
+print('tagged', len(tagged), tagged[-1])
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    lines = [line.split(maxsplit=3) for line in out.stdout.splitlines()]
+    assert lines[0] == ["skipped", "False", "False", "[]"]
+    # If this fails, Ray no longer imports the trackers for its tag: the skip can go.
+    assert lines[1] == ["ray", "True", "True", "1"]
+    assert lines[2][:2] == ["tagged", "2"] and "CustomCallback" in lines[2][2]
+
