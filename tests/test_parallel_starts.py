@@ -73,17 +73,20 @@ def test_short_trials_keep_every_worker_that_is_starting(tmp_path, shared_data_d
     # Worker processes start a few at a time (sweep.ray_session), so some trials end while others' workers
     # are still starting. Tune's own FIFO order then handed a freed worker to a trial whose worker was
     # starting and killed that one: 1 s trials ran on 2 workers, 2 at once. sweep.schedulers keeps them.
-    path = fake_study(tmp_path, "short", shared_data_dir, decays=[round(0.02 * i, 2) for i in range(1, 33)],
+    # 64 trials: on a loaded machine a worker takes 2-3 s to start, and of 32 the first seven workers had
+    # run nearly all by the time the eighth came up (6-7 at once).
+    path = fake_study(tmp_path, "short", shared_data_dir, decays=[round(0.01 * i, 2) for i in range(1, 65)],
                       resources={"cpu": 0.25})
     done = subprocess.run([sys.executable, "-m", "sweep", "run", str(path)], cwd=tmp_path, capture_output=True,
                           text=True, timeout=400, env=fake_env(steps=1, step_s=1.0), start_new_session=True)
     assert done.returncode == 0, done.stdout + done.stderr
     trial_dirs = sorted((tmp_path / "results" / "short" / "trials").iterdir())
     summaries = [json.loads((d / "summary.json").read_text()) for d in trial_dirs]
-    assert len(summaries) == 32 and all(s["status"] == "ok" for s in summaries)
+    assert len(summaries) == 64 and all(s["status"] == "ok" for s in summaries)
     fits = min(8, int((os.cpu_count() or 1) / 0.25))
-    assert len({worker_pid(d) for d in trial_dirs}) == fits
-    assert most_at_once([(s["started_at"], s["ended_at"]) for s in summaries]) == fits
+    assert len({worker_pid(d) for d in trial_dirs}) == fits  # every worker that started ran trials
+    # most of them at once (the fault left 2); all 8 only if the last worker came up before the trials ran out
+    assert most_at_once([(s["started_at"], s["ended_at"]) for s in summaries]) > fits // 2
 
 
 def test_asha_stops_the_trials_below_its_rung_cutoff(tmp_path, shared_data_dir):
