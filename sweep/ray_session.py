@@ -62,6 +62,11 @@ def start_ray(address: str | None, stop: StopSignals, folder_path: Path) -> bool
             # trials already running) staggers them: the first ran after 3 s, the last as late as before
             # (bench/RESULTS.md). The raylet reads this from the environment it inherits; yours wins.
             os.environ.setdefault("RAY_worker_maximum_startup_concurrency", str(max(1, (os.cpu_count() or 1) // 2)))
+            # When the driver connects, the raylet starts one idle worker per CPU for the driver's own tasks.
+            # A sweep has none, and a trial never lands on them (Tune gives each trial actor its own
+            # runtime_env), so they took ~0.8 s of CPU each while Ray and the first trial's worker started:
+            # the first trial ran ~1 s later (bench/RESULTS.md). Ray's setting, read from the environment.
+            os.environ.setdefault("RAY_prestart_worker_first_driver", "0")
             # "local": a new instance of our own, even when another Ray runs on this machine
             ray.init(address="local", num_cpus=os.cpu_count() or 1, include_dashboard=False, **kwargs)
     except SystemExit:

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 from test_stop import fake_env, fake_study
@@ -77,14 +80,25 @@ def test_short_trials_keep_every_worker_that_is_starting(tmp_path, shared_data_d
     # run nearly all by the time the eighth came up (6-7 at once).
     path = fake_study(tmp_path, "short", shared_data_dir, decays=[round(0.01 * i, 2) for i in range(1, 65)],
                       resources={"cpu": 0.25})
-    done = subprocess.run([sys.executable, "-m", "sweep", "run", str(path)], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=400, env=fake_env(steps=1, step_s=1.0), start_new_session=True)
+    # Ray's session folder of this run alone (short: its unix sockets live there), to list its workers
+    ray_tmp = tempfile.mkdtemp(prefix="ray", dir="/tmp")
+    try:
+        done = subprocess.run([sys.executable, "-m", "sweep", "run", str(path)], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=400, env=fake_env(steps=1, step_s=1.0, RAY_TMPDIR=ray_tmp),
+                              start_new_session=True)
+        # one core-worker log per Ray worker process, named ..._PID.log
+        logs = Path(ray_tmp).glob("ray/session_*/logs/python-core-worker-*.log")
+        ray_workers = {log.stem.rsplit("_", 1)[1] for log in logs}
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
     assert done.returncode == 0, done.stdout + done.stderr
     trial_dirs = sorted((tmp_path / "results" / "short" / "trials").iterdir())
     summaries = [json.loads((d / "summary.json").read_text()) for d in trial_dirs]
     assert len(summaries) == 64 and all(s["status"] == "ok" for s in summaries)
     fits = min(8, int((os.cpu_count() or 1) / 0.25))
     assert len({worker_pid(d) for d in trial_dirs}) == fits  # every worker that started ran trials
+    # including the workers Ray starts for the driver when it connects (sweep.ray_session): none now
+    assert ray_workers == {worker_pid(d) for d in trial_dirs}
     # most of them at once (the fault left 2); all 8 only if the last worker came up before the trials ran out
     assert most_at_once([(s["started_at"], s["ended_at"]) for s in summaries]) > fits // 2
 
