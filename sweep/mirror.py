@@ -46,8 +46,7 @@ from trainer.files import json_safe
 
 INTERRUPTED = "interrupted"
 
-# Which attempts are final (is_final, FINAL_FAIL_STATUSES) is defined in sweep.store, read here and by the
-# resume decision in sweep.resume.
+# Which attempts are final (is_final) is decided in sweep.store, for this mirror and for sweep.resume.
 
 
 def sqlite_problem(url: str) -> str | None:

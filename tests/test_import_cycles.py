@@ -107,3 +107,32 @@ def test_dependencies_point_one_way_between_the_packages():
                    if (name.startswith("trainer") and target.startswith(("sweep", "analysis")))
                    or (name.startswith("analysis") and target.startswith("sweep")))
     assert wrong == []
+
+
+def study_run_modules() -> set[str]:
+    """sweep.runner and every sweep module it reaches: the modules a study run is made of."""
+    graph = import_graph()
+    seen, todo = set(), ["sweep.runner"]
+    while todo:
+        name = todo.pop()
+        if name not in seen and name.startswith("sweep"):
+            seen.add(name)
+            todo.extend(graph.get(name, ()))
+    return seen
+
+
+def test_the_study_run_is_split_into_modules_of_at_most_400_lines_each_saying_what_it_owns():
+    paths = {module_name(p): p for p in (REPO / "sweep").rglob("*.py")}
+    modules = study_run_modules()
+    assert {"sweep.stopping", "sweep.ray_session", "sweep.feed", "sweep.trial_events", "sweep.mirror"} <= modules
+    too_long = {name: n for name in modules if (n := len(paths[name].read_text().splitlines())) > 400}
+    assert too_long == {}
+    assert [name for name in modules if ast.get_docstring(ast.parse(paths[name].read_text())) is None] == []
+
+
+def test_train_reads_as_named_phases_of_at_most_80_lines():
+    tree = ast.parse((REPO / "trainer" / "train.py").read_text())
+    functions = {node.name: node.end_lineno - node.lineno + 1 for node in ast.walk(tree)
+                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    assert {"_set_up", "_step", "_evaluate_and_select", "_final_evaluation", "_summary"} <= set(functions)
+    assert {name: n for name, n in functions.items() if n > 80} == {}
