@@ -39,10 +39,11 @@ def test_most_at_once_counts_overlaps():
 def test_a_grid_at_a_quarter_cpu_runs_eight_trials_at_once(tmp_path, shared_data_dir):
     path = fake_study(tmp_path, "parallel", shared_data_dir, decays=[0.1 * i for i in range(1, 9)],
                       resources={"cpu": 0.25})
-    # one 15 s step: long enough for eight workers started together to overlap on a busy 2-core machine, too
-    # short for eight started one after another (each waits for the previous worker to come up, ~2-4 s)
+    # one 25 s step: alone (even beside a CPU hog) the eight start within ~2.5 s, but in CI, with another
+    # Ray test beside this one, their starts spread over more than 15 s (15 s trials: 7 at once). Before,
+    # Tune's one pending trial started them one trial after another.
     done = subprocess.run([sys.executable, "-m", "sweep", "run", str(path)], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=400, env=fake_env(steps=1, step_s=15.0), start_new_session=True)
+                          text=True, timeout=400, env=fake_env(steps=1, step_s=25.0), start_new_session=True)
     assert done.returncode == 0, done.stdout + done.stderr
     summaries = [json.loads(p.read_text()) for p in (tmp_path / "results" / "parallel").glob("trials/*/summary.json")]
     assert len(summaries) == 8 and all(s["status"] == "ok" for s in summaries)
