@@ -1,4 +1,4 @@
-"""Where the data lives and whether it can be trusted.
+"""Where the data lives, whether it can be trusted, and how many steps a run takes over its corpus.
 
 The data directory holds the SentEval layout used by SimCSE and the three papers:
 
@@ -137,3 +137,45 @@ def corpus_path(root: Path, corpus: str | None, note: bool = True) -> Path:
         f"no training corpus in {root / 'corpus'}: run `sweep data fetch` (full wiki1m) or "
         "`sweep data fetch --from DIR` (a mirror's sample), or set data.corpus"
     )
+
+
+# ---- the corpus length, without torch: the study expansion and the dry run plan with it ------------
+_counts: dict[tuple[str, int, int, int | None], int] = {}
+# SimCSE's wiki1m_for_simcse.txt holds one million sentences (one epoch at batch 64 = 15,625 steps); a dry
+# run on a machine where it is not installed yet still plans with that length.
+KNOWN_SENTENCES = {"wiki1m": 1_000_000}
+
+
+def count_sentences(path: Path, limit: int | None = None) -> int:
+    """How many sentences `trainer.corpus.load_corpus` reads from `path` (non-empty lines, at most
+    `limit`), without tokenising; cached per file state, so a dry run over many trials reads it once."""
+    stat = path.stat()
+    key = (str(path.resolve()), stat.st_size, int(stat.st_mtime), limit)
+    if key not in _counts:
+        count = 0
+        with open(path, encoding="utf-8") as handle:
+            for line in handle:
+                if line.strip():
+                    count += 1
+                    if limit is not None and count >= limit:
+                        break
+        _counts[key] = count
+    return _counts[key]
+
+
+def planned_steps(config: dict) -> int | None:
+    """The optimiser steps a resolved run config will take (as `train` computes them): `max_steps`, else
+    `epochs` passes of drop-last batches over the corpus; None when the corpus is not installed."""
+    if config.get("max_steps"):
+        return int(config["max_steps"])
+    data = config.get("data") or {}
+    limit = data.get("max_sentences")
+    try:
+        sentences = count_sentences(corpus_path(data_dir(data.get("data_dir")), data.get("corpus"), note=False),
+                                    limit)  # a lookup, not the run: no note
+    except UserError:
+        known = KNOWN_SENTENCES.get(data.get("corpus"))
+        if known is None:
+            return None
+        sentences = min(known, limit) if limit else known
+    return max(1, int(config.get("epochs", 1.0) * (sentences // config["batch_size"])))

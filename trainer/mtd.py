@@ -180,13 +180,13 @@ class TraceableDistanceMeter:
 
 def planned_traceable_distance(config: dict[str, Any]) -> float | None:
     """d_trace by formula of a resolved run config before it runs, exactly as the trainer will report it
-    (eta averaged over the run's planned steps, read from the corpus; `trainer.corpus.planned_steps`).
+    (eta averaged over the run's planned steps, read from the corpus; `trainer.data.planned_steps`).
     The dry run and the study expansion use it; None when undefined or the corpus is not installed."""
     if config.get("method") != "mocose":
         return None
     total_steps = None
     if config["ema"]["schedule"] == "cosine":
-        from trainer.corpus import planned_steps
+        from trainer.data import planned_steps
 
         total_steps = planned_steps(config)
     return config_traceable_distance(config, total_steps)
