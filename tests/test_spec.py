@@ -229,6 +229,47 @@ def test_bad_study_exits_2_with_one_line_and_writes_nothing(bad_study_runs, name
     assert sorted(p.name for p in folder.iterdir()) == [name]  # no results/, no optuna.db, no 'pwned'
 
 
+YAML_CORNERS = [
+    "a: 5e-9\nb: [1e-3, 2E+4, 1_000]\n",  # epsilons without a dot are floats
+    "base: &b {x: 1, y: [1, 2]}\nother:\n  <<: *b\n  x: 2\n",  # anchors, merge keys overridden beside them
+    "a: yes\nb: ~\nc: 0x1f\nd: '5e-9'\ne: 2026-11-25\n",  # YAML 1.1 booleans, null, hex, quoted, dates
+    "list:\n- {expr: \"queue.size // 4\"}\n- - 0-256\n  - 256-512\n",
+    "# only a comment\n",
+    "a:\n  b: 1\n  b: 2\n",  # a duplicate key: the error
+    "a: [1, 2\nb: 3\n",  # not valid YAML: the error
+]
+
+
+@pytest.mark.parametrize("text", [pytest.param(p.read_text(), id=p.name)
+                                  for p in sorted([*STUDIES, *BAD_STUDIES.glob("*.yaml")])]
+                         + [pytest.param(text, id=f"corner{i}") for i, text in enumerate(YAML_CORNERS)])
+def test_libyaml_reads_a_study_exactly_as_the_pure_python_parser(text):
+    """parse_yaml reads with libyaml and falls back to the pure-Python parser for the error's wording: the
+    data and the line of every key path must be what the pure-Python parser alone gives."""
+    from sweep.spec import marks
+
+    def read(loader):
+        try:
+            data, where = marks._load(loader, text, "f.yaml")
+            return data, where.lines
+        except (marks.yaml.YAMLError, marks._DuplicateKey) as exc:
+            return "error", type(exc).__name__
+    assert marks._FastStudyLoader is not None  # PyYAML's wheels ship libyaml
+    assert read(marks._FastStudyLoader) == read(marks._StudyLoader)
+    try:
+        parsed: object = marks.parse_yaml(text, "f.yaml")
+    except UserError as exc:
+        parsed = str(exc)
+    try:
+        expected: object = marks._load(marks._StudyLoader, text, "f.yaml")
+    except (marks.yaml.YAMLError, marks._DuplicateKey):
+        expected = None  # parse_yaml words it; the bad-study tests check the wording
+    if expected is not None:
+        assert (parsed[0], parsed[1].lines) == (expected[0], expected[1].lines)
+    else:
+        assert isinstance(parsed, str) and parsed.startswith("f.yaml:")
+
+
 def test_comment_only_file_is_empty(tmp_path):
     with pytest.raises(UserError, match=r":1: the study file is empty"):
         load_text(tmp_path, "# nothing here\n")
