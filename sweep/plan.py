@@ -26,8 +26,7 @@ from sweep.history import record_change
 from sweep.mirror import OptunaMirror, infer_distributions, rebuild_storage, summary_from_attrs
 from sweep.progress import Progress
 from sweep.resume import decide, is_final
-from sweep.spec import StudySpec, Trial, search_space, trial_from_params
-from sweep.spec.expand import expansion
+from sweep.spec import StudySpec, Trial, expansion, search_space, trial_from_params
 from sweep.spec.text import flatten, hide_password
 from sweep.store import StudyFolder, TrialsTable
 from sweep.weights import WeightKeeper
@@ -108,8 +107,8 @@ class StudyPlan:
     def _planned_trials(self) -> list[Trial]:
         if self.spec.method == "tpe":
             return []
-        # The expansion's own trials, not expand()'s copies: the plan reads them and never edits one (the
-        # feed copies a trial's config into its job), and copying 10,000 configs was a second of each resume.
+        # The expansion's own trials, not expand()'s copies: the plan never edits one (the feed copies a
+        # trial's config into its job), and copying 10,000 configs was a second of each resume.
         return list(expansion(self.spec).trials)
 
     def _distributions(self, planned: list[Trial]) -> dict[str, Any]:

@@ -80,9 +80,9 @@ def trial_states(spec: Any, keys: list[str] | None = None, by_key: dict[str, lis
         return None
     by_key = by_key or {}
     if keys is None:
-        from sweep.spec.expand import expand
+        from sweep.spec.expand import expansion
 
-        keys = [t.key for t in expand(spec)]
+        keys = [t.key for t in expansion(spec).trials]  # keys only: no copy of each trial's config
     states = {}
     for key in keys:
         attempts = by_key.get(key, [])

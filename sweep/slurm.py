@@ -230,10 +230,10 @@ scontrol requeue "$SLURM_JOB_ID"
 def progress(study: str) -> str:
     """"DONE of TOTAL" trials of the study, as `sweep run` decides (sweep.resume); for the batch script."""
     from sweep.resume import is_done, trial_states
-    from sweep.spec import expand, load_study
+    from sweep.spec import expansion, load_study
 
     spec = load_study(study)
-    keys = [t.key for t in expand(spec)]
+    keys = [t.key for t in expansion(spec).trials]
     states = trial_states(spec, keys) or {}
     done = sum(1 for key in keys if is_done(states.get(key)))
     total = len(keys) if spec.method != "tpe" else max(len(keys), (spec.budget or 1) * len(spec.seeds))

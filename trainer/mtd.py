@@ -29,6 +29,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from trainer.data import planned_steps
 from trainer.schedules import RELEASED_SCHEDULE_STEPS, cosine_eta
 from trainer.slices import parse_slices
 
@@ -186,7 +187,5 @@ def planned_traceable_distance(config: dict[str, Any]) -> float | None:
         return None
     total_steps = None
     if config["ema"]["schedule"] == "cosine":
-        from trainer.data import planned_steps
-
         total_steps = planned_steps(config)
     return config_traceable_distance(config, total_steps)

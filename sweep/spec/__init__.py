@@ -4,6 +4,7 @@ INTERFACE CONTRACT (the runner consumes it):
 
     load_study(path) -> StudySpec           # raises trainer.errors.UserError (one line, names key+line)
     expand(spec) -> list[Trial]             # deterministic order; constraints applied
+    expansion(spec).trials                  # the same trials, shared and cached: read them, never edit them
     trial_key(config_dict, seed) -> str     # 12 hex chars over the fields the study sets (not defaults) + seed
 
 Modules: marks (YAML with line marks), schema (pydantic models), load (load_study), values (base and parameters
@@ -75,13 +76,13 @@ differently; `--rerun-changed` re-runs those trials).
 """
 
 from sweep.spec.dry_run import format_trial_table, print_dry_run, read_trial_states
-from sweep.spec.expand import expand, requested_fields, search_space, trial_from_params, trial_key
+from sweep.spec.expand import expand, expansion, requested_fields, search_space, trial_from_params, trial_key
 from sweep.spec.load import load_study
 from sweep.spec.schema import LOWER_IS_BETTER, Metric, Resources, Scheduler, StudySpec, Trial
 from sweep.spec.text import dotted_get
 
 __all__ = [
-    "LOWER_IS_BETTER", "Metric", "Resources", "Scheduler", "StudySpec", "Trial", "dotted_get", "expand",
+    "LOWER_IS_BETTER", "Metric", "Resources", "Scheduler", "StudySpec", "Trial", "dotted_get", "expand", "expansion",
     "format_trial_table", "load_study", "print_dry_run", "read_trial_states", "requested_fields", "search_space",
     "trial_from_params", "trial_key",
 ]
