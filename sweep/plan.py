@@ -175,10 +175,10 @@ class StudyPlan:
             stored = self.folder.read_config(trial.key)
         if stored is None:
             return []
-        if _without_output_dir(stored) == _without_output_dir(trial.config):
+        if _without_run_fields(stored) == _without_run_fields(trial.config):
             return []  # the common case, one comparison in C instead of two flattened copies
         before, now = flatten(stored), flatten(trial.config)
-        return sorted(k for k in now if k in before and k != "output_dir" and before[k] != now[k])
+        return sorted(k for k in now if k in before and k not in RUN_FIELDS and before[k] != now[k])
 
     def _damaged_summary(self, key: str, problem: str, final: Any) -> None:
         """A summary.json that does not parse: never read as "no result". When Optuna holds the trial's
@@ -258,5 +258,11 @@ def number_or_none(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
-def _without_output_dir(config: dict[str, Any]) -> dict[str, Any]:
-    return {key: value for key, value in config.items() if key != "output_dir"}
+# Config fields the trial feed sets for the run (sweep.feed.TrialFeed.next_job), not part of what the trial
+# computes: where its files go and whether it saves its encoder (the study's keep_weights). A change of
+# either never makes a finished trial "resolve differently".
+RUN_FIELDS = ("output_dir", "save_model")
+
+
+def _without_run_fields(config: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in config.items() if key not in RUN_FIELDS}

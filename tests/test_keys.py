@@ -109,3 +109,28 @@ def test_the_key_is_what_the_study_sets_not_how_it_resolves(tmp_path):
     assert trial_key({**trial.requested, "temperature": 0.05}, 1) == trial.key
     assert trial_key(trial.config, 1) != trial.key  # the resolved config holds method defaults (fgsm.eps ...)
     assert trial_key(trial.requested, 2) != trial.key
+
+
+@pytest.mark.parametrize("keep", ["all", "best"])
+def test_a_finished_study_that_keeps_weights_resolves_the_same(tmp_path, capsys, keep):
+    # The feed adds save_model (and output_dir) to the job of a study that keeps weights; the trial records
+    # that config. Neither is a change of what the trial computes: the re-run skips every trial silently,
+    # and --rerun-changed re-runs none.
+    path = tmp_path / "keys.yaml"
+    path.write_text(STUDY + f"keep_weights: {keep}\nresults_dir: {tmp_path / 'results'}\n")
+    run = _StudyRun(load_study(path), "unused:train")
+    assert run.prepare() == 8
+    for trial in list(run.to_run):
+        number = run.mirror.start(trial)
+        run.folder.write_trial_config(trial)
+        ran_with = {**trial.config, "save_model": True, "output_dir": str(run.folder.trial_dir(trial.key))}
+        summary = {"status": "ok", "steps": 6, "best_step": 3, "best_dev_stsb": 70.0, "config": ran_with}
+        run.folder.write_summary(trial.key, summary)
+        run.mirror.finish(number, summary)
+    run.mirror = None
+
+    code, out = rerun(path, capsys)
+    assert code == 0
+    assert "8 already ended (skipped), 0 to run" in out
+    assert "resolve differently" not in out
+    assert _StudyRun(load_study(path), "unused:train", rerun_changed=True).prepare() == 0
