@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import torch
 from torch import nn
 
-from trainer.augment import FGSM, feature_cutoff, shuffle_token_positions, token_cutoff
+from trainer.augment import FGSM, EmbeddingCutoff, feature_cutoff, shuffle_token_positions, token_cutoff
 
 EPS = 2.0**-6  # a power of two: with weights on a 2^-8 grid, x + eps*sign and its difference are exact
 
@@ -170,6 +172,64 @@ def test_paper_eps_is_measured_not_assumed():
     with fgsm.perturb():
         embedding(torch.tensor([[1, 2, 3]]))
     assert fgsm.last_perturbation_norm == 0.0
+
+
+class WordEmbeddingEncoder(nn.Module):
+    """All EmbeddingCutoff asks of an encoder: its word-embedding module."""
+
+    def __init__(self, embedding):
+        super().__init__()
+        self.embedding = embedding
+
+    def get_input_embeddings(self):
+        return self.embedding
+
+
+@pytest.mark.parametrize("fgsm_first", [True, False], ids=["released-order", "cutoff-first"])
+def test_fgsm_with_the_released_cutoff_perturbs_only_uncut_entries(fgsm_first):
+    """The released MoCoSE order: perturb the raw word embeddings, then cut. By hand, with every embedding
+    value 1/4 and loss = sum(c * output) for a fixed +-1 pattern c (so d loss / d output = c):
+    step 1 (no sign yet): output = 1/4 where not cut, 0 where cut; stored sign = c, 0 where cut (the cut
+    stops the gradient), while cut-first stores c everywhere;
+    step 2: output = 1/4 + eps * c where cut in neither step, 1/4 where cut only in step 1, exactly 0
+    where cut in step 2; cut-first gives 1/4 + eps * c or +-eps (cut entries carry the perturbation)."""
+    dim, batch, length = 8, 3, 4
+    embedding = nn.Embedding(20, dim)
+    with torch.no_grad():
+        embedding.weight.fill_(0.25)
+    rates = SimpleNamespace(token_cutoff=0.25, feature_cutoff=0.25)
+    cutoff = EmbeddingCutoff(WordEmbeddingEncoder(embedding), rates, torch.Generator().manual_seed(0), released=True)
+    fgsm = FGSM(EPS, mode="lagged").attach(embedding, before_other_hooks=fgsm_first)
+    index = torch.arange(batch)[:, None, None] + torch.arange(length)[None, :, None] + torch.arange(dim)
+    c = torch.where(index % 2 == 0, 1.0, -1.0)
+    ids = torch.arange(batch * length).view(batch, length)
+
+    def step():
+        with cutoff.on(), fgsm.perturb(), fgsm.capture():
+            out = embedding(ids)
+        (out * c).sum().backward()
+        return out.detach()
+
+    out1 = step()
+    cut1 = out1 == 0
+    assert torch.equal(out1, torch.where(cut1, 0.0, 0.25))
+    # per sentence: max(1, int(4 * 1/4)) = 1 token row of 8 and max(1, int(8 * 1/4)) = 2 feature columns of 4
+    # tokens, overlapping in 2 entries: 8 + 8 - 2 = 14 of 32 entries cut
+    assert cut1.sum(dim=(1, 2)).tolist() == [14, 14, 14]
+    assert torch.equal(fgsm.sign, torch.where(cut1, 0.0, c) if fgsm_first else c)
+
+    out2 = step()
+    cut2 = out2.abs() < 0.125  # 0 or +-eps where cut, 1/4 +- eps or 1/4 elsewhere
+    assert cut2.sum(dim=(1, 2)).tolist() == [14, 14, 14]
+    if fgsm_first:
+        expected = torch.where(cut2, 0.0, 0.25 + EPS * torch.where(cut1, 0.0, c))
+        received = EPS * (~cut1 & ~cut2).sum(dim=-1).float().sqrt()  # per token row
+    else:
+        expected = torch.where(cut2, 0.0, 0.25) + EPS * c
+        received = torch.full((batch, length), EPS * dim**0.5)
+    assert torch.equal(out2, expected)
+    assert fgsm.last_perturbation_norm == pytest.approx(received.mean().item(), rel=1e-6)
+    fgsm.detach()
 
 
 # ---- token shuffle / cutoff -------------------------------------------------------------------

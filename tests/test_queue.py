@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from trainer.queue import NegativeQueue
+from trainer.queue import NegativeQueue, released_read_length
 
 
 class ListQueue:
@@ -141,6 +141,58 @@ def test_released_initial_queue_starts_all_random_and_limits_what_is_read():
     assert queue.real_count == 3 and len(queue) == 8
     ages = queue.ages(2, limit=2 * 2 + 3)
     assert ages[:3].tolist() == [1.0, 1.0, 1.0] and np.isnan(ages[3:]).all() and len(ages) == 7
+
+
+def release_read_lengths(size, initial_size, batch, steps):
+    """The released MoCoSE queue as it is written there: a tensor of `size` random columns, a counter from
+    K0; each step the loss reads counter + K0 columns if that is below K, else the whole tensor; then the
+    batch is prepended (replacing the tensor when the counter is 0) and the tensor is cut to K once the
+    counter exceeds K."""
+    columns, counter, reads = size, initial_size, []
+    for _ in range(steps):
+        reads.append(counter + initial_size if counter + initial_size < size else columns)
+        columns = batch if counter == 0 else columns + batch
+        counter += batch
+        if counter > size:
+            columns = size
+    return reads
+
+
+@pytest.mark.parametrize("size,initial_size,batch,expected", [
+    # K 512, K0 128, B 64: 256 + 64 (t-1) up to 448, then the whole tensor 512 + 64 (t-1) at steps 5-7, then K
+    (512, 128, 64, [256, 320, 384, 448, 768, 832, 896, 512, 512]),
+    # K 8, K0 2, B 2: 4, 6; at t = 3 2*2 + 4 = 8 is not below K and K0 + 4 <= 8: 8 + 4 = 12; t = 4: 8 + 6 = 14
+    (8, 2, 2, [4, 6, 12, 14, 8, 8]),
+    # K0 = 0: the first push replaces the random tensor, so the read never passes K
+    (8, 0, 3, [0, 3, 6, 8, 8]),
+    # K0 = K: the whole tensor of K at step 1, cut back to K after every push
+    (8, 8, 2, [8, 8, 8]),
+    # K0 > K/2: past K from step 2 on (8 + 2), until K0 + (t-1) B exceeds K
+    (8, 5, 2, [8, 10, 8]),
+])
+def test_released_read_length_step_by_step(size, initial_size, batch, expected):
+    got = [released_read_length(batch * t, size, initial_size) for t in range(len(expected))]
+    assert got == expected
+    assert release_read_lengths(size, initial_size, batch, len(expected)) == expected
+
+
+def test_released_read_past_size_returns_the_dropped_random_keys():
+    # K 4, K0 1, B 1: after 2 pushes the release's tensor is [b2, b1, r0, r1, r2, r3]: the ring keeps
+    # b2 b1 r0 r1, and positions 4, 5 are the random keys it dropped (r2, r3); ages NaN for all random keys
+    queue = NegativeQueue(size=4, dim=1, initial_size=1, generator=torch.Generator().manual_seed(0),
+                          all_random=True)
+    random_keys = queue.get().flatten().tolist()
+    queue.push(torch.tensor([[10.0]]), step=1)
+    queue.push(torch.tensor([[20.0]]), step=2)
+    limit = released_read_length(queue.pushed, 4, 1)
+    assert limit == 6  # 2*1 + 2 = 4 is not below K = 4 and K0 + 2 = 3 <= 4: K + 2
+    assert queue.get(limit=limit).flatten().tolist() == [20.0, 10.0, *random_keys]
+    ages = queue.ages(3, limit=limit)
+    assert ages[:2].tolist() == [1.0, 2.0] and np.isnan(ages[2:]).all() and len(ages) == 6
+    assert queue.get([(0, 2)], limit=limit).flatten().tolist() == [20.0, 10.0]  # slices stop at K
+    assert queue.get(limit=3).flatten().tolist() == [20.0, 10.0, random_keys[0]]
+    paper = NegativeQueue(size=4, dim=1, initial_size=1)  # never reads past size
+    assert len(paper.get(limit=6)) == 1
 
 
 def test_invalid_sizes_raise():

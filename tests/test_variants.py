@@ -80,8 +80,10 @@ def test_released_ema_schedule_values_at_0_half_t_t_and_2t():
 
 
 def test_released_initial_queue_keys_seen_at_steps_1_to_k_over_b_plus_1(make_config, monkeypatch):
-    """The released queue: all K slots random; at step t the loss reads positions [0, min(2*K0 + (t-1)*B, K)),
-    the real keys (newest first) then the random ones. Checked against a list model."""
+    """The released queue: all K slots random; the loss reads what the release reads. Checked against a list
+    model of the release's queue tensor: each step's keys prepended, the list cut back to K only once its
+    count (K0 + pushed) exceeds K; the loss reads the first count + K0 columns while that is below K, else
+    the whole list, which then holds more than K keys."""
     seen, initial = [], {}
     real_init = NegativeQueue.__init__
 
@@ -103,14 +105,17 @@ def test_released_initial_queue_keys_seen_at_steps_1_to_k_over_b_plus_1(make_con
     assert summary["status"] == "ok"
     random_keys = initial["keys"]
     assert random_keys.shape == (K, 32) and torch.allclose(random_keys.norm(dim=1), torch.ones(K))
+    release_columns, count = list(random_keys), K0  # the release's queue tensor (newest first), queue_size
     for t, call in enumerate(seen, start=1):
-        expected_count = min(2 * K0 + (t - 1) * B, K)
-        pushed = [row for step in reversed(seen[: t - 1]) for row in step["keys"]]  # newest first
-        model = (pushed + list(random_keys))[:K]  # a K-slot FIFO whose back starts full of random keys
-        expected = torch.stack(model[:expected_count])
-        assert call["queue"].shape[0] == expected_count, t
-        torch.testing.assert_close(call["queue"], expected)
-    assert [c["queue"].shape[0] for c in seen] == [8, 16, 24, 32, 32]
+        expected = release_columns[: count + K0] if count + K0 < K else release_columns
+        assert call["queue"].shape[0] == len(expected), t
+        torch.testing.assert_close(call["queue"], torch.stack(expected))
+        release_columns, count = list(call["keys"]) + release_columns, count + B
+        if count > K:
+            release_columns = release_columns[:K]
+    # by hand: 2*K0 + (t-1)*B = 8, 16, 24; at t = 4 that sum reaches K = 32 while K0 + 3B = 28 <= K: the whole
+    # tensor, K + 3B = 56; after the 4th push K0 + 4B = 36 > K cuts it to K
+    assert [c["queue"].shape[0] for c in seen] == [8, 16, 24, 56, 32]
     # the paper's reading: K0 random keys, real keys in front, growing to K
     seen.clear()
     train_mod.train(make_config(max_steps=steps))
@@ -156,6 +161,50 @@ def test_target_gradients(make_config, monkeypatch, released):
         assert not any(n.startswith(("encoder.", "pooler.")) for n in moved)
         assert bool(moved) is released and all(n.startswith("projection.") for n in moved)
     assert all(r["projection_grad"] is released for r in records)
+
+
+@pytest.mark.parametrize("released", [False, True])
+def test_released_ema_update_after_step_s_uses_eta_of_s_plus_1(make_config, monkeypatch, released):
+    """The release advances its EMA counter before computing eta and updates at the start of the next
+    forward: the update after optimiser step s uses eta(s+1); the paper's reading uses eta(s). A short T = 4
+    over 6 steps crosses T (the unclamped cosine swings back)."""
+    decays = []
+    real = MoCoSE.update_target
+    monkeypatch.setattr(MoCoSE, "update_target", lambda self, decay: decays.append(decay) or real(self, decay))
+    config = make_config(max_steps=6, **{"released.ema_schedule": released, "ema.decay": 0.5, "ema.decay_end": 1.0,
+                                         "ema.schedule_steps": 4, "ema.hold_after_schedule": False})
+    summary = train_mod.train(config)
+    # eta(t) = 1 - (1 - 0.5) (cos(pi t / 4) + 1) / 2 by hand: cos(pi/4) = sqrt(2)/2 gives (6 - sqrt 2) / 8
+    r = math.sqrt(2)
+    eta = {1: (6 - r) / 8, 2: 0.75, 3: (6 + r) / 8, 4: 1.0, 5: (6 + r) / 8, 6: 0.75, 7: (6 - r) / 8}
+    expected = [eta[s + 1] for s in range(1, 7)] if released else [eta[s] for s in range(1, 7)]
+    assert decays == pytest.approx(expected, abs=1e-12)
+    assert summary["released"]["ema_schedule"] is released
+    assert summary["mtd"]["eta"] == pytest.approx(sum(expected) / 6, abs=1e-12)  # the mean of the etas used
+
+
+@pytest.mark.parametrize("released", [False, True])
+def test_released_cutoffs_attach_fgsm_ahead_of_the_cutoff(make_config, monkeypatch, released):
+    """Released: FGSM perturbs the word embeddings before the cutoff hook on the same module runs (the unit
+    behaviour is tests/test_augment.py's); the paper's cutoff sits on the embedding layer's output."""
+    from trainer.augment import FGSM
+
+    orders = []
+    real_attach = FGSM.attach
+
+    def attach(self, module, before_other_hooks=False):
+        attached = real_attach(self, module, before_other_hooks)
+        orders.append([hook.__qualname__ for hook in module._forward_hooks.values()])
+        return attached
+
+    monkeypatch.setattr(FGSM, "attach", attach)
+    summary = train_mod.train(make_config(max_steps=2, **{"released.cutoffs": released, "augment.token_cutoff": 0.25,
+                                                          "fgsm.eps": 1e-3}))
+    assert summary["status"] == "ok" and summary["released"]["cutoffs"] is released
+    if released:
+        assert orders == [["FGSM._on_forward", "EmbeddingCutoff._hook", "FGSM._measure"]]
+    else:
+        assert orders == [["FGSM._on_forward", "FGSM._measure"]]
 
 
 def test_embedding_dim_sets_projection_predictor_and_queue_width(tiny_model_dir):
@@ -303,12 +352,55 @@ def test_fgsm_norm_is_what_the_compute_dtype_receives():
 
 def test_gs_and_mix_released_defaults():
     gs = RunConfig.from_dict({"method": "gs", "variant": "released"}).resolved()
-    assert gs.dropout == 0.2 and gs.gaussian.count_per_batch == 3.0
+    assert gs.dropout == 0.2 and gs.gaussian.count == 192 and gs.gaussian.count_per_batch is None  # run.sh
     assert RunConfig.from_dict({"method": "gs"}).resolved().dropout == 0.1
     with pytest.raises(UserError, match="gaussian.weight"):
         RunConfig.from_dict({"method": "gs", "variant": "released", "gaussian": {"weight": 2.0}}).resolved()
     mix = RunConfig.from_dict({"method": "mix", "variant": "released"}).resolved()
     assert mix.released.mix_negatives and mix.released.dev_on_mlp and mix.mix.hard_negative_weight == 0.0
+
+
+@pytest.mark.parametrize("model, dropout", [
+    ("bert-base-uncased", 0.2), ("bert-large-uncased", 0.2), ("roberta-base", 0.1), ("roberta-large", 0.1),
+    ("FacebookAI/roberta-base", 0.1), ("/models/google-bert/bert-base-uncased", 0.2), ("/models/RoBERTa-large", 0.1),
+])
+@pytest.mark.parametrize("batch", [32, 64, 128])
+def test_gs_released_noise_count_and_dropout_follow_run_sh(model, dropout, batch):
+    """run.sh: random_size=192 whatever the model and batch size; dropout 0.2 for BERT, 0.1 for RoBERTa.
+    The paper's reading: M = 3N, dropout 0.1. Each behaviour has its own key."""
+    def resolve(**extra):
+        return RunConfig.from_dict({"method": "gs", "model": model, "batch_size": batch, **extra}).resolved()
+
+    def m_and_dropout(config):
+        return config.gaussian_count(), config.dropout
+
+    assert m_and_dropout(resolve(variant="released")) == (192, dropout)
+    assert m_and_dropout(resolve()) == (3 * batch, 0.1)
+    assert m_and_dropout(resolve(released={"gaussian_count": True})) == (192, 0.1)
+    assert m_and_dropout(resolve(released={"dropout": True})) == (3 * batch, dropout)
+    assert resolve(variant="released", gaussian={"count": 7}).gaussian_count() == 7  # an explicit M is kept
+    assert resolve(variant="released", dropout=0.3).dropout == 0.3
+
+
+def test_released_optimizer_is_on_for_every_method_and_recorded(make_config):
+    """`released.optimizer`: transformers 4.x AdamW (its math: tests/test_optim.py) under variant released for
+    every method; torch's AdamW in the paper's reading; the resolved flag is in summary.json."""
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    from trainer.optim import TransformersAdamW
+
+    for method in ("simcse", "gs", "mix", "mocose"):
+        assert RunConfig.from_dict({"method": method, "variant": "released"}).resolved().released.optimizer
+        assert not RunConfig.from_dict({"method": method}).resolved().released.optimizer
+    used = []
+    handle = register_optimizer_step_post_hook(lambda opt, args, kwargs: used.append(type(opt)))
+    try:
+        for flag in (True, False):
+            summary = train_mod.train(make_config("simcse", max_steps=1, **{"released.optimizer": flag}))
+            assert summary["released"]["optimizer"] is flag and summary["released"]["gaussian_count"] is False
+    finally:
+        handle.remove()
+    assert used == [TransformersAdamW, torch.optim.AdamW]
 
 
 def test_mixcse_dev_head_and_layout(tiny_model_dir):

@@ -20,8 +20,14 @@ Two ways to get grad_x L (config `fgsm.mode`):
 eps = 5e-9 is tiny next to embedding values (~1e-2): in float32 most of it is rounded away, in bf16 all
 of it. `last_perturbation_norm` measures what the encoder actually received (mean L2 norm per token row):
 the perturbed and clean embeddings rounded to `compute_dtype` (the autocast dtype the first layer computes
-in; float32 without autocast), subtracted. `half_precision_floor` is the smallest eps that survives such
-rounding for a typical embedding value; the trainer refuses a smaller eps under fp16/bf16 autocast.
+in; float32 without autocast), subtracted, less the entries a later hook on the module replaced (cutoff).
+`half_precision_floor` is the smallest eps that survives such rounding for a typical embedding value; the
+trainer refuses a smaller eps under fp16/bf16 autocast.
+
+Order with the released MoCoSE cutoff (`attach(..., before_other_hooks=True)`): the release perturbs the
+raw word embeddings and then cuts them in place, so cut entries stay exactly 0 and the gradient stored
+for them, hence their sign, is 0. Attached after the cutoff hook instead, FGSM would add +-eps to the cut
+entries.
 """
 
 from __future__ import annotations
@@ -61,25 +67,31 @@ class FGSM:
         self.mode = mode
         self.sign: Tensor | None = None  # sign(grad_x L), shape (B, L, d) of the captured forward
         self.skipped_forwards = 0  # lagged: forwards left unperturbed because the batch size differed
-        self._handle = None
+        self._handles: list[Any] = []
+        self._applied: tuple[Tensor, Tensor] | None = None  # (perturbed output, what survives rounding)
         self._capturing = False
         self._hooked_this_capture = False
         self._perturbing = False
         self._last_norm: Tensor | None = None  # kept as a tensor: reading it syncs the device
         self.compute_dtype: torch.dtype | None = None  # autocast dtype of the encoder's first layer, if any
 
-    def attach(self, embedding_module: nn.Module) -> "FGSM":
-        """Hook the word-embedding module, e.g. `model.get_input_embeddings()`. Returns self."""
-        if self._handle is not None:
+    def attach(self, embedding_module: nn.Module, before_other_hooks: bool = False) -> "FGSM":
+        """Hook the word-embedding module, e.g. `model.get_input_embeddings()`. Returns self.
+
+        `before_other_hooks`: perturb ahead of the forward hooks already on the module (the released
+        MoCoSE order: FGSM, then cutoff) instead of after them. The perturbation is measured after all.
+        """
+        if self._handles:
             raise RuntimeError("FGSM is already attached; call detach() first")
-        self._handle = embedding_module.register_forward_hook(self._on_forward)
+        self._handles = [embedding_module.register_forward_hook(self._on_forward, prepend=before_other_hooks),
+                         embedding_module.register_forward_hook(self._measure)]
         return self
 
     def detach(self) -> None:
-        """Remove the hook (the stored sign is kept)."""
-        if self._handle is not None:
-            self._handle.remove()
-            self._handle = None
+        """Remove the hooks (the stored sign is kept)."""
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
 
     @property
     def has_sign(self) -> bool:
@@ -121,12 +133,22 @@ class FGSM:
                 # eps * sqrt(d): under autocast the first layer casts its input to fp16/bf16
                 dtype = self.compute_dtype or output.dtype
                 received = perturbed.detach().to(dtype).float() - output.detach().to(dtype).float()
-                self._last_norm = received.norm(dim=-1).mean()
+                self._applied = (perturbed, received)
                 output = perturbed
         if self._capturing and not self._hooked_this_capture and output.requires_grad:
             self._hooked_this_capture = True
             output.register_hook(self._store_sign)
         return output
+
+    def _measure(self, module: nn.Module, inputs: tuple, output: Tensor) -> None:
+        """After every hook on the module: entries a later hook replaced (cut to 0) received nothing."""
+        if self._applied is None:
+            return
+        perturbed, received = self._applied
+        self._applied = None
+        if output is not perturbed:
+            received = received.masked_fill(output.detach() != perturbed.detach(), 0.0)
+        self._last_norm = received.norm(dim=-1).mean()
 
     def _store_sign(self, grad: Tensor) -> None:
         self.sign = grad.detach().sign()

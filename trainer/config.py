@@ -138,15 +138,17 @@ class ReleasedConfig(Section):
     """The authors' released-code behaviours (methods.md section 8), one key each so an ablation can flip
     one at a time. null = as `variant` says (released: on, paper: off). Each acts only where it applies."""
 
-    ema_schedule: Bool | None = None  # MoCoSE: eta0 -> 1.0 over T = 15000 steps, not clamped after T
-    initial_queue: Bool | None = None  # MoCoSE: all K slots random; the loss reads min(2*K0 + (t-1)*B, K) keys
+    ema_schedule: Bool | None = None  # MoCoSE: eta0 -> 1.0 over T = 15000 steps, not clamped; update s uses eta(s+1)
+    initial_queue: Bool | None = None  # MoCoSE: all K slots random; the loss reads what the release reads (past K)
     target_gradients: Bool | None = None  # MoCoSE: target output not detached; target projection trained
     heads_init: Bool | None = None  # MoCoSE: heads normal(0, 0.02), zero bias, LayerNorm eps 1e-12
-    cutoffs: Bool | None = None  # MoCoSE: cutoffs on both branches' word embeddings, a fixed count
+    cutoffs: Bool | None = None  # MoCoSE: cutoffs on both branches' word embeddings, a fixed count, after FGSM
     test_selected: Bool | None = None  # MoCoSE: also report the checkpoint with the best test average
-    dropout: Bool | None = None  # GS-InfoNCE: dropout 0.2 (run.sh)
+    dropout: Bool | None = None  # GS-InfoNCE: dropout 0.2 for BERT, 0.1 for RoBERTa (run.sh)
+    gaussian_count: Bool | None = None  # GS-InfoNCE: M = 192 Gaussian negatives at any batch size (run.sh)
     mix_negatives: Bool | None = None  # MixCSE: all N mixes per direction (N x 3N logits), not one per anchor
     dev_on_mlp: Bool | None = None  # MixCSE: STS-B dev scored on MLP([CLS]) (no --mlp_only_train)
+    optimizer: Bool | None = None  # every method: transformers 4.x AdamW (the releases' Trainer default)
 
 
 class RunConfig(Section):
@@ -159,7 +161,7 @@ class RunConfig(Section):
     max_steps: Int | None = Field(None, ge=1)  # None: `epochs` passes over the corpus
     epochs: Float = Field(1.0, gt=0)
     temperature: Float = Field(0.05, gt=0)
-    dropout: Float | None = Field(None, ge=0, lt=1)  # method default: 0.1; GS-InfoNCE released 0.2
+    dropout: Float | None = Field(None, ge=0, lt=1)  # method default: 0.1; GS-InfoNCE released 0.2 (RoBERTa 0.1)
     device: Annotated[Str, AfterValidator(_device)] = "auto"  # auto | cpu | cuda | cuda:N
     # fp32|bf16|fp16: honoured on any device (CPU autocast too). auto: fp32 on CPU; on CUDA each method's release:
     # SimCSE and GS-InfoNCE fp16, MoCoSE and MixCSE fp32

@@ -74,19 +74,36 @@ class SimCSERules(MethodRules):
     cuda_precision = "fp16"
 
 
+RELEASED_GAUSSIAN_COUNT = 192  # run.sh: random_size=192, whatever the model and batch size
+
+
+def released_gs_dropout(model: str) -> float:
+    """GS-InfoNCE run.sh's dropout, told apart by the model's name or path: 0.1 for roberta-base/large,
+    0.2 for bert-base/large and, as for BERT, any other model (run.sh names only those four).
+
+    >>> [released_gs_dropout(m) for m in ("bert-base-uncased", "FacebookAI/roberta-large", "embedded")]
+    [0.2, 0.1, 0.2]
+    """
+    return 0.1 if "roberta" in model.lower() else 0.2
+
+
 class GSInfoNCERules(SimCSERules):
-    """GS-InfoNCE: M = 3N Gaussian negatives unless set. Released code: dropout 0.2, lambda unused, fp16."""
+    """GS-InfoNCE: M = 3N Gaussian negatives unless set. Released code (`gsInfoNCE/run.sh`): M = 192 for every
+    model and batch size, dropout 0.2 for BERT and 0.1 for RoBERTa, lambda unused, fp16."""
 
     name = "gs"
     cuda_precision = "fp16"
 
     @classmethod
     def fill_defaults(cls, data: dict[str, Any]) -> None:
-        gaussian = data["gaussian"]
+        gaussian, released = data["gaussian"], data["released"]
         if gaussian["count"] is None and gaussian["count_per_batch"] is None:
-            gaussian["count_per_batch"] = 3.0  # the paper: M = 3 x batch size
+            if released["gaussian_count"]:
+                gaussian["count"] = RELEASED_GAUSSIAN_COUNT
+            else:
+                gaussian["count_per_batch"] = 3.0  # the paper: M = 3 x batch size
         if data["dropout"] is None:
-            data["dropout"] = 0.2 if data["released"]["dropout"] else 0.1
+            data["dropout"] = released_gs_dropout(data["model"]) if released["dropout"] else 0.1
         super().fill_defaults(data)
 
     @classmethod

@@ -30,7 +30,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from trainer.data import planned_steps
-from trainer.schedules import RELEASED_SCHEDULE_STEPS, cosine_eta
+from trainer.schedules import RELEASED_SCHEDULE_STEPS, cosine_eta, ema_schedule_step
 from trainer.slices import parse_slices
 
 ETA_CHOICES = ("initial", "final", "mean")
@@ -65,8 +65,10 @@ def effective_eta(
     schedule_steps: int | None = None,
     eta_choice: str = "mean",
     hold: bool = True,
+    released_counter: bool = False,
 ) -> float:
-    """The eta that enters d_trace for a constant or cosine schedule (see module doc)."""
+    """The eta that enters d_trace for a constant or cosine schedule (see module doc); `released_counter`:
+    the mean runs over the etas the released code's updates use (`trainer.schedules.ema_schedule_step`)."""
     if schedule == "constant":
         return decay
     if schedule != "cosine":
@@ -80,7 +82,8 @@ def effective_eta(
     if not total_steps:
         raise ValueError("eta_choice='mean' under a cosine schedule needs the run's total steps")
     period = schedule_steps or total_steps
-    values = [cosine_eta(s, decay, decay_end, period, hold) for s in range(1, total_steps + 1)]
+    values = [cosine_eta(ema_schedule_step(s, released_counter), decay, decay_end, period, hold)
+              for s in range(1, total_steps + 1)]
     return sum(values) / len(values)
 
 
@@ -108,7 +111,7 @@ def config_traceable_distance(
     if period is None and released:
         period = RELEASED_SCHEDULE_STEPS
     eta = effective_eta(ema["schedule"], ema["decay"], ema["decay_end"], total_steps, period, eta_choice,
-                        hold=True if hold is None else hold)
+                        hold=True if hold is None else hold, released_counter=bool(released))
     if eta >= 1.0:
         return None  # eta1 = 1.0 (the released schedule's end): the first term is unbounded
     return traceable_distance(eta, queue["size"], config["batch_size"], slices, k_choice)

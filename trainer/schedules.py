@@ -31,6 +31,20 @@ def cosine_eta(step: int, eta0: float, eta1: float, period: int, hold: bool = Tr
     return eta1 - (eta1 - eta0) * (math.cos(math.pi * t / max(period, 1)) + 1.0) / 2.0
 
 
+def ema_schedule_step(step: int, released: bool) -> int:
+    """The schedule step t whose eta the EMA update after optimiser step `step` uses.
+
+    The paper's reading: t = step. The released MoCoSE code: t = step + 1. Its EMA advances the counter
+    before computing eta and runs at the start of `forward`, so the update at forward 1 uses t = 1 on a
+    target just copied from the online branch (a no-op, not repeated here) and the update at forward
+    s + 1, the first after optimiser step s, uses t = s + 1.
+
+    >>> [ema_schedule_step(s, released) for released in (False, True) for s in (1, 2)]
+    [1, 2, 2, 3]
+    """
+    return step + 1 if released else step
+
+
 def ema_decay_at(step: int, schedule: str, decay: float, decay_end: float, period: int, hold: bool = True) -> float:
     """eta of the `step`-th EMA update: `decay` when constant, else `cosine_eta(step, decay, decay_end, period, hold)`.
 

@@ -43,6 +43,7 @@ from trainer.evaluation import (
 from trainer.files import json_safe, write_text_atomic
 from trainer.methods import Method, method_class
 from trainer.models import load_encoder, pick_device
+from trainer.optim import build_optimizer
 from trainer.transfer import evaluate_transfer, load_transfer_tasks
 
 Report = Callable[[dict[str, Any]], None]
@@ -210,14 +211,16 @@ def _set_up(config: RunConfig, host_reads: HostReadPolicy | None) -> _Run:
     method = method_cls(encoder, config, generator, device_generator).to(device)
     method.train()
     method.start(total_steps)
-    # attached after the method is built: MoCoSE's target is a deep copy, which would copy the hook
-    fgsm = FGSM(config.fgsm.eps, config.fgsm.mode).attach(encoder.get_input_embeddings()) if config.fgsm.eps > 0 \
+    # attached after the method is built: MoCoSE's target is a deep copy, which would copy the hook. The
+    # released MoCoSE code perturbs the raw word embeddings before its cutoff zeroes some of them
+    fgsm = FGSM(config.fgsm.eps, config.fgsm.mode).attach(
+        encoder.get_input_embeddings(), before_other_hooks=bool(config.released.cutoffs)) if config.fgsm.eps > 0 \
         else None
     autocast_dtype = AUTOCAST_DTYPES.get(precision)
     if fgsm is not None:
         fgsm.compute_dtype = autocast_dtype
-    optimizer = torch.optim.AdamW(method.trainable_groups(config.optim.weight_decay), lr=config.optim.lr,
-                                  betas=tuple(config.optim.betas), eps=config.optim.eps)
+    optimizer = build_optimizer(method.trainable_groups(config.optim.weight_decay), config.optim,
+                                released=bool(config.released.optimizer))
     from transformers import get_constant_schedule_with_warmup, get_linear_schedule_with_warmup
 
     warmup = config.optim.warmup_steps

@@ -10,8 +10,9 @@ lambda enters as an additive log(lambda) on the noise logits, so the same cross-
 Inputs: z1, z2 (N, d) as in SimCSE; noise (M, d) without gradient (see `sample_gaussian_negatives`).
 Recommended (paper): mu 0, sigma 1, lambda 1, M = 3 x N with N = 64, tau 0.05.
 Released code: lambda is parsed but unused (weight 1), the noise is not normalised (irrelevant under
-cosine) and BERT runs with dropout 0.2. This implementation uses lambda as a real weight, with 1 as the
-default; the released variant (`variant: released`) refuses a weight other than 1 and uses dropout 0.2.
+cosine), and run.sh sets M = 192 for every model and batch size, dropout 0.2 for BERT and 0.1 for RoBERTa.
+This implementation uses lambda as a real weight, with 1 as the default; the released variant (`variant:
+released`) refuses a weight other than 1 and follows run.sh (`released.gaussian_count`, `released.dropout`).
 """
 
 from __future__ import annotations

@@ -8,16 +8,18 @@ InfoNCE of the online queries against the target keys of the same sentences (ano
 the queue. After every optimiser step: the EMA update (eq. 2), then the batch's target keys enter the queue.
 
 Released-code behaviours (each its own `released.*` key):
-- ema_schedule: eta0 -> 1.0 over T = 15000 steps, not clamped after T (config `ema.*` resolved so).
-- initial_queue: all K slots random from the start; at step t the loss reads the first
-  min(2*K0 + (t-1)*B, K) positions (the release's `queue[:, 0:queue_size + K_start]`, queue_size
-  starting at K0). The release briefly reads past K for a few steps once that sum reaches K (its queue
-  tensor is only truncated when queue_size exceeds K); this reading caps at K, as methods.md states it.
+- ema_schedule: eta0 -> 1.0 over T = 15000 steps, not clamped after T (config `ema.*` resolved so); the
+  update after optimiser step s uses eta(s + 1), as the release's counter runs one ahead
+  (`trainer.schedules.ema_schedule_step`).
+- initial_queue: all K slots random from the start; the loss reads what the release reads
+  (`trainer.queue.released_read_length`): 2*K0 + (t-1)*B keys at step t while that is below K, then,
+  until the release truncates its tensor, the whole tensor (K plus the keys pushed since, more than K).
 - target_gradients: the target output is not detached; target encoder and pooler stay frozen, so the
   optimiser also updates the target projection between EMA updates, and the shared embedding layer gets
   gradient through both branches.
 - heads_init: projection/predictor init normal(0, 0.02), zero bias, LayerNorm eps 1e-12.
-- cutoffs: token/feature cutoff on both branches' word embeddings, a fixed count (see EmbeddingCutoff).
+- cutoffs: token/feature cutoff on both branches' word embeddings, a fixed count (see EmbeddingCutoff),
+  after FGSM's perturbation (the trainer attaches FGSM ahead of the cutoff hook).
 - test_selected: the loop also reports the checkpoint with the best seven-task test average, labelled.
 """
 
@@ -36,7 +38,8 @@ from trainer.losses.mocose import mocose_loss
 from trainer.method_rules import MoCoSERules
 from trainer.methods.base import Method, StepOutput
 from trainer.mtd import TraceableDistanceMeter, config_traceable_distance, effective_eta
-from trainer.queue import NegativeQueue
+from trainer.queue import NegativeQueue, released_read_length
+from trainer.schedules import ema_schedule_step
 from trainer.slices import parse_slices
 
 if TYPE_CHECKING:  # the config type only: trainer.config imports the methods to resolve defaults
@@ -90,10 +93,10 @@ class MoCoSE(MoCoSERules, Method):
             return self.target_projection(h)
 
     def queue_limit(self) -> int | None:
-        """Released initial queue: the loss reads the first min(2*K0 + pushed, K) positions."""
+        """Released initial queue: how many positions the release's loss reads (past K while it drains)."""
         if not self.config.released.initial_queue:
             return None
-        return min(2 * self.config.queue.initial_size + self.queue.pushed, self.queue.size)
+        return released_read_length(self.queue.pushed, self.queue.size, self.config.queue.initial_size)
 
     def loss(self, ids: Tensor, mask: Tensor, position_ids: Tensor | None = None) -> StepOutput:
         with self.cutoff.on(mask):
@@ -108,9 +111,11 @@ class MoCoSE(MoCoSERules, Method):
 
     # ---- after the optimiser step: the traceable distance, the EMA update, the queue push ------------
     def _eta_at(self, step: int) -> float:
+        """eta of the EMA update after optimiser step `step` (0: before the first step)."""
         ema = self.config.ema
         period = ema.schedule_steps or self.total_steps or 1  # T: the run's length unless set
-        return ema_decay_at(step, ema.schedule, ema.decay, ema.decay_end, period, ema.hold_after_schedule)
+        t = ema_schedule_step(step, bool(self.config.released.ema_schedule))
+        return ema_decay_at(t, ema.schedule, ema.decay, ema.decay_end, period, ema.hold_after_schedule)
 
     def start(self, total_steps: int) -> None:
         self.total_steps = total_steps
@@ -145,7 +150,7 @@ class MoCoSE(MoCoSERules, Method):
         config, ema = self.config, self.config.ema
         period = ema.schedule_steps or total_steps
         eta = effective_eta(ema.schedule, ema.decay, ema.decay_end, total_steps, period, "mean",
-                            hold=ema.hold_after_schedule)
+                            hold=ema.hold_after_schedule, released_counter=bool(config.released.ema_schedule))
         return {"mtd": {
             "formula": config_traceable_distance(config.to_dict(), total_steps, eta_choice="mean"),
             "eta": eta,

@@ -56,7 +56,7 @@ class SimCSE(SimCSERules, Method):
 
 class GSInfoNCE(GSInfoNCERules, SimCSE):
     """GS-InfoNCE (Chen et al. 2022): SimCSE + M Gaussian negatives per step, M = 3N by default.
-    Released code: dropout 0.2, lambda unused (weight 1), fp16."""
+    Released code: M = 192, dropout 0.2 (BERT) or 0.1 (RoBERTa), lambda unused (weight 1), fp16."""
 
     def loss(self, ids: Tensor, mask: Tensor, position_ids: Tensor | None = None) -> StepOutput:
         z1, z2 = self.two_views(ids, mask, position_ids)
