@@ -62,8 +62,12 @@ def export_trial(study: str | Path, dest: str | Path, trial_key: str | None = No
         raise UserError(f"trial '{key}' has no summary.json (it has not ended); wait for it or pick another trial")
     model_dir = folder.model_dir(key)
     if not (model_dir / "config.json").is_file():
-        why = {"deleted": "deleted when better trials ended", "none": "never saved"}.get(
-            weights_state(folder, key, summary), "incomplete")
+        state = weights_state(folder, key, summary)
+        if state.startswith(("lost with node", "not received from")):
+            raise UserError(f"trial '{key}' has no weights on this machine: its files never reached the driver "
+                            f"({state}); the trial ended as an error, so running the study's `sweep run` command "
+                            "again runs it again and brings its files here")
+        why = {"deleted": "deleted when better trials ended", "none": "never saved"}.get(state, "incomplete")
         raise UserError(f"trial '{key}' kept no weights ({why}; the study's keep_weights decides which trials "
                         "keep them); run it again with keep_weights: all, or export a trial that kept its weights")
     config = summary.get("config") or {}

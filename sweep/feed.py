@@ -61,7 +61,7 @@ class TrialFeed(Searcher):
         return {
             "key": trial.key, "seed": trial.seed, "params": dict(trial.params), "config": config,
             "trial_dir": str(trial_dir),
-            "cwd": os.getcwd(), "train_fn": plan.train_fn,
+            "cwd": os.getcwd(), "train_fn": plan.train_fn, "files": plan.files,
             "resources": {"cpu": float(plan.spec.resources.cpu), "gpu": float(plan.spec.resources.gpu)},
         }
 

@@ -43,6 +43,7 @@ from sweep.store import TASKS, TRANSFER_TASKS, metric_value
 from sweep.store import is_final as _is_final
 from trainer.errors import UserError
 from trainer.files import json_safe
+from trainer.sts_average import readable_test
 
 INTERRUPTED = "interrupted"
 
@@ -351,7 +352,7 @@ def summary_attrs(summary: dict[str, Any]) -> dict[str, Any]:
     for name in ("steps", "best_step", "best_dev_stsb", "align", "uniform", "sentences_per_s", "wall_time_s"):
         if summary.get(name) is not None:
             attrs[name] = summary[name]
-    test = summary.get("test") or {}
+    test = readable_test(summary.get("test")) or {}  # `avg` only when it averages the seven tasks
     for name in (*TASKS, "avg"):
         if test.get(name) is not None:
             attrs[name] = test[name]
@@ -382,7 +383,7 @@ def summary_from_attrs(attrs: dict[str, Any]) -> dict[str, Any]:
     for name in ("steps", "best_step", "best_dev_stsb", "align", "uniform", "sentences_per_s", "wall_time_s"):
         if name in attrs:
             summary[name] = attrs[name]
-    test = {name: attrs[name] for name in (*TASKS, "avg") if name in attrs}
+    test = readable_test({name: attrs[name] for name in (*TASKS, "avg") if name in attrs})
     if test:
         summary["test"] = test
     mtd = {name: attrs[f"mtd_{name}"] for name in ("measured", "ema_age", "queue_age_mean", "queue_age_max", "eta")

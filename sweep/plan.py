@@ -56,6 +56,10 @@ class StudyPlan:
         self.change: Any = None  # sweep.history.StudyChange when this run extends the recorded study
         self.progress_note = ""
         self.rebuild_storage = rebuild_storage  # an unreadable SQLite storage is rebuilt from the records
+        # On a Ray cluster (--address): the `files` entry of each job (sweep.trial_files) and the node watch
+        # (sweep.node_watch); None on one machine.
+        self.files: dict[str, Any] | None = None
+        self.node_watch: Any = None
 
     # ---- plan -----------------------------------------------------------------------------------
     def prepare(self) -> int:

@@ -25,7 +25,8 @@ from sweep.stopping import StopSignals, descendants_of_driver, kill_leftovers
 from trainer.errors import UserError
 
 # Environment variables a trial needs where it runs (forwarded to the workers through runtime_env).
-FORWARDED_ENV = ("SWEEP_DATA_DIR", "HF_HOME", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HUB_CACHE")
+FORWARDED_ENV = ("SWEEP_DATA_DIR", "SWEEP_STAGING_DIR", "HF_HOME", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE",
+                 "HF_HUB_CACHE")
 # Trials a grid keeps pending on an existing cluster beyond what fits now (an autoscaler scales to the demand).
 PENDING_CAP = 64
 

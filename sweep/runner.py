@@ -38,6 +38,8 @@ from ray import tune
 
 from sweep.feed import TrialFeed
 from sweep.history import check_same_study
+from sweep.node_checks import check_nodes, software_versions
+from sweep.node_watch import LOST_NODE_RETRIES, NodeWatch
 from sweep.plan import StudyPlan
 from sweep.preflight import cluster_nodes, preflight_inputs, preflight_resources
 from sweep.ray_session import shutdown_ray, skip_tracker_imports_in_tune_usage_tag, start_ray, trial_room
@@ -57,6 +59,7 @@ from sweep.stopping import (
 )
 from sweep.trackers import check_loggers, logger_callbacks
 from sweep.trial_events import TrialEvents
+from sweep.trial_files import start_receiver
 from sweep.worker import CURVE_KEY, run_trial
 from trainer.config import RunConfig
 from trainer.errors import UserError
@@ -134,6 +137,8 @@ class _StudyRun(StudyPlan):
         self.events = TrialEvents(self, self.stop)
         self.children_before: set[int] = set()  # processes below the driver before Ray started (not Ray's)
         self.inputs_checked = False  # preflight_inputs already passed for every planned config
+        self.fences: list[Any] = []  # actors holding the nodes left out (sweep.node_checks)
+        self.receiver: Any = None  # the receiver of trial files on a cluster (sweep.trial_files)
 
     # ---- lock -----------------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -177,6 +182,7 @@ class _StudyRun(StudyPlan):
                     started_ray = start_ray(address, self.stop, self.folder.path)
                     if address and not self.stop.requested:
                         preflight_resources(cpu, gpu, cluster_nodes(), f"the Ray cluster at {address}")
+                        self._prepare_cluster(address)
                     if not self.stop.requested:
                         self._fit(max_concurrent, address)
                 except StopNow:
@@ -235,12 +241,23 @@ class _StudyRun(StudyPlan):
         sys.stderr.flush()
         os._exit(self.stop.exit_code)
 
+    # ---- a Ray cluster ----------------------------------------------------------------------------
+    def _prepare_cluster(self, address: str) -> None:
+        """Check every node from the node itself (bad ones are named and left out: sweep.node_checks), then
+        start the receiver of trial files on this node (sweep.trial_files) and the node watch."""
+        cpu, gpu = float(self.spec.resources.cpu), float(self.spec.resources.gpu)
+        verdicts, self.fences = check_nodes(self._configs_to_run(), cpu, gpu, self.progress.say,
+                                            f"the Ray cluster at {address}")
+        self.receiver, self.files = start_receiver(self.folder.path, software_versions(), verdicts)
+        self.node_watch = NodeWatch(self.progress.say, cpu, gpu)
+
     # ---- Tune -----------------------------------------------------------------------------------
     def _fit(self, max_concurrent: int | None, address: str | None = None) -> None:
         resources = {"cpu": float(self.spec.resources.cpu), "gpu": float(self.spec.resources.gpu)}
         if max_concurrent is None:
             max_concurrent = trial_room(resources, address, self.spec.method, len(self.to_run))
         searcher = TrialFeed(self, self.stop)
+        watch = [self.node_watch] if self.node_watch is not None else []
         tuner = tune.Tuner(
             tune.with_resources(run_trial, resources),
             tune_config=tune.TuneConfig(
@@ -251,8 +268,11 @@ class _StudyRun(StudyPlan):
             ),
             run_config=tune.RunConfig(
                 name=time.strftime("run-%Y%m%d-%H%M%S"), storage_path=str(self.folder.ray_dir),
-                verbose=0, callbacks=[self.events, *logger_callbacks(self.spec)],
-                failure_config=tune.FailureConfig(max_failures=0), stop=StopOnSignal(self.stop),
+                verbose=0, callbacks=[self.events, *watch, *logger_callbacks(self.spec)],
+                # on a cluster a trial lost with its node runs again (sweep.node_watch); on one machine a
+                # trial's worker that dies is an error of that trial
+                failure_config=tune.FailureConfig(max_failures=LOST_NODE_RETRIES if watch else 0),
+                stop=StopOnSignal(self.stop),
             ),
         )
         skip_tracker_imports_in_tune_usage_tag()  # ~2 s sooner to the first trial (bench/RESULTS.md)

@@ -11,7 +11,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from sweep.store import StudyFolder, StudyLocation, locate_study
+from sweep.store import TASKS, StudyFolder, StudyLocation, locate_study
 from trainer.errors import UserError
 
 SHOWN_RESULTS = ("dev_stsb", "avg", "mtd")
@@ -34,6 +34,7 @@ def show_status(study: str) -> int:
     table = []
     for row in rows:
         cells = {name: row.get(name, "") for name in headers}
+        cells["avg"] = _seven_task_average(row)
         frozen = latest.get(row.get("key"))
         cells["optuna"] = row.get("optuna_trial") or (str(frozen.number) if frozen is not None else "")
         if frozen is not None and cells["optuna"] == str(frozen.number) and frozen.state.name != row.get("state"):
@@ -116,12 +117,20 @@ def _latest_optuna_by_key(trials: list[Any]) -> dict[str, Any]:
     return latest
 
 
+def _seven_task_average(row: dict[str, Any]) -> Any:
+    """The row's avg, shown only beside all seven task scores: a trials.csv or Optuna record written before
+    the average needed them holds a one-task study's STS-B score as its avg."""
+    if any(row.get(task) in (None, "") for task in TASKS):
+        return ""
+    return row.get("avg", "")
+
+
 def _row_from_optuna(frozen: Any) -> dict[str, Any]:
     row = {"key": frozen.user_attrs.get("key", f"#{frozen.number}"), "seed": frozen.user_attrs.get("seed", ""),
            "state": frozen.state.name, "status": frozen.user_attrs.get("status", ""),
            "reason": frozen.user_attrs.get("reason", ""), "optuna_trial": str(frozen.number),
            "dev_stsb": frozen.user_attrs.get("best_dev_stsb", ""), "avg": frozen.user_attrs.get("avg", ""),
-           "mtd": frozen.user_attrs.get("mtd", "")}
+           "mtd": frozen.user_attrs.get("mtd", ""), **{task: frozen.user_attrs.get(task, "") for task in TASKS}}
     row.update(frozen.params)
     return row
 

@@ -26,6 +26,7 @@ import yaml
 from sweep.spec.schema import StudySpec, Trial
 from sweep.spec.text import dotted_get
 from trainer.files import json_safe, write_text_atomic
+from trainer.sts_average import readable_test
 
 TASKS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness")
 # SentEval transfer tasks (trainer.transfer.TRANSFER_TASKS): summary["transfer"] = {task: acc, ..., "avg": ...}
@@ -267,7 +268,7 @@ class TrialsTable:
 def summary_columns(summary: dict[str, Any]) -> dict[str, Any]:
     """trials.csv columns taken from a summary.json."""
     mtd = summary.get("mtd") or {}
-    test = summary.get("test") or {}
+    test = readable_test(summary.get("test")) or {}  # avg only beside the seven tasks (older summaries too)
     out: dict[str, Any] = {
         "status": summary.get("status"),
         "reason": summary.get("reason"),
@@ -297,9 +298,13 @@ def summary_columns(summary: dict[str, Any]) -> dict[str, Any]:
 
 def weights_state(folder: StudyFolder, key: str, summary: dict[str, Any]) -> str:
     """kept (trials/<key>/model/ is there), deleted (the trainer saved it: save_model was set and the run
-    ended with a best-dev state; a better trial's end removed it) or none (never saved)."""
+    ended with a best-dev state; a better trial's end removed it), none (never saved), or, on a cluster,
+    "lost with node <host>" / "not received from <host>" (the trial's files never reached the driver)."""
     if folder.model_dir(key).is_dir():
         return "kept"
+    files = summary.get("files")  # on a cluster: whether the trial's files reached the driver (sweep.trial_files)
+    if isinstance(files, dict) and files.get("arrived") is False:
+        return f"{'lost with node' if files.get('lost') else 'not received from'} {files.get('from') or '?'}"
     saved = ((summary.get("config") or {}).get("save_model") and summary.get("best_step") is not None
              and summary.get("status") in ("ok", "diverged", "collapsed"))
     return "deleted" if saved else "none"
@@ -315,12 +320,12 @@ def is_final(attempt: Any) -> bool:
 
 
 def metric_value(summary: dict[str, Any], name: str) -> float | None:
-    """The study metric from a summary: dev_stsb -> best_dev_stsb, task names and avg -> test[...],
-    transfer task names and transfer_avg -> transfer[...]."""
+    """The study metric from a summary: dev_stsb -> best_dev_stsb, task names and avg -> test[...] (avg: None
+    unless the trial evaluated all seven STS tasks), transfer task names and transfer_avg -> transfer[...]."""
     if name == "dev_stsb":
         value = summary.get("best_dev_stsb")
     elif name in TASKS or name == "avg":
-        value = (summary.get("test") or {}).get(name)
+        value = (readable_test(summary.get("test")) or {}).get(name)
     elif name in TRANSFER_TASKS or name == "transfer_avg":
         value = (summary.get("transfer") or {}).get("avg" if name == "transfer_avg" else name)
     else:

@@ -103,6 +103,9 @@ class TrialEvents(tune.Callback):
         self.plan.table.write_if_due()  # changes of a quiet spell reach trials.csv within seconds
 
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
+        if trial.trial_id in self.live:  # Tune runs it again after its node was lost: the same trial
+            self.live[trial.trial_id].update(metrics=[], summary=None, error=None)
+            return
         key = trial.config["key"]
         number = self.trial_started(key, trial.trial_id)
         self.live[trial.trial_id] = {"key": key, "number": number, "metrics": [], "summary": None, "error": None}
@@ -154,6 +157,13 @@ class TrialEvents(tune.Callback):
         if live is None:
             return
         summary = {"status": "error", "reason": trial_error(trial)}
+        watch = self.plan.node_watch
+        if watch is not None:  # on a cluster: the node it was lost with, and that its files never arrived
+            place = watch.location(trial)
+            attempts = trial.run_metadata.num_failures
+            summary["reason"] += f" (on node {watch.describe(trial)}; {attempts} attempt(s))"
+            summary["resources"] = {**place, "cpu": self.plan.spec.resources.cpu, "gpu": self.plan.spec.resources.gpu}
+            summary["files"] = {"arrived": False, "from": place["host"], "lost": True}
         self._ensure_files(live, trial, summary, overwrite=True)
         self.trial_ended(live["key"], live["number"], summary)
 
@@ -173,7 +183,9 @@ class TrialEvents(tune.Callback):
         or killed before writing them)."""
         folder = self.plan.folder
         key = live["key"]
-        if overwrite or folder.read_summary(key) is None:
+        # A summary that says how its files travelled (sweep.trial_files) is newer than the copy that
+        # travelled with them: it is the record.
+        if overwrite or "files" in summary or folder.read_summary(key) is None:
             if "config" not in summary:
                 summary = {**summary, "config": trial.config.get("config")}
             folder.write_summary(key, summary)

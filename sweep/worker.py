@@ -25,8 +25,10 @@ from typing import Any, Callable
 
 from ray import tune
 
+from sweep.node_checks import check_this_node
 from sweep.spec.text import shorten
 from sweep.store import write_json_atomic
+from sweep.trial_files import output_place, send_trial_folder
 from trainer.files import json_safe
 
 # Tune reports results; the trainer's report() keys that become Optuna intermediate values.
@@ -49,15 +51,21 @@ def run_trial(job: dict[str, Any]) -> None:
 
 
 def _run_one(job: dict[str, Any]) -> None:
-    trial_dir = Path(job["trial_dir"])
-    trial_dir.mkdir(parents=True, exist_ok=True)
+    if job.get("files"):
+        check_this_node(job)  # a node that joined after the driver's check: checked before its first trial
+    out_dir, staged = output_place(job)  # staged: this node does not see the driver's results folder
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if staged:
+        job = {**job, "config": {**job["config"], "output_dir": str(out_dir)}}
     if os.path.isdir(job["cwd"]):
         os.chdir(job["cwd"])  # relative paths in the spec mean what they meant where `sweep run` ran
-    redirect_output(trial_dir / "log.txt")
+    redirect_output(out_dir / "log.txt")
     entered = time.time()
     resources = trial_resources(job.get("resources") or {})
     print(f"=== trial {job['key']} pid {os.getpid()} host {socket.gethostname()} "
-          f"{time.strftime('%Y-%m-%d %H:%M:%S')} t={entered:.3f} gpu_ids={resources['gpu_ids']}", flush=True)
+          f"{time.strftime('%Y-%m-%d %H:%M:%S')} t={entered:.3f} gpu_ids={resources['gpu_ids']}"
+          + (f" staging={out_dir}" if staged else ""), flush=True)
+    finish = _Finish(job, out_dir, staged, resources)
 
     def report(metrics: dict[str, Any]) -> None:
         tune.report(json_safe(metrics))
@@ -76,23 +84,50 @@ def _run_one(job: dict[str, Any]) -> None:
         traceback.print_exc()
         oom = out_of_memory(exc)
         if oom is not None:
-            summary = {"status": "failed", "reason": oom_reason(oom, job), "config": job["config"],
-                       "resources": resources}
-            write_json_atomic(trial_dir / "summary.json", summary)
-            tune.report({SUMMARY_KEY: json_safe(summary)})  # a verdict of its own: `failed`, not `error`
+            summary = {"status": "failed", "reason": oom_reason(oom, job), "config": job["config"]}
+            finish.report(summary, SUMMARY_KEY)  # a verdict of its own: `failed`, not `error`
             return
         reason = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
-        write_json_atomic(trial_dir / "summary.json", {"status": "error", "reason": reason, "config": job["config"],
-                                                       "resources": resources})
-        tune.report({ERROR_KEY: reason})
+        finish.report({"status": "error", "reason": reason, "config": job["config"]}, ERROR_KEY)
         return
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
-    summary = {**summary, "resources": resources}
+    summary = dict(summary)
     summary.setdefault("config", job["config"])
-    write_json_atomic(trial_dir / "summary.json", summary)  # the trainer's own, plus `resources`
-    tune.report({SUMMARY_KEY: json_safe(summary)})
+    finish.report(summary, SUMMARY_KEY)  # the trainer's own, plus `resources`
+
+
+class _Finish:
+    """The trial's last step: summary.json (with `resources`, and the driver's folder as output_dir), the
+    files sent to the driver when the trial wrote to a staging folder (sweep.trial_files), then the verdict
+    reported to the driver. Files that did not reach the driver make the verdict an error naming the node:
+    a result whose files live only on a worker node does not count (the next `sweep run` runs it again)."""
+
+    def __init__(self, job: dict[str, Any], out_dir: Path, staged: bool, resources: dict[str, Any]):
+        self.job, self.out_dir, self.staged, self.resources = job, out_dir, staged, resources
+
+    def report(self, summary: dict[str, Any], key: str) -> None:
+        summary = {**summary, "resources": self.resources}
+        if self.staged and isinstance(summary.get("config"), dict):
+            summary["config"] = {**summary["config"], "output_dir": self.job["trial_dir"]}
+        if self.staged:
+            summary["files"] = {"from": self.resources["host"], "node_ip": self.resources.get("node_ip")}
+        write_json_atomic(self.out_dir / "summary.json", summary)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        if self.staged:
+            outcome = send_trial_folder(self.job["files"], self.job["key"], self.out_dir)
+            summary["files"].update(outcome)
+            if not outcome["arrived"]:
+                host = self.resources["host"]
+                summary.update(status="error", reason=f"the trial's files did not reach the driver from {host}: "
+                               f"{outcome['problem']}; run the same command to run it again")
+                key = SUMMARY_KEY
+        if key == ERROR_KEY:
+            tune.report({ERROR_KEY: summary["reason"]})
+        else:
+            tune.report({SUMMARY_KEY: json_safe(summary)})
 
 
 def _release_memory() -> None:
@@ -115,8 +150,13 @@ def trial_resources(asked: dict[str, Any]) -> dict[str, Any]:
         gpu_ids = [str(i) for i in ray.get_gpu_ids()]
     except Exception:  # not inside a Ray worker (e.g. called directly in a test)
         gpu_ids = []
+    try:
+        node_ip = ray.util.get_node_ip_address()
+    except Exception:
+        node_ip = None
     return {"cpu": asked.get("cpu"), "gpu": asked.get("gpu"), "gpu_ids": gpu_ids,
-            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "host": socket.gethostname()}
+            "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "host": socket.gethostname(),
+            "node_ip": node_ip}
 
 
 def out_of_memory(exc: BaseException) -> BaseException | None:
