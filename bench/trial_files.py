@@ -96,7 +96,7 @@ def main() -> None:
             seconds = time.perf_counter() - started
             peak.done.set()
             peak.join()
-            assert outcome["arrived"], outcome
+            assert outcome["arrived"] and outcome["seconds"] <= seconds, outcome
             arrived = work / "study" / "trials" / f"k{run}" / "model" / "model.safetensors"
             assert arrived.stat().st_size == (source / "model" / "model.safetensors").stat().st_size
             print(f"run {run}: {seconds:.2f} s, {size / 1e6 / seconds:.0f} MB/s; peak private memory gained: "

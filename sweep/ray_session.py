@@ -87,9 +87,34 @@ def start_ray(address: str | None, stop: StopSignals, folder_path: Path) -> bool
     ray_logger = logging.getLogger("ray")
     ray_logger.handlers = [handler]
     ray_logger.propagate = False
+    route_cluster_errors_to_log(ray_logger)
     stop.ray_processes = {pid: start for pid, start in descendants_of_driver().items()
                           if process_name(pid) in ("gcs_server", "raylet")}
     return True
+
+
+def route_cluster_errors_to_log(logger: logging.Logger) -> None:
+    """The cluster's error messages to the driver ("The node with node id ... has been marked dead ...",
+    printed by Ray as `(raylet) ...` whatever log_to_driver says) go to ray.log: the terminal gets our one
+    line naming the node and the trials that run again (sweep.node_watch). Ray's printer is looked up by
+    name at each message, so wrapping it is enough; nothing changes if Ray renames it."""
+    try:
+        from ray._private import worker as ray_worker
+    except ImportError:
+        return
+    printer = getattr(ray_worker, "print_to_stdstream", None)
+    if printer is None or hasattr(printer, "__wrapped__"):
+        return
+
+    @functools.wraps(printer)
+    def to_log_if_from_the_cluster(data: dict, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(data, dict) and data.get("pid") == "raylet":
+            for line in data.get("lines") or []:
+                logger.warning("(cluster) %s", line)
+            return None
+        return printer(data, *args, **kwargs)
+
+    ray_worker.print_to_stdstream = to_log_if_from_the_cluster
 
 
 # Packages Ray Tune's callback usage tag imports (through its W&B, MLflow, Comet and Aim integrations).

@@ -305,8 +305,9 @@ class _StudyRun(StudyPlan):
             self.progress.say(f"best {self.spec.metric.name}: {value:.2f} (trial {key})")
         for row in rows:
             if row["state"] == "FAIL" and row.get("reason"):
-                self.progress.say(f"  {row['key']} {row.get('status')}: {shorten(row['reason'])}  "
-                                  f"(log: {self.folder.log_path(row['key'])})")
+                log = self.folder.log_path(row["key"])
+                where = f"log: {log}" if log.is_file() else "no log here: it stayed on the trial's node"
+                self.progress.say(f"  {row['key']} {row.get('status')}: {shorten(row['reason'])}  ({where})")
         self.progress.say(f"trials.csv: {self.folder.trials_csv}")
         if self.stop.requested:
             done = sum(1 for r in rows if _is_done(r))

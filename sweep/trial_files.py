@@ -31,6 +31,7 @@ import os
 import shutil
 import socket
 import tempfile
+import time
 import uuid
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -211,9 +212,10 @@ def output_place(job: dict[str, Any]) -> tuple[Path, bool]:
     if not files or _sees_driver_folder(Path(files["study_dir"]), files["token"]):
         return trial_dir, False
     root = Path(os.environ.get(STAGING_ENV) or Path(tempfile.gettempdir()) / "contrastive-sweep" / "staging")
-    staging = root / files["token"][:12] / f"{job['key']}-{uuid.uuid4().hex[:8]}"
-    if staging.exists():
-        shutil.rmtree(staging)
+    run_dir = root / files["token"][:12]
+    for earlier in run_dir.glob(f"{job['key']}-*"):  # an attempt of this trial killed on this node
+        shutil.rmtree(earlier, ignore_errors=True)
+    staging = run_dir / f"{job['key']}-{uuid.uuid4().hex[:8]}"
     staging.mkdir(parents=True)
     return staging, True
 
@@ -227,11 +229,12 @@ def _sees_driver_folder(study_dir: Path, token: str) -> bool:
 
 def send_trial_folder(files: dict[str, Any], key: str, folder: Path, tries: int = 2) -> dict[str, Any]:
     """Send every file under `folder` to the driver's receiver as trials/<key>/...; delete `folder` once they
-    are in place. Returns {"arrived": True, "files": n, "bytes": b} or {"arrived": False, "problem": ...}
+    are in place. Returns {"arrived": True, "files": n, "bytes": b, "seconds": s} or {"arrived": False, "problem": ...}
     (the staging folder is then kept, and named in the problem)."""
     import ray
 
     problem = "not sent"
+    started = time.perf_counter()
     for _ in range(tries):
         try:
             receiver = ray.get_actor(files["receiver"], namespace=NAMESPACE)
@@ -241,7 +244,7 @@ def send_trial_folder(files: dict[str, Any], key: str, folder: Path, tries: int 
             continue
         shutil.rmtree(folder, ignore_errors=True)
         _remove_if_empty(folder.parent)
-        return {"arrived": True, "files": count, "bytes": size}
+        return {"arrived": True, "files": count, "bytes": size, "seconds": round(time.perf_counter() - started, 3)}
     return {"arrived": False, "problem": f"{problem} (the files stay on {socket.gethostname()} in {folder})"}
 
 

@@ -3,8 +3,12 @@
 Owns: the Tune trainable (`run_trial`), which runs the train function ("module:function", by default
 trainer.train:train) on the trial's config, sends the trainer's evaluation reports and its summary to
 the driver through Tune, and writes the trial's log.txt and summary.json (with `resources`: what the
-trial asked for and the GPU ids Ray gave it; the trainer does not import Ray). Also the report keys the
-driver reads (STEP_KEY, CURVE_KEY, SUMMARY_KEY, ERROR_KEY).
+trial asked for, the GPU ids Ray gave it, the node's host and address; the trainer does not import Ray).
+Also the report keys the driver reads (STEP_KEY, CURVE_KEY, SUMMARY_KEY, ERROR_KEY).
+
+On a Ray cluster (`sweep run --address`) a trial first has its node checked (sweep.node_checks), and a
+node that does not see the driver's results folder gets the trial's files through Ray before the verdict
+is reported (sweep.trial_files): a trial ends only once its files are on the driver.
 
 A worker process may run several trials one after another (Ray Tune's actor reuse): everything a trial
 changes in the process (working directory, output redirection) is set again at its start, and the
@@ -109,6 +113,9 @@ class _Finish:
 
     def report(self, summary: dict[str, Any], key: str) -> None:
         summary = {**summary, "resources": self.resources}
+        if self.job.get("files") and summary.get("status") != "ok" and summary.get("reason"):
+            # on a cluster a failure says where it happened
+            summary["reason"] += f" (on node {self.resources['host']} ({self.resources.get('node_ip')}))"
         if self.staged and isinstance(summary.get("config"), dict):
             summary["config"] = {**summary["config"], "output_dir": self.job["trial_dir"]}
         if self.staged:

@@ -274,3 +274,16 @@ def test_layer_averaging_poolers_match_a_hand_written_reference(tmp_path, three_
         if other != layers:
             wrong = ((((hidden[other[0]] + hidden[other[1]]) / 2) * mask).sum(1) / mask.sum(1)).numpy()
             assert np.abs(exported - wrong).max() > 1e-3, other
+
+
+def test_export_of_a_trial_whose_files_never_reached_the_driver_says_so_and_how_to_get_them(tmp_path):
+    folder = hand_made_study(tmp_path, {"lost1": {"dev": 60.0, "state": "FAIL"}})
+    summary_path = folder / "trials" / "lost1" / "summary.json"
+    summary = json.loads(summary_path.read_text())
+    summary.update(status="error", files={"arrived": False, "from": "gpu2", "lost": True})
+    summary_path.write_text(json.dumps(summary))
+    result = run_sweep(["export", str(folder), "--trial", "lost1", "out"], cwd=tmp_path, timeout=120)
+    one_line_exit_2(result)
+    assert "never reached the driver (lost with node gpu2)" in result.stderr
+    assert "runs it again" in result.stderr and "deleted" not in result.stderr
+    assert not (tmp_path / "out").exists()
