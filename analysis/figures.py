@@ -20,7 +20,9 @@ labelled with its n. Trials whose other swept parameters differ are kept apart a
 configuration is its own point (two routes to the same MTD are two points at the same x), and the
 fit runs over all trials, because MTD is the x variable under test.
 Paper values (analysis.paper_values) are drawn as white diamonds labelled "paper", only at the x
-values the study measured.
+values the study measured, and only beside the score they are: the seven-task STS average. Beside any
+other score (the STS-B test score of a study that evaluated that task alone) they are left out, and the
+legend says so; the y axis always names the score it plots.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from matplotlib.ticker import FixedLocator, NullFormatter, ScalarFormatter
 from analysis import paper_values
 from analysis.load import swept_parameters
 from analysis.stats import PeakFit, fit_peak, seed_summary, spearman
+from trainer.sts_average import TASK_NAMES
 
 STYLE = {
     "font.size": 10,
@@ -58,18 +61,28 @@ STD_NOTE = "mean ± 1 std over seeds"  # the plain form; legends use spread_note
 PAPER_STYLE = dict(marker="D", markersize=7, markerfacecolor="white", markeredgecolor="black",
                    markeredgewidth=1.3, linestyle="none", zorder=6)
 SCORE_LABELS = {
-    "avg": "STS avg Spearman x100",
+    "avg": "STS avg Spearman x100",  # the seven-task average (a trial without all seven has no avg)
     "dev_stsb": "STS-B dev Spearman x100",
     "STSBenchmark": "STS-B test Spearman x100",
     "SICKRelatedness": "SICK-R Spearman x100",
 }
+PAPER_LEFT_OUT = "paper values not drawn: they are seven-task STS averages"
 MTD_LABEL = "MTD (steps)"
 COLUMNS = ["series", "x", "x_label", "mean", "std", "n"]
 MTD_COLUMNS = ["series", "group", "x", "mean", "std", "n", "lo", "hi", "steps_from_best"]
 
 
 def score_label(score: str) -> str:
-    return SCORE_LABELS.get(score, f"{score} Spearman x100")
+    if score in SCORE_LABELS:
+        return SCORE_LABELS[score]
+    if score in TASK_NAMES:
+        return f"{TASK_NAMES[score]} test Spearman x100"
+    return f"{score} Spearman x100"
+
+
+def paper_comparable(score: str) -> bool:
+    """Whether the papers' values are the same quantity as `score` (all of them are seven-task averages)."""
+    return score == paper_values.ABLATION_SCORE
 
 
 def _styled(function: Callable) -> Callable:
@@ -96,7 +109,7 @@ def figure_score_vs_mtd(
     fig, (ax,) = _new_figure()
     data, panel_stats = _draw_mtd_series(ax, trials, score, "measured", "C0", log_x, n_boot, seed, fit_label="trend",
                                          keys=keys)
-    data = [data, _draw_paper_mtd(ax, trials["mtd"])]
+    data = [data, _draw_paper_mtd(ax, trials["mtd"], score)]
     rho = panel_stats.get("spearman_rho", math.nan)
     ax.set_title(
         f"{score_label(score)} vs maximum traceable distance (MoCoSE Fig. 2)\n"
@@ -124,7 +137,7 @@ def figure_score_vs_mtd_by_batch(
                                              fit_label=f"trend B={int(batch)}", keys=keys)
         parts.append(part)
         stats["groups"][label] = group_stats
-    parts.append(_draw_paper_mtd(ax, trials["mtd"], table3=False))
+    parts.append(_draw_paper_mtd(ax, trials["mtd"], score, table3=False))
     ax.set_title(f"{score_label(score)} vs MTD per batch size (MoCoSE Fig. 3)")
     _finish_mtd_axes(ax, score, log_x)
     frame = pd.DataFrame(pd.concat(parts, ignore_index=True), columns=MTD_COLUMNS + keys)
@@ -217,6 +230,7 @@ def figure_queue_heatmap(
         summaries.append(summary)
     cells = pd.concat(summaries, ignore_index=True)
     low, high = np.nanmin(cells["mean"]), np.nanmax(cells["mean"])
+    comparable = paper_comparable(score)
 
     image = None
     parts = []
@@ -228,7 +242,7 @@ def figure_queue_heatmap(
             matrix[rows.index(cell["_row"]), columns.index(cell["queue.size"])] = cell["mean"]
         image = ax.imshow(matrix, cmap="viridis", vmin=low, vmax=high, aspect="auto")
         summary["paper"] = [
-            paper_values.MOCOSE_TABLE7_QUEUE_INIT.get((float(r), int(k))) if by_fraction else None
+            paper_values.MOCOSE_TABLE7_QUEUE_INIT.get((float(r), int(k))) if by_fraction and comparable else None
             for r, k in zip(summary["_row"], summary["queue.size"])
         ]
         for _, cell in summary.iterrows():
@@ -244,11 +258,13 @@ def figure_queue_heatmap(
         ax.set_ylabel("initial queue size K0" + (" (fraction of K)" if by_fraction else " (keys)"))
         ax.grid(False)
         note = spread_note(summary["n"])
-        ax.set_title(f"{summary['series'].iloc[0]}; cells: {note}" if series_columns else f"cells: {note}; [paper]",
+        paper_mark = "; [paper]" if comparable else ""
+        ax.set_title(f"{summary['series'].iloc[0]}; cells: {note}" if series_columns else f"cells: {note}{paper_mark}",
                      fontsize=8.5)
         parts.append(summary)
     fig.colorbar(image, ax=list(axes), label=score_label(score), shrink=0.9)
-    fig.suptitle("Queue size x initial queue size (MoCoSE Table 7 / Fig. 12)")
+    fig.suptitle("Queue size x initial queue size (MoCoSE Table 7 / Fig. 12)"
+                 + ("" if comparable else f"\n{PAPER_LEFT_OUT}"))
 
     frame = pd.concat(parts, ignore_index=True)
     frame = frame.rename(columns={"queue.size": "x", "_row": "y"})
@@ -418,18 +434,20 @@ def _fit_stats(fit: PeakFit) -> dict[str, Any]:
     }
 
 
-def _draw_paper_mtd(ax, mtd: pd.Series, table3: bool = True) -> pd.DataFrame:
-    """Paper references on the MTD axis, only near the study's range (so they never rescale it)."""
+def _draw_paper_mtd(ax, mtd: pd.Series, score: str, table3: bool = True) -> pd.DataFrame:
+    """Paper references on the MTD axis, only near the study's range (so they never rescale it): Table 3's
+    scores only beside the same score; the best MTD (an x position) always, saying what it is best by."""
     low, high = float(mtd.min()) / 1.5, float(mtd.max()) * 1.5
     rows = []
-    if table3:
+    if table3 and paper_comparable(score):
         points = {x: y for x, y in paper_values.mocose_table3_as_mtd().items() if low <= x <= high}
         if points:
             ax.plot(list(points), list(points.values()), label="paper (Table 3 eta sweep, K=512, B=64)", **PAPER_STYLE)
             rows += [{"series": "paper", "group": "MoCoSE Table 3", "x": x, "mean": y} for x, y in points.items()]
     best = paper_values.BEST_MTD["bert-base"]
     if low <= best <= high:
-        ax.axvline(best, color="0.3", linestyle=":", linewidth=1.2, label=f"paper best MTD {best} (bert-base)")
+        by = "" if paper_comparable(score) else ", by the seven-task average"
+        ax.axvline(best, color="0.3", linestyle=":", linewidth=1.2, label=f"paper best MTD {best} (bert-base{by})")
         rows.append({"series": "paper best MTD", "group": "MoCoSE section 5.7", "x": best, "mean": math.nan})
     return pd.DataFrame(rows, columns=MTD_COLUMNS)
 
@@ -444,7 +462,7 @@ def _finish_mtd_axes(ax, score: str | None, log_x: bool) -> None:
         ax.xaxis.set_major_locator(FixedLocator(_log_ticks(low, high)))
         ax.xaxis.set_major_formatter(ScalarFormatter())
         ax.xaxis.set_minor_formatter(NullFormatter())
-    ax.legend(loc="best")
+    ax.legend(loc="best", title=None if score is None or paper_comparable(score) else PAPER_LEFT_OUT)
 
 
 def _log_ticks(low: float, high: float) -> list[float]:
@@ -475,7 +493,10 @@ def _ablation_figure(
     bars: bool = False,
 ) -> tuple[Figure, pd.DataFrame]:
     """One parameter on a categorical x axis: mean ± std over seeds per value, one series per
-    combination of the other swept parameters, paper values as diamonds at the measured x values."""
+    combination of the other swept parameters, paper values as diamonds at the measured x values (beside
+    the seven-task average only)."""
+    paper_note = "" if paper is None or paper_comparable(score) else f"\n{PAPER_LEFT_OUT}"
+    paper = paper if paper_comparable(score) else None
     trials = table[table[score].notna()]
     series_columns = _series_columns(trials, [x, *exclude], by)
     summary = seed_summary(trials, score, [x, *series_columns])
@@ -520,7 +541,7 @@ def _ablation_figure(
     ax.set_xlabel(xlabel)
     ax.set_ylabel(score_label(score))
     ax.set_title(title)
-    ax.legend(title=spread_note(summary["n"]), loc="best")
+    ax.legend(title=spread_note(summary["n"]) + paper_note, loc="best")
     extra = [c for c in series_columns if c in frame.columns]
     return fig, frame[COLUMNS + extra]
 

@@ -12,7 +12,9 @@ only a trials.csv (copied by hand) is read from it. Either way each row gets:
   the trainer measured it (`mtd_source="measured"`: summary.json's `mtd.measured`, methods.md section 9);
   NaN for methods without EMA and queue. The formula value the trainer recorded is kept as
   `mtd_recorded`, the measured one as `mtd_measured`, with `ema_age`, `queue_age_mean`, `queue_age_max`;
-- `gaussian.m_per_batch`: the number of Gaussian negatives as a multiple of the batch size.
+- `gaussian.m_per_batch`: the number of Gaussian negatives as a multiple of the batch size;
+- `avg` only where the trial has all seven STS task scores (trainer.sts_average): an older one-task trial's
+  `avg` (its STS-B score) is dropped, so it is never read as the papers' seven-task average.
 
 The config that MTD needs comes from the trial's summary.json "config" when that file exists (it
 holds everything, e.g. `ema.schedule_steps`), else from the CSV's columns.
@@ -31,6 +33,7 @@ import pandas as pd
 import yaml
 
 from analysis.mtd import ETA_CHOICES, K_CHOICES, config_traceable_distance
+from trainer.sts_average import AVG, readable_test
 
 MTD_SOURCES = ("formula", "measured")
 TASKS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness")
@@ -225,7 +228,7 @@ def _row_from_summary(key: str, summary: dict[str, Any], state: str | None = Non
     row["precision"] = summary.get("precision") or config.get("precision")
     row["best_step"] = summary.get("best_step")
     row["dev_stsb"] = summary.get("best_dev_stsb")
-    row.update(summary.get("test") or {})
+    row.update(readable_test(summary.get("test")) or {})
     transfer = summary.get("transfer") or {}
     for name in TRANSFER_TASKS:
         row[name] = transfer.get(name)
@@ -268,6 +271,15 @@ def _normalise(table: pd.DataFrame) -> pd.DataFrame:
                                            "dev_stsb"):
         if name in table.columns:
             table[name] = pd.to_numeric(table[name], errors="coerce")
+    return _without_partial_averages(table)
+
+
+def _without_partial_averages(table: pd.DataFrame) -> pd.DataFrame:
+    """NaN for an `avg` beside fewer than seven task scores (a trials.csv written before the rule)."""
+    if AVG not in table.columns:
+        return table
+    missing_task = table.reindex(columns=list(TASKS)).isna().any(axis=1)  # an absent task column: all missing
+    table.loc[missing_task, AVG] = np.nan
     return table
 
 

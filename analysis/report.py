@@ -41,6 +41,7 @@ from analysis import figures, tables
 from analysis.knobs import figures_called_for
 from analysis.load import (
     SCORES,
+    TASKS,
     TRANSFER_SCORES,
     ResultsError,
     declared_parameters,
@@ -48,6 +49,7 @@ from analysis.load import (
     load_results,
     read_study_spec,
 )
+from trainer.sts_average import AVG
 
 PNG_DPI = 200
 
@@ -66,20 +68,20 @@ def analyze(
 
     `out_dir` defaults to <study_dir>/figures. `eta_choice` / `k_choice` pick the MTD definition
     (see trainer.mtd); `mtd_source="measured"` plots against the distance the trainer measured
-    instead (methods.md section 9). `score` is the y of the figures ("avg" = STS test avg; falls back to
-    "dev_stsb" when no test scores were recorded). Raises analysis.load.ResultsError when the folder
-    has no finished trials.
+    instead (methods.md section 9). `score` is the y of the figures ("avg" = the seven-task STS test
+    average; trials that did not evaluate all seven have none, and the figures plot `fallback_score`
+    instead, under its own name). Raises analysis.load.ResultsError when the folder has no finished trials.
     """
     study_dir = Path(study_dir)
     if out_dir is None:  # the measured-distance figures go beside the formula ones, never over them
         out_dir = study_dir / "figures" / ("measured_mtd" if mtd_source == "measured" else "")
     out_dir = Path(out_dir)
     table = load_results(study_dir, eta_choice=eta_choice, k_choice=k_choice, mtd_source=mtd_source)
-    if score not in table.columns or table[score].isna().all():
-        if score == "avg" and "dev_stsb" in table.columns and table["dev_stsb"].notna().any():
-            score = "dev_stsb"
-        else:
+    if not _has_values(table, score):
+        fallback = fallback_score(table) if score == AVG else None
+        if fallback is None:
             raise ResultsError(f"{study_dir}: the trials have no {score!r} scores; pass another score (e.g. dev_stsb)")
+        score = fallback
     params, knobs = study_knobs(study_dir, table)
     out_dir.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
@@ -91,19 +93,29 @@ def analyze(
             continue
         written += _write_figure(out_dir, name, fig, data)
 
-    if any(column in table.columns for column in SCORES):  # runs without test evaluation have no table
+    if any(_has_values(table, column) for column in SCORES):  # runs without test evaluation have no table
         numbers = tables.score_table(table, by=params)
         from trainer.files import write_text_atomic  # here: importing analysis stays light
 
         written.append(write_text_atomic(out_dir / "scores.md", tables.markdown_table(table, by=params)))
         written.append(write_text_atomic(out_dir / "scores.tex", tables.latex_table(table, by=params)))
         written.append(write_text_atomic(out_dir / "scores.csv", numbers.to_csv(index=False)))
-    if any(column in table.columns and table[column].notna().any() for column in TRANSFER_SCORES):
+    if any(_has_values(table, column) for column in TRANSFER_SCORES):
         numbers = tables.score_table(table, by=params, scores=TRANSFER_SCORES)
         written.append(write_text_atomic(out_dir / "transfer.md", tables.transfer_markdown_table(table, by=params)))
         written.append(write_text_atomic(out_dir / "transfer.tex", tables.transfer_latex_table(table, by=params)))
         written.append(write_text_atomic(out_dir / "transfer.csv", numbers.to_csv(index=False)))
     return written
+
+
+def fallback_score(table: pd.DataFrame) -> str | None:
+    """What the figures plot when the trials have no seven-task average: the STS test score they have
+    (STS-B test first, as the quickstart evaluates it), else STS-B dev; None when there is neither."""
+    return next((name for name in ("STSBenchmark", *TASKS, "dev_stsb") if _has_values(table, name)), None)
+
+
+def _has_values(table: pd.DataFrame, column: str) -> bool:
+    return column in table.columns and bool(table[column].notna().any())
 
 
 def study_knobs(study_dir: str | Path, table: pd.DataFrame) -> tuple[list[str], list[str]]:

@@ -7,6 +7,10 @@ SUBJ, MPQA, SST-2, TREC, MRPC and Avg (SentEval test accuracy x100, trials that 
 A cell is "mean ± std" with the sample std (ddof=1) over seeds, both to 2 decimals; a row with one trial shows the mean
 only, and the note under the table says so. The papers' bert-base main results follow as reference rows for
 the methods in the study.
+
+A column appears only when some trial has that score: a study that evaluated STS-B test alone (the
+quickstart) gets an STS-B column and no Avg, which is the mean of the seven STS tasks only
+(trainer.sts_average); the note under the table says why.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import pandas as pd
 
 from analysis import paper_values
 from analysis.load import SCORES, TRANSFER_SCORES, swept_parameters
+from trainer.sts_average import AVG
 
 HEADERS = {
     "STS12": "STS12", "STS13": "STS13", "STS14": "STS14", "STS15": "STS15", "STS16": "STS16",
@@ -35,8 +40,8 @@ def score_table(table: pd.DataFrame, by: Sequence[str] | None = None,
 
     `scores=TRANSFER_SCORES` gives Table 2's numbers, over the trials that have transfer results."""
     by = swept_parameters(table) if by is None else [c for c in by if c in table.columns]
-    transfer = list(scores) == list(TRANSFER_SCORES) or list(scores) == list(TRANSFER_HEADERS)
-    scores = [s for s in scores if s in table.columns]
+    transfer = bool(set(scores) & set(TRANSFER_SCORES))
+    scores = [s for s in scores if s in table.columns and table[s].notna().any()]
     if not scores:
         raise ValueError("the results have no transfer score columns (MR ... transfer_avg)" if transfer
                          else "the results have no test score columns (STS12 ... avg)")
@@ -69,7 +74,7 @@ def format_mean_std(mean: float, std: float, digits: int = 2, latex: bool = Fals
 def markdown_table(table: pd.DataFrame, by: Sequence[str] | None = None, paper: bool = True) -> str:
     header, rows = _rows(table, by, paper, latex=False)
     return _markdown(header, rows) + (
-        f"Test Spearman x100 of the best STS-B-dev state; cells: {cell_note(table, by)}.\n")
+        f"Test Spearman x100 of the best STS-B-dev state; cells: {cell_note(table, by)}{no_average_note(table)}.\n")
 
 
 def transfer_markdown_table(table: pd.DataFrame, by: Sequence[str] | None = None) -> str:
@@ -77,6 +82,13 @@ def transfer_markdown_table(table: pd.DataFrame, by: Sequence[str] | None = None
     header, rows = _rows(table, by, paper=False, latex=False, headers=TRANSFER_HEADERS)
     return _markdown(header, rows) + ("SentEval transfer test accuracy x100 (trainer.transfer, the trials' "
                                       f"transfer_mode); cells: {cell_note(table, by, TRANSFER_SCORES)}.\n")
+
+
+def no_average_note(table: pd.DataFrame) -> str:
+    """Why an STS table has no Avg column ("" when it has one)."""
+    if AVG in table.columns and table[AVG].notna().any():
+        return ""
+    return "; no Avg: it is the mean of the seven STS tasks, and these trials did not evaluate all seven"
 
 
 def cell_note(table: pd.DataFrame, by: Sequence[str] | None = None, scores: Sequence[str] = SCORES) -> str:
@@ -105,9 +117,11 @@ def latex_table(table: pd.DataFrame, by: Sequence[str] | None = None, paper: boo
                 headers: dict[str, str] = HEADERS) -> str:
     header, rows = _rows(table, by, paper, latex=True, headers=headers)
     scores = TRANSFER_SCORES if headers is TRANSFER_HEADERS else SCORES
-    note = cell_note(table, by, scores).replace("±", "$\\pm$")
+    note = cell_note(table, by, scores) + ("" if headers is TRANSFER_HEADERS else no_average_note(table))
+    note = note.replace("±", "$\\pm$")
     caption = f"{caption} Cells: {note}."
-    align = "l" * (len(header) - len(headers) - 1) + "c" * len(headers) + "r"
+    shown = len(_shown_headers(table, headers))
+    align = "l" * (len(header) - shown - 1) + "c" * shown + "r"
     lines = [
         "\\begin{table}[t]",
         "\\centering",
@@ -125,6 +139,7 @@ def latex_table(table: pd.DataFrame, by: Sequence[str] | None = None, paper: boo
 # ---- internals ----------------------------------------------------------------------------------
 def _rows(table: pd.DataFrame, by: Sequence[str] | None, paper: bool, latex: bool,
           headers: dict[str, str] = HEADERS) -> tuple[list[str], list[list[str]]]:
+    headers = _shown_headers(table, headers)
     numbers = score_table(table, by, scores=list(headers))
     by_columns = [c for c in numbers.columns if not (c.endswith("_mean") or c.endswith("_std") or c == "n")]
     label_columns = by_columns or ["setting"]
@@ -145,9 +160,14 @@ def _rows(table: pd.DataFrame, by: Sequence[str] | None, paper: bool, latex: boo
             spread = paper_values.MAIN_RESULTS_STD.get(method, {})
             name = f"{paper_values.METHOD_NAMES[method]} (paper, bert-base)"
             labels = [escape(name)] + [""] * (len(label_columns) - 1)
-            cells = [format_mean_std(values[s], spread.get(s), latex=latex) for s in HEADERS]
+            cells = [format_mean_std(values[s], spread.get(s), latex=latex) for s in headers]
             rows.append(labels + cells + [""])
     return header, rows
+
+
+def _shown_headers(table: pd.DataFrame, headers: dict[str, str]) -> dict[str, str]:
+    """The columns some trial has a score for (an STS-B-only study: no STS12 ... and no Avg)."""
+    return {score: name for score, name in headers.items() if score in table.columns and table[score].notna().any()}
 
 
 def _format_key(value: Any) -> str:

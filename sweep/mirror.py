@@ -397,5 +397,3 @@ def summary_from_attrs(attrs: dict[str, Any]) -> dict[str, Any]:
             summary[name] = attrs[name]
     summary["restored_from"] = "optuna"
     return summary
-
-

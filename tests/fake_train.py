@@ -43,16 +43,26 @@ def train(config: Any, report: Any = None) -> dict[str, Any]:
     times = {"started_at": started_at, "ended_at": time.time()}
     if lr >= 1.0:
         return {"status": "diverged", "reason": "diverged: loss became nan", "steps": steps, **times}
-    # The same fields as the real trainer's summary: the seven STS tasks (avg kept at score - 1), the
-    # transfer tasks the config lists in eval.final_tasks, alignment and uniformity.
-    test = {task: score - 1 + offset for task, offset in zip(STS_TASKS, (-6.0, 5.0, -2.5, 5.5, 2.0, 0.0, -4.0))}
-    test["avg"] = score - 1
+    # The same fields as the real trainer's summary: the STS tasks eval.final_tasks lists (all seven when it
+    # lists none; avg, kept at score - 1, only with all seven, as the trainer), the transfer tasks it lists,
+    # alignment and uniformity.
+    final_tasks = (data.get("eval") or {}).get("final_tasks") or list(STS_TASKS)
+    offsets = dict(zip(STS_TASKS, (-6.0, 5.0, -2.5, 5.5, 2.0, 0.0, -4.0)))
+    test = {task: score - 1 + offsets[task] for task in STS_TASKS if task in final_tasks}
+    if len(test) == len(STS_TASKS):
+        test["avg"] = score - 1
     summary = {"status": "ok", "reason": None, "steps": steps, "best_step": steps, "best_dev_stsb": score,
-               "test": test, "align": 0.2 + score / 1000, "uniform": -2.0 - score / 1000,
-               "align_uniform_split": "dev", **times}
-    transfer = [t for t in ((data.get("eval") or {}).get("final_tasks") or []) if t in TRANSFER_TASKS]
+               "test": test or None, "test_label": _test_label(test),
+               "align": 0.2 + score / 1000, "uniform": -2.0 - score / 1000, "align_uniform_split": "dev", **times}
+    transfer = [t for t in final_tasks if t in TRANSFER_TASKS]
     if transfer:
         summary["transfer"] = {task: 80.0 + score / 10 + i for i, task in enumerate(transfer)}
         summary["transfer"]["avg"] = sum(summary["transfer"].values()) / len(transfer)
         summary["transfer_mode"] = (data.get("eval") or {}).get("transfer_mode")
     return summary
+
+
+def _test_label(test: dict[str, Any]) -> str | None:
+    from trainer.sts_average import sts_test_label
+
+    return sts_test_label(test)

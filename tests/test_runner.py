@@ -173,8 +173,9 @@ def test_grid_runs_under_ray_and_is_mirrored_to_optuna_and_disk(tmp_path, tiny_m
         assert set(t.params) == {"ema.decay", "queue.size"}
         assert set(t.intermediate_values) == {3, 6}  # learning curve: one value per evaluation
         assert t.value == pytest.approx(t.user_attrs["best_dev_stsb"])
-        for attr in ("key", "seed", "mtd", "STSBenchmark", "avg", "align", "uniform", "status", "mtd_queue_age_mean"):
+        for attr in ("key", "seed", "mtd", "STSBenchmark", "align", "uniform", "status", "mtd_queue_age_mean"):
             assert attr in t.user_attrs, attr
+        assert "avg" not in t.user_attrs  # STS-B test alone: no seven-task average
     grid = {(t.params["ema.decay"], t.params["queue.size"]) for t in trials}
     assert grid == {(0.5, 16), (0.5, 32), (0.9, 16), (0.9, 32)}
     assert (study_dir / "study.yaml").read_text() == spec.source_text

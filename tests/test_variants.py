@@ -50,7 +50,9 @@ def test_variant_released_switches_every_flag_and_each_flag_alone_overrides_it()
     paper = RunConfig.from_dict({"method": "mocose"}).resolved()
     released = RunConfig.from_dict({"method": "mocose", "variant": "released"}).resolved()
     assert not any(paper.to_dict()["released"].values())
-    assert all(released.to_dict()["released"].values())
+    flags = released.to_dict()["released"]
+    # every flag but eval_cutoff, which makes the evaluation random and is switched on only by its own key
+    assert all(value for flag, value in flags.items() if flag != "eval_cutoff") and flags["eval_cutoff"] is False
     one = RunConfig.from_dict({"method": "mocose", "released": {"initial_queue": True}}).resolved()
     assert one.released.initial_queue and not one.released.ema_schedule
     all_but_one = RunConfig.from_dict({"method": "mocose", "variant": "released",
@@ -267,6 +269,39 @@ def test_released_cutoffs_cut_both_branches_at_the_word_embeddings(make_config, 
     assert cuts == [] and len(paper_cuts) == 2  # online only
 
 
+EVAL_BATCH = ["a man is playing a guitar .", "two dogs run across the snow", "the stock market fell sharply today"]
+
+
+@pytest.mark.parametrize("cutoffs", [False, True])
+@pytest.mark.parametrize("eval_cutoff", [False, True])
+def test_eval_cutoff_makes_two_evaluations_of_one_batch_differ_only_when_on(tiny_model_dir, eval_cutoff, cutoffs):
+    """released.eval_cutoff: the cutoffs (either form) and token shuffle act at evaluation, as in the MoCoSE
+    release, so encoding the same batch twice gives two answers; off, evaluation is deterministic."""
+    config = RunConfig.from_dict({
+        "model": str(tiny_model_dir), "device": "cpu", "queue": {"size": K, "initial_size": K0},
+        "augment": {"token_cutoff": 0.2, "feature_cutoff": 0.1, "token_shuffle": True},
+        "released": {"eval_cutoff": eval_cutoff, "cutoffs": cutoffs}}).resolved()
+    encoder, tokenizer = train_mod.load_encoder(config.model, dropout=config.dropout)
+    method = MoCoSE(encoder, config, torch.Generator(), torch.Generator())
+    augments = method.evaluation_augments(torch.Generator().manual_seed(0))
+    assert (augments is not None) is eval_cutoff
+    for encode in train_mod.evaluation_encoders(method, tokenizer, torch.device("cpu"), augments):
+        first, second = encode(EVAL_BATCH), encode(EVAL_BATCH)
+        assert (not np.array_equal(first, second)) is eval_cutoff
+
+
+def test_eval_cutoff_is_labelled_and_leaves_the_training_draws_alone(make_config):
+    """On: the summary says so; the training's losses are those of the same run with it off (the evaluation
+    draws from its own generator). variant: released leaves it off."""
+    augment = {"augment.token_cutoff": 0.2, "augment.token_shuffle": True, "eval.eval_steps": 1, "max_steps": 2}
+    on = train_mod.train(make_config(**augment, **{"released.eval_cutoff": True}))
+    off = train_mod.train(make_config(**augment))
+    assert on["released"]["eval_cutoff"] is True and "not SentEval's protocol" in on["eval_cutoff"]
+    assert off["released"]["eval_cutoff"] is False and "eval_cutoff" not in off
+    assert [h["loss"] for h in on["history"]] == [h["loss"] for h in off["history"]]
+    assert RunConfig.from_dict({"variant": "released"}).resolved().released.eval_cutoff is False
+
+
 @pytest.mark.parametrize("selection, restored_step", [("dev", 2), ("test_avg", 3)])
 def test_test_selected_checkpoint_is_reported_labelled_and_used_only_on_request(make_config, monkeypatch,
                                                                                  selection, restored_step):
@@ -453,7 +488,7 @@ def test_final_tasks_may_include_transfer_tasks(make_config):
     """eval.final_tasks mixes STS and transfer names; the summary carries `transfer` and its mode."""
     summary = train_mod.train(make_config("simcse", max_steps=2, **{
         "eval.eval_steps": 2, "eval.final_tasks": ["STSBenchmark", "TREC"], "eval.transfer_mode": "fasttest"}))
-    assert summary["status"] == "ok" and set(summary["test"]) == {"STSBenchmark", "avg"}
+    assert summary["status"] == "ok" and set(summary["test"]) == {"STSBenchmark"}
     assert set(summary["transfer"]) == {"TREC", "avg"} and summary["transfer_mode"] == "fasttest"
     assert 0 < summary["transfer"]["TREC"] <= 100 and summary["transfer"]["avg"] == summary["transfer"]["TREC"]
     with pytest.raises(UserError, match="unknown task 'STS17'"):

@@ -1,5 +1,6 @@
 """Embedding-level augmentations for MoCoSE (methods.md section 2): FGSM (eq. 1), token shuffle,
-token cutoff, feature cutoff. Dropout, the other augmentation, lives in the encoder.
+token cutoff, feature cutoff. Dropout, the other augmentation, lives in the encoder. `EvaluationAugments`
+leaves the cutoffs and token shuffle on at evaluation, as the released MoCoSE code does (opt-in).
 
 FGSM perturbs the output of the word-embedding lookup:  x' = x + eps * sign(grad_x L).
 
@@ -314,10 +315,39 @@ class EmbeddingCutoff:
         return output
 
     @contextmanager
-    def on(self, mask: Tensor | None = None) -> Iterator["EmbeddingCutoff"]:
-        """Cut the embeddings of every forward in this block; `mask` (B, L) marks the real tokens."""
+    def on(self, mask: Tensor | None = None, generator: torch.Generator | None = None) -> Iterator["EmbeddingCutoff"]:
+        """Cut the embeddings of every forward in this block; `mask` (B, L) marks the real tokens. `generator`:
+        draw from it instead of the training's own (the evaluation's cutoffs, `EvaluationAugments`)."""
+        training_generator = self.generator
         self.active, self.mask = self.handle is not None, mask
+        self.generator = generator or training_generator
         try:
             yield self
         finally:
-            self.active = False
+            self.active, self.generator = False, training_generator
+
+
+class EvaluationAugments:
+    """`released.eval_cutoff`: the training's cutoffs and token shuffle left on at every evaluation, as the
+    released MoCoSE code evaluates (it calls its embeddings without `sent_emb`, so they act; under its
+    no_grad and eval mode, FGSM and dropout do not). Two evaluations of one batch then differ: not
+    SentEval's protocol. The cutoffs are the run's (`released.cutoffs` says which form); the token shuffle
+    is the trainer's (the release's own permutes every position, [CLS] and pads included). The draws come
+    from a generator of their own, so the training draws the same numbers with the switch on or off."""
+
+    LABEL = ("cutoff and token shuffle act at every evaluation (dev and test), as the released MoCoSE code "
+             "evaluates (released.eval_cutoff): scores vary between evaluations and are not SentEval's protocol")
+
+    def __init__(self, cutoff: EmbeddingCutoff, token_shuffle: bool, generator: torch.Generator):
+        self.cutoff, self.token_shuffle, self.generator = cutoff, token_shuffle, generator
+
+    @contextmanager
+    def around(self, ids: Tensor, mask: Tensor) -> Iterator[Tensor | None]:
+        """Around one evaluation batch's forward: the cutoffs act inside; yields the shuffled position ids
+        to pass to the encoder (None without token shuffle)."""
+        positions = None
+        if self.token_shuffle:
+            base = torch.arange(ids.shape[1], device=ids.device).expand_as(ids)
+            positions = shuffle_token_positions(base, mask, generator=self.generator)
+        with self.cutoff.on(mask, generator=self.generator):
+            yield positions

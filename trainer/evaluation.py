@@ -12,6 +12,7 @@ Protocol, reproduced line by line from SentEval's `STSEval` / `STSBenchmarkEval`
   truncation below the model's maximum length, no lowercasing in code); similarity is the cosine of the two
   embeddings with NaN -> 0.
 - Scores are x100 with 2 decimals; Avg = mean of the 2-decimal figures, itself printed with 2 decimals.
+  Avg exists only when all seven tasks were evaluated (trainer.sts_average): a subset has no average.
 
 What differs from SentEval is only how the work is done: each distinct sentence is encoded once, in
 length-sorted batches, and only the splits that are reported are encoded (SentEval also encodes the
@@ -20,6 +21,7 @@ STS-B and SICK train/dev splits it does not report). The numbers are the same.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import time
@@ -36,6 +38,7 @@ from trainer.data import data_dir as resolve_data_dir
 from trainer.data import verified_path
 from trainer.embedding_cache import EmbeddingCache, EncodeFn
 from trainer.errors import UserError
+from trainer.sts_average import AVG, STS_TASKS, covers_seven_tasks
 
 STS_YEARS: dict[str, tuple[str, list[str]]] = {
     "STS12": ("STS12-en-test", ["MSRpar", "MSRvid", "SMTeuroparl", "surprise.OnWN", "surprise.SMTnews"]),
@@ -44,7 +47,7 @@ STS_YEARS: dict[str, tuple[str, list[str]]] = {
     "STS15": ("STS15-en-test", ["answers-forums", "answers-students", "belief", "headlines", "images"]),
     "STS16": ("STS16-en-test", ["answer-answer", "headlines", "plagiarism", "postediting", "question-question"]),
 }
-TASKS = ["STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness"]
+TASKS = list(STS_TASKS)
 POOLERS = ("cls", "cls_before_pooler", "avg", "avg_first_last", "avg_top2")
 NO_POOLER = "pooler 'cls' needs a model with a pooler layer (or a trained MLP); use cls_before_pooler"
 
@@ -210,14 +213,17 @@ class SentenceEncoder:
     `avg_first_last` averages the first transformer layer's output (hidden_states[1]) and the last one.
     On CPU, BERT-family float32 models run through `trainer.fast_forward` (same function, fewer FLOPs;
     `fast=False` forces the transformers forward); anything else runs the model's own forward.
+    `augments` (trainer.augment.EvaluationAugments, `released.eval_cutoff` only) wraps each batch's forward
+    with the training's cutoffs and token shuffle; they act through hooks, so the transformers forward runs.
     """
 
     def __init__(self, model, tokenizer, pooler: str = "cls_before_pooler", device: torch.device | str = "cpu",
-                 batch_size: int = 64, mlp: torch.nn.Module | None = None, fast: bool = True):
+                 batch_size: int = 64, mlp: torch.nn.Module | None = None, fast: bool = True, augments=None):
         if pooler not in POOLERS:
             raise UserError(f"unknown pooler '{pooler}': choose from {', '.join(POOLERS)}")
         self.model, self.tokenizer, self.pooler = model, tokenizer, pooler
         self.device, self.batch_size, self.mlp, self.fast = torch.device(device), batch_size, mlp, fast
+        self.augments = augments
         # BERT takes token_type_ids (all zeros here, as the tokenizer gives for single sentences);
         # DistilBERT-like models do not accept the argument at all.
         self._takes_token_types = "token_type_ids" in inspect.signature(model.forward).parameters
@@ -225,7 +231,8 @@ class SentenceEncoder:
     def uses_fast_forward(self) -> bool:
         from trainer.fast_forward import unsupported_reason
 
-        return self.fast and self.device.type == "cpu" and unsupported_reason(self.model) is None
+        return (self.fast and self.augments is None and self.device.type == "cpu"
+                and unsupported_reason(self.model) is None)
 
     @torch.inference_mode()
     def encode(self, sentences: Sequence[str]) -> np.ndarray:
@@ -286,8 +293,12 @@ class SentenceEncoder:
 
     def _hf_batch(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         extra = {"token_type_ids": torch.zeros_like(ids)} if self._takes_token_types else {}
-        outputs = self.model(input_ids=ids, attention_mask=mask, return_dict=True,
-                             output_hidden_states=self.pooler in ("avg_first_last", "avg_top2"), **extra)
+        augmented = self.augments.around(ids, mask) if self.augments is not None else contextlib.nullcontext()
+        with augmented as position_ids:
+            if position_ids is not None:
+                extra["position_ids"] = position_ids
+            outputs = self.model(input_ids=ids, attention_mask=mask, return_dict=True,
+                                 output_hidden_states=self.pooler in ("avg_first_last", "avg_top2"), **extra)
         return self.pool(outputs, mask)
 
     def _fast_batch(self, fast, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -330,16 +341,19 @@ class SentenceEncoder:
 @dataclass
 class STSResult:
     scores: dict[str, float]  # task -> Spearman x100, 2 decimals
-    avg: float
+    avg: float | None  # the seven-task average; None when fewer tasks were evaluated
     details: dict  # task -> SentEval-style details (fractions, not x100)
     align: float | None = None
     uniform: float | None = None
     align_uniform_split: str | None = None
     seconds: float = 0.0
 
+    def test_scores(self) -> dict[str, float]:
+        """The task scores, and `avg` beside them only when they are the seven tasks."""
+        return dict(self.scores) if self.avg is None else {**self.scores, AVG: self.avg}
+
     def to_json(self) -> dict:
-        out = dict(self.scores)
-        out["avg"] = self.avg
+        out = self.test_scores()
         if self.align is not None:
             out.update(align=round(self.align, 4), uniform=round(self.uniform, 4),
                        align_uniform_split=self.align_uniform_split)
@@ -369,7 +383,8 @@ def evaluate_sts(encode: EncodeFn, data_root: str | Path | None = None, tasks: S
         sims = [cosine_scores(cache(p.sent1), cache(p.sent2)) for p in sets]
         details[task] = score_subsets(sets, sims)
         scores[task] = format_score(headline(task, details[task]))
-    result = STSResult(scores=scores, avg=average([scores[t] for t in tasks]), details=details)
+    avg = average([scores[t] for t in tasks]) if covers_seven_tasks(tasks) else None
+    result = STSResult(scores=scores, avg=avg, details=details)
     if au_pairs is not None:
         result.align, result.uniform = alignment_uniformity(au_pairs, cache)
         result.align_uniform_split = f"stsb-{align_uniform_split}"
@@ -385,9 +400,11 @@ def stsb_dev_spearman(encode: EncodeFn, data_root: str | Path | None = None) -> 
 
 
 def format_table(result: STSResult) -> str:
-    """The paper-style table SimCSE prints: one header row of task names, one row of scores."""
-    names = list(result.scores) + ["Avg."]
-    values = ["%.2f" % v for v in result.scores.values()] + ["%.2f" % result.avg]
+    """The paper-style table SimCSE prints: one header row of task names, one row of scores; the "Avg."
+    column only when the scores are the seven tasks."""
+    average_column = [] if result.avg is None else ["%.2f" % result.avg]
+    names = list(result.scores) + ["Avg."] * len(average_column)
+    values = ["%.2f" % v for v in result.scores.values()] + average_column
     widths = [max(len(n), len(v)) + 2 for n, v in zip(names, values)]
     rule = "+" + "+".join("-" * w for w in widths) + "+"
 

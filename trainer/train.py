@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from scipy.stats import spearmanr
 
-from trainer.augment import FGSM, half_precision_floor, shuffle_token_positions
+from trainer.augment import FGSM, EvaluationAugments, half_precision_floor, shuffle_token_positions
 from trainer.config import RunConfig
 from trainer.corpus import load_corpus
 from trainer.data import corpus_path, data_dir
@@ -44,6 +44,7 @@ from trainer.files import json_safe, write_text_atomic
 from trainer.methods import Method, method_class
 from trainer.models import load_encoder, pick_device
 from trainer.optim import build_optimizer
+from trainer.sts_average import sts_test_label
 from trainer.transfer import evaluate_transfer, load_transfer_tasks
 
 Report = Callable[[dict[str, Any]], None]
@@ -150,6 +151,7 @@ class _Run:
     scaler: torch.amp.GradScaler | None
     encode_eval: Callable
     encode_dev: Callable
+    eval_augments: EvaluationAugments | None  # released.eval_cutoff: augmentations at evaluation too
     track_test: bool
     params: list[torch.nn.Parameter]
     # updated by the loop
@@ -226,11 +228,8 @@ def _set_up(config: RunConfig, host_reads: HostReadPolicy | None) -> _Run:
     warmup = config.optim.warmup_steps
     scheduler = (get_linear_schedule_with_warmup(optimizer, warmup, total_steps) if config.optim.schedule == "linear"
                  else get_constant_schedule_with_warmup(optimizer, warmup))
-    encode_eval = SentenceEncoder(encoder, tokenizer, config.pooler, device, config.eval.batch_size,
-                                  mlp=method.eval_mlp()).encode
-    dev_pooler, dev_mlp = method.dev_head()
-    encode_dev = encode_eval if dev_pooler is None else SentenceEncoder(
-        encoder, tokenizer, dev_pooler, device, config.eval.batch_size, mlp=dev_mlp).encode
+    eval_augments = method.evaluation_augments(torch.Generator(device=device).manual_seed(config.seed))
+    encode_eval, encode_dev = evaluation_encoders(method, tokenizer, device, eval_augments)
     return _Run(
         config=config, started=started, device=device, precision=precision,
         host_reads=host_reads or host_read_policy(device), root=root, out_dir=out_dir, dev=dev,
@@ -241,10 +240,23 @@ def _set_up(config: RunConfig, host_reads: HostReadPolicy | None) -> _Run:
         optimizer=optimizer, scheduler=scheduler,
         # fp16 needs loss scaling on any device (its range underflows small gradients); bf16 has fp32's range
         scaler=torch.amp.GradScaler(device.type) if precision == "fp16" else None,
-        encode_eval=encode_eval, encode_dev=encode_dev,
+        encode_eval=encode_eval, encode_dev=encode_dev, eval_augments=eval_augments,
         track_test=config.eval.selection == "test_avg" or method.reports_test_selected(),
         params=[p for g in optimizer.param_groups for p in g["params"]],
     )
+
+
+def evaluation_encoders(method: Method, tokenizer: Any, device: torch.device,
+                        augments: EvaluationAugments | None = None) -> tuple[Callable, Callable]:
+    """(encode for the test tasks, encode for STS-B dev): the run's pooler and head, and the method's dev head
+    where it has its own; `augments` (released.eval_cutoff) act in both, as in the release."""
+    config, encoder = method.config, method.encoder
+    encode_eval = SentenceEncoder(encoder, tokenizer, config.pooler, device, config.eval.batch_size,
+                                  mlp=method.eval_mlp(), augments=augments).encode
+    dev_pooler, dev_mlp = method.dev_head()
+    encode_dev = encode_eval if dev_pooler is None else SentenceEncoder(
+        encoder, tokenizer, dev_pooler, device, config.eval.batch_size, mlp=dev_mlp, augments=augments).encode
+    return encode_eval, encode_dev
 
 
 def _reset_process_state() -> None:
@@ -386,7 +398,7 @@ def _final_evaluation(run: _Run) -> dict[str, Any]:
     if run.status == "ok" or selected["state"] is not None:
         if run.final_sts:
             result = evaluate_sts(run.encode_eval, run.root, run.final_sts, config.eval.align_uniform_split)
-            final.update(test={**result.scores, "avg": result.avg}, align=result.align, uniform=result.uniform,
+            final.update(test=result.test_scores(), align=result.align, uniform=result.uniform,
                          au_split=result.align_uniform_split)
         if run.final_transfer:
             # the fits run on the trial's own thread budget (Ray sets it from resources.cpu), one per process
@@ -411,7 +423,7 @@ def _summary(run: _Run, final: dict[str, Any]) -> dict[str, Any]:
         "selection": "dev" if config.eval.selection == "dev" else f"test_avg: {TEST_SELECTED_LABEL}",
         "best_step": best["step"] if best["state"] is not None else None,
         "best_dev_stsb": round(best["dev"] * 100, 4) if best["state"] is not None else None,
-        "test": final["test"], "transfer": transfer,
+        "test": final["test"], "test_label": sts_test_label(final["test"] or ()), "transfer": transfer,
         "transfer_mode": config.eval.transfer_mode if transfer else None,
         "align": final["align"], "uniform": final["uniform"], "align_uniform_split": final["au_split"],
         "mtd": None, **run.method.summary_fields(run.step),
@@ -425,6 +437,8 @@ def _summary(run: _Run, final: dict[str, Any]) -> dict[str, Any]:
     }
     if run.track_test:
         summary["test_selected"] = {"label": TEST_SELECTED_LABEL, "step": best_test["step"], "test": best_test["test"]}
+    if run.eval_augments is not None:
+        summary["eval_cutoff"] = EvaluationAugments.LABEL
     summary = json_safe(summary)
     if run.out_dir:
         write_text_atomic(run.out_dir / "summary.json", json.dumps(summary, indent=2))

@@ -23,6 +23,7 @@ from trainer.losses.mix import mix_logits
 from trainer.method_rules import MethodRules
 
 if TYPE_CHECKING:  # the config type only: trainer.config imports the methods to resolve defaults
+    from trainer.augment import EvaluationAugments
     from trainer.config import RunConfig
 
 
@@ -129,6 +130,11 @@ class Method(MethodRules, nn.Module):
 
     def eval_mlp(self) -> nn.Module | None:
         """The trained MLP the `cls` pooler applies at evaluation, if the method has one."""
+        return None
+
+    def evaluation_augments(self, generator: torch.Generator) -> EvaluationAugments | None:
+        """The training augmentations a released code leaves on when it evaluates (`released.eval_cutoff`:
+        MoCoSE's), drawing from `generator`; None: evaluation is deterministic, as SentEval's."""
         return None
 
     def trainable_groups(self, weight_decay: float) -> list[dict]:

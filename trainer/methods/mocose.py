@@ -21,6 +21,8 @@ Released-code behaviours (each its own `released.*` key):
 - cutoffs: token/feature cutoff on both branches' word embeddings, a fixed count (see EmbeddingCutoff),
   after FGSM's perturbation (the trainer attaches FGSM ahead of the cutoff hook).
 - test_selected: the loop also reports the checkpoint with the best seven-task test average, labelled.
+- eval_cutoff (off unless set, not part of variant released): the cutoffs and token shuffle also act at
+  every evaluation, as the release's evaluation forward leaves them on (`EvaluationAugments`).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor, nn
 
-from trainer.augment import EmbeddingCutoff
+from trainer.augment import EmbeddingCutoff, EvaluationAugments
 from trainer.ema import ema_decay_at, ema_update
 from trainer.heads import build_predictor, build_projection, make_pooler_dense
 from trainer.losses.mocose import mocose_loss
@@ -168,3 +170,8 @@ class MoCoSE(MoCoSERules, Method):
 
     def eval_mlp(self) -> nn.Module | None:
         return self.pooler_dense  # the release's "cls_after_pooler": the pooler dense, no activation
+
+    def evaluation_augments(self, generator: torch.Generator) -> EvaluationAugments | None:
+        if not self.config.released.eval_cutoff:
+            return None
+        return EvaluationAugments(self.cutoff, self.config.augment.token_shuffle, generator)
