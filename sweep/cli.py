@@ -2,6 +2,9 @@
 
 Every subcommand parses its arguments and calls one function; user mistakes surface as
 `trainer.errors.UserError` and are printed as a single line with exit code 2 (no traceback).
+
+A stop signal (SIGINT, SIGTERM, SIGHUP) is handled from the first line of `main`, before anything slow is
+imported (sweep.signal_latch): this module imports only the standard library and two light modules.
 """
 
 from __future__ import annotations
@@ -11,8 +14,8 @@ import os
 import signal
 import sys
 
+from sweep import signal_latch
 from sweep.progress import stdout_to_devnull
-from trainer.errors import UserError
 
 
 def _cmd_data_fetch(args: argparse.Namespace) -> int:
@@ -33,9 +36,13 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    from sweep.preflight import preflight_paths
     from sweep.spec import load_study
+    from sweep.spec.limits import MAX_TRIALS
 
-    spec = load_study(args.study)
+    spec = load_study(args.study, max_trials=None if args.many_trials else MAX_TRIALS)
+    preflight_paths(spec)  # the dry run refuses the folders `sweep run` could not write, before it writes
+    signal_latch.honour()  # a stop signal an import swallowed
     if args.dry_run:
         from sweep.history import check_same_study
         from sweep.spec import print_dry_run
@@ -51,6 +58,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         preflight_resources(spec.resources.cpu, spec.resources.gpu)
     from sweep.runner import run_study
 
+    signal_latch.honour()  # `import ray._raylet` swallows a KeyboardInterrupt (sweep.signal_latch)
     code = run_study(spec, address=args.address, max_concurrent=args.max_concurrent, extend=args.extend,
                      rerun_changed=args.rerun_changed, rebuild_storage=args.rebuild_storage)
     if code >= 128:
@@ -67,7 +75,8 @@ def _cmd_slurm(args: argparse.Namespace) -> int:
 
     return slurm_command(args.study, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
                          cpus_per_node=args.cpus_per_node, time=args.time, partition=args.partition,
-                         account=args.account, margin=args.signal_margin, dry_run=args.dry_run)
+                         account=args.account, margin=args.signal_margin, dry_run=args.dry_run,
+                         many_trials=args.many_trials)
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
@@ -164,6 +173,8 @@ def build_parser() -> argparse.ArgumentParser:
                           "rebuild it from the trials' summary.json (it only mirrors them)")
     run.add_argument("--rerun-changed", action="store_true",
                      help="re-run finished trials whose config now resolves differently (a default changed)")
+    run.add_argument("--many-trials", action="store_true",
+                     help="plan a study of more than 100,000 trials (refused otherwise: planning alone takes minutes)")
     run.set_defaults(func=_cmd_run)
 
     sl = sub.add_parser("slurm", help="run a study on a Slurm cluster, requeued until it is finished")
@@ -179,6 +190,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="SIGTERM this many seconds before the time limit (default 180; Slurm may send it up to a "
                     "minute earlier)")
     sl.add_argument("--dry-run", action="store_true", help="print the sbatch script; submit nothing")
+    sl.add_argument("--many-trials", action="store_true",
+                    help="a study of more than 100,000 trials (passed on to `sweep run`)")
     sl.set_defaults(func=_cmd_slurm)
 
     ex = sub.add_parser("export",
@@ -224,38 +237,35 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-class _Signalled(KeyboardInterrupt):
-    """SIGTERM or SIGHUP outside `sweep run`'s own handling: stop like Ctrl-C does."""
-
-    def __init__(self, signum: int):
-        super().__init__(signum)
-        self.signum = signum
-
-
-def _raise_signalled(signum: int, frame: object) -> None:
-    raise _Signalled(signum)
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run one command; exit status 0, 1 (`sweep run`: a trial failed), 2 (user error), 128 + N (signal N)."""
-    args = build_parser().parse_args(argv)
-    for sig in (signal.SIGTERM, signal.SIGHUP):  # SIGINT already raises KeyboardInterrupt
-        signal.signal(sig, _raise_signalled)
+    signal_latch.install()  # first: SIGINT, SIGTERM and SIGHUP alike stop the command from here on
     try:
+        from trainer.errors import UserError, bounded_message  # the trainer's config, pydantic: after the handlers
+    except KeyboardInterrupt as exc:
+        return _interrupted(exc)
+    try:
+        args = build_parser().parse_args(argv)
         code = int(args.func(args) or 0)
         sys.stdout.flush()  # here, not at exit, so that a reader gone away is handled below
         return code
     except UserError as exc:
-        print(f"sweep: error: {exc}", file=sys.stderr)
+        print(f"sweep: error: {bounded_message(str(exc), 2000)}", file=sys.stderr)  # one line, whoever raised it
         return exc.exit_code
     except KeyboardInterrupt as exc:
-        signum = getattr(exc, "signum", signal.SIGINT)
-        print(f"sweep: interrupted by {signal.Signals(signum).name}; run the same command to go on", file=sys.stderr)
-        return 128 + signum
+        return _interrupted(exc)
     except BrokenPipeError:
         # The reader went away (`sweep status ... | head`): stop quietly, as a shell tool does on SIGPIPE.
         stdout_to_devnull()
         return 128 + signal.SIGPIPE
+
+
+def _interrupted(exc: KeyboardInterrupt) -> int:
+    """The one line of a command stopped by a signal: the first one that came (a later one may have cut the
+    clean-up short), and its exit status 128 + N."""
+    signum = signal_latch.take() or getattr(exc, "signum", signal.SIGINT)
+    print(f"sweep: interrupted by {signal.Signals(signum).name}; run the same command to go on", file=sys.stderr)
+    return 128 + signum
 
 
 if __name__ == "__main__":

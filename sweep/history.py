@@ -109,7 +109,7 @@ def recorded_spec(folder: StudyFolder) -> tuple[dict[str, Any], str] | None:
     from sweep.spec import load_study
 
     try:
-        return load_study(folder.study_yaml).to_dict(), text
+        return load_study(folder.study_yaml, trials=False).to_dict(), text  # its keys only: no trials built
     except UserError:
         data = yaml.safe_load(text)  # recorded by another version: compare what it says
         return (data if isinstance(data, dict) else {}), text

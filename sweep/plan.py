@@ -26,11 +26,10 @@ from sweep.history import record_change
 from sweep.mirror import OptunaMirror, infer_distributions, rebuild_storage, summary_from_attrs
 from sweep.progress import Progress
 from sweep.resume import decide, is_final
-from sweep.spec import StudySpec, Trial, expansion, search_space, trial_from_params
+from sweep.spec import StudySpec, Trial, expansion, planning_config, search_space, trial_from_params
 from sweep.spec.text import flatten, hide_password
 from sweep.store import StudyFolder, TrialsTable
 from sweep.weights import WeightKeeper
-from trainer.config import RunConfig
 
 
 class StudyPlan:
@@ -105,7 +104,7 @@ class StudyPlan:
             return [t.config for t in self.to_run]
         values = self.spec.parameters.get("model", [])
         models = values.get("choices", []) if isinstance(values, dict) else [v for v in values if isinstance(v, str)]
-        base = RunConfig.from_dict(self.spec.base).resolved().to_dict()
+        base = planning_config(self.spec)  # the base alone may be no config: a swept key completes it
         return [base] + [{**base, "model": model} for model in models]
 
     def _planned_trials(self) -> list[Trial]:

@@ -44,7 +44,7 @@ from sweep.plan import StudyPlan
 from sweep.preflight import cluster_nodes, preflight_inputs, preflight_resources
 from sweep.ray_session import shutdown_ray, skip_tracker_imports_in_tune_usage_tag, start_ray, trial_room
 from sweep.schedulers import trial_scheduler
-from sweep.spec import StudySpec
+from sweep.spec import StudySpec, planning_config
 from sweep.spec.text import hide_password, shorten
 from sweep.stopping import (
     StopNow,
@@ -61,7 +61,6 @@ from sweep.trackers import check_loggers, logger_callbacks
 from sweep.trial_events import TrialEvents
 from sweep.trial_files import start_receiver
 from sweep.worker import CURVE_KEY, run_trial
-from trainer.config import RunConfig
 from trainer.errors import UserError
 
 DEFAULT_TRAIN_FN = "trainer.train:train"
@@ -95,7 +94,8 @@ def run_study(spec: StudySpec, address: str | None = None, max_concurrent: int |
         run.inputs_checked = True
     try:
         with run.stop.installed(), run.locked():
-            return run.execute(address, max_concurrent)
+            code = run.execute(address, max_concurrent)
+        return run.late_stop(code)
     except Exception as exc:
         problem = _storage_problem(exc, run)
         if problem is None:
@@ -133,6 +133,7 @@ class _StudyRun(StudyPlan):
     def __init__(self, spec: StudySpec, train_fn: str, rerun_changed: bool = False, rebuild_storage: bool = False):
         super().__init__(spec, train_fn, rerun_changed=rerun_changed, rebuild_storage=rebuild_storage)
         self.interrupted = False
+        self.stop_said = False  # the summary's "interrupted by ..." line was printed
         self.stop = StopSignals()
         self.events = TrialEvents(self, self.stop)
         self.children_before: set[int] = set()  # processes below the driver before Ray started (not Ray's)
@@ -210,7 +211,7 @@ class _StudyRun(StudyPlan):
                 try:
                     shutdown_ray(started_ray or not address, self.children_before)
                 finally:
-                    self.stop.install()
+                    hold_signals(self.stop)  # Ray's shutdown resets SIGTERM; a signal now is noted (late_stop)
         return code
 
     def _finish(self) -> int:
@@ -284,8 +285,8 @@ class _StudyRun(StudyPlan):
     def _scheduler(self) -> Any:
         def configs() -> list[dict[str, Any]]:
             planned = [t.config for t in self.trials.values()]
-            # tpe before its first ask: the base config tells the run length
-            return planned or [RunConfig.from_dict(self.spec.base).resolved().to_dict()]
+            # tpe before its first ask: its planning config tells the run length
+            return planned or [planning_config(self.spec)]
 
         return trial_scheduler(self.spec.scheduler, configs, CURVE_KEY)
 
@@ -310,11 +311,24 @@ class _StudyRun(StudyPlan):
                 self.progress.say(f"  {row['key']} {row.get('status')}: {shorten(row['reason'])}  ({where})")
         self.progress.say(f"trials.csv: {self.folder.trials_csv}")
         if self.stop.requested:
-            done = sum(1 for r in rows if _is_done(r))
-            self.progress.say(f"interrupted by {self.stop.name}: {done} of {len(rows)} trials done; "
-                              "run the same command to go on")
+            self._say_stopped()
         elif self.interrupted:
             self.progress.say("run the same command again to resume")
+
+    def _say_stopped(self) -> None:
+        done = sum(1 for r in self.table.rows.values() if _is_done(r))
+        self.progress.say(f"interrupted by {self.stop.name}: {done} of {len(self.table.rows)} trials done; "
+                          "run the same command to go on")
+        self.stop_said = True
+
+    def late_stop(self, code: int) -> int:
+        """A stop signal after the summary (during the last writes, Ray's shutdown, the lock's release) is
+        not lost: it gets the same line and exit status 128 + N as one a moment earlier."""
+        if not self.stop.requested or self.stop_said:
+            return code
+        if self.table is not None and self.progress is not None:
+            self._say_stopped()
+        return self.stop.exit_code
 
 
 def _is_done(row: dict[str, Any]) -> bool:

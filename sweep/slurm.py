@@ -45,11 +45,15 @@ SHORTEST_SENSIBLE_TIME_S = 15 * 60
 
 def slurm_command(study: str, nodes: int = 1, gpus_per_node: int = 0, cpus_per_node: int | None = None,
                   time: str = "4:00:00", partition: str | None = None, account: str | None = None,
-                  margin: int = SIGNAL_MARGIN_S, dry_run: bool = False) -> int:
-    """Write the sbatch script for `study` and submit it (module docstring); return 0."""
+                  margin: int = SIGNAL_MARGIN_S, dry_run: bool = False, many_trials: bool = False) -> int:
+    """Write the sbatch script for `study` and submit it (module docstring); return 0. `many_trials`: the
+    study may plan more than sweep.spec.limits.MAX_TRIALS trials (passed on to `sweep run`)."""
+    from sweep.preflight import preflight_paths
     from sweep.spec import load_study
+    from sweep.spec.limits import MAX_TRIALS
 
-    spec = load_study(study)
+    spec = load_study(study, max_trials=None if many_trials else MAX_TRIALS)
+    preflight_paths(spec)  # its slurm/ folder goes into the study folder
     if nodes < 1:
         raise UserError(f"--nodes {nodes}: expected a positive number of nodes")
     if gpus_per_node < 0 or (cpus_per_node is not None and cpus_per_node < 1):
@@ -65,7 +69,7 @@ def slurm_command(study: str, nodes: int = 1, gpus_per_node: int = 0, cpus_per_n
     folder = Path(spec.study_dir).resolve() / "slurm"
     script = sbatch_script(Path(study).resolve(), spec.name, folder, nodes=nodes, gpus_per_node=gpus_per_node,
                            cpus_per_node=cpus_per_node, time=time, partition=partition, account=account,
-                           margin=margin)
+                           margin=margin, many_trials=many_trials)
     if dry_run:
         print(script, end="")
         return 0
@@ -135,7 +139,7 @@ def _sinfo(args: list[str]) -> list[str]:
 
 def sbatch_script(study_file: Path, name: str, folder: Path, *, nodes: int, gpus_per_node: int,
                   cpus_per_node: int | None, time: str, partition: str | None, account: str | None,
-                  margin: int) -> str:
+                  margin: int, many_trials: bool = False) -> str:
     """The batch script (module docstring)."""
     python = sys.executable
     ray = str(Path(python).with_name("ray")) if Path(python).with_name("ray").exists() else "ray"
@@ -195,7 +199,7 @@ if [ "${{#nodes[@]}}" -gt 1 ]; then
 fi
 
 # Slurm's early SIGTERM reaches this shell only (B:); pass it on to the driver, which stops cleanly.
-"$PYTHON" -m sweep run "$STUDY" --address "$address" &
+"$PYTHON" -m sweep run "$STUDY" --address "$address"{" --many-trials" if many_trials else ""} &
 driver=$!
 trap 'say "SIGTERM from Slurm: stopping the driver"; kill -TERM $driver 2>/dev/null' TERM
 while kill -0 $driver 2>/dev/null; do wait $driver; status=$?; done
@@ -232,7 +236,7 @@ def progress(study: str) -> str:
     from sweep.resume import is_done, trial_states
     from sweep.spec import expansion, load_study
 
-    spec = load_study(study)
+    spec = load_study(study, max_trials=None)  # `sweep slurm` accepted its size (--many-trials) when it submitted
     keys = [t.key for t in expansion(spec).trials]
     states = trial_states(spec, keys) or {}
     done = sum(1 for key in keys if is_done(states.get(key)))

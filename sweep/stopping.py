@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 from ray import tune
 
+from sweep import signal_latch
 from sweep.reaper import alive, descendants, kill_all
 
 # Signals that stop a sweep cleanly; the exit status is 128 + the signal number (the shell's convention).
@@ -88,6 +89,10 @@ class StopSignals:
         for sig in (*STOP_SIGNALS, signal.SIGALRM):
             self._previous.setdefault(sig, signal.getsignal(sig))
         self.install()
+        early = signal_latch.take()
+        if early is not None:  # came before these handlers, and some code swallowed its KeyboardInterrupt:
+            self._seen += 1  # the run stops as for a signal now (nothing runs yet, so no grace period to arm)
+            self.signum = self.signum or early
         # Python's C-level handler writes each signal number to the wakeup fd even while the main thread
         # is blocked in C++ (where no Python handler can run): the watchdog thread reads it there.
         read_fd, write_fd = os.pipe()
@@ -184,6 +189,7 @@ def kill_leftovers(grace: float = 3.0, keep: set[int] | frozenset[int] = frozens
     """SIGTERM, then SIGKILL, every process still below the driver after ray.shutdown (a Ray agent the
     raylet left behind, e.g. when a signal came while Ray was starting), except the pids in `keep`
     (children the caller had before Ray started). Only for a Ray we started."""
+    reassert_handlers()  # it runs right after ray.shutdown, which left SIGTERM at its default action
     kill_all({pid: start for pid, start in descendants_of_driver().items() if pid not in keep}, grace=grace)
 
 
@@ -228,6 +234,18 @@ def child_subreaper():
     finally:
         if libc is not None and before is not None:
             libc.prctl(PR_SET_CHILD_SUBREAPER, before, 0, 0, 0)
+
+
+def reassert_handlers() -> None:
+    """Put the Python handler of each stop signal back at the C level. ray.shutdown's core worker resets
+    SIGTERM to its default action without Python knowing (signal.getsignal still names our handler), so a
+    SIGTERM during the clean-up after it killed the driver with no line (143) where SIGINT was noted."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for sig in STOP_SIGNALS:
+        handler = signal.getsignal(sig)
+        if handler is not None:
+            signal.signal(sig, handler)
 
 
 def hold_signals(stop: StopSignals) -> None:

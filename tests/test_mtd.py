@@ -99,3 +99,56 @@ def test_methods_without_ema_and_queue_have_none():
 def test_bad_inputs_raise(call):
     with pytest.raises(ValueError):
         call()
+
+
+# ---- the mean eta of a cosine schedule in closed form (planning never pays per step) ----------------------
+def numpy_mean_eta(total_steps: int, eta0: float, eta1: float, period: int | None, hold: bool, released: bool) -> float:
+    """The mean over the updates after steps 1..total_steps, each eta written out (what the trainer applies and
+    what planning summed step by step before): the released code's update after step s uses eta(s + 1)."""
+    period = period or total_steps
+    t = np.arange(1, total_steps + 1, dtype=np.float64) + (1 if released else 0)
+    if hold:
+        t = np.minimum(t, period)
+    eta = eta1 - (eta1 - eta0) * (np.cos(np.pi * t / max(period, 1)) + 1) / 2
+    return float(np.mean(eta))
+
+
+RUN_LENGTHS = [1, 2, 3, 7, 30, 100, 480, 3906, 7812, 15624, 15625, 15626, 31250, 46875]
+
+
+@pytest.mark.parametrize("total_steps", RUN_LENGTHS)
+@pytest.mark.parametrize("period", [None, 1, 2, 99, 100, 15000])
+@pytest.mark.parametrize("hold, released", [(True, False), (False, True), (True, True), (False, False)])
+def test_mean_eta_in_closed_form_matches_the_steps_written_out(total_steps, period, hold, released):
+    for eta0, eta1 in [(0.75, 0.95), (0.75, 1.0), (0.0, 0.99), (0.9, 0.5), (0.5, 0.5)]:
+        expected = numpy_mean_eta(total_steps, eta0, eta1, period, hold, released)
+        got = effective_eta("cosine", eta0, eta1, total_steps, period, "mean", hold=hold, released_counter=released)
+        assert got == pytest.approx(expected, rel=1e-12, abs=1e-14)
+        if got < 1 and expected < 1:  # what the dry run and the summary show of it: the same digits
+            d_got, d_expected = traceable_distance(got, 512, 64), traceable_distance(expected, 512, 64)
+            assert d_got == pytest.approx(d_expected, rel=1e-11)
+
+
+def test_mean_eta_of_a_billion_steps_is_planned_in_constant_time_and_memory():
+    import time
+    import tracemalloc
+
+    tracemalloc.start()
+    started = time.perf_counter()
+    for steps in (10**9, 10**18, 2**63 - 1):
+        eta = effective_eta("cosine", 0.75, 0.95, steps, None, "mean")
+        assert eta == pytest.approx(0.85, abs=1e-6)  # the cosine's mean over its own period
+        held = effective_eta("cosine", 0.75, 0.95, steps, 15000, "mean")  # held at 0.95 after 15,000 steps
+        assert held == pytest.approx(0.95, abs=1e-5)
+        assert 0.75 <= effective_eta("cosine", 0.75, 1.0, steps, 15000, "mean", hold=False, released_counter=True) <= 1
+    took = time.perf_counter() - started
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert took < 0.1 and peak < 100_000, (took, peak)  # the sum built a list of 10^9 floats (MemoryError)
+
+
+def test_a_planned_run_of_a_billion_steps_has_its_mtd():
+    config = {**mocose(schedule="cosine", decay=0.5, decay_end=0.95, max_steps=10**9),
+              "released": {"ema_schedule": False}}
+    config["ema"]["hold_after_schedule"] = True
+    assert config_traceable_distance(config) == pytest.approx(1 / (1 - 0.725) + 8.0, rel=1e-8)

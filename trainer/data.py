@@ -14,11 +14,13 @@ truncated or altered file is reported instead of silently changing the numbers.
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 from functools import lru_cache
 from pathlib import Path
+from typing import Callable
 
-from trainer.errors import UserError
+from trainer.errors import ConfigError, UserError, excerpt
 
 DEFAULT_DATA_DIR = Path("~/.cache/contrastive-sweep/data")
 FULL_CORPUS = "corpus/wiki1m_for_simcse.txt"
@@ -53,10 +55,20 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
     return digest.hexdigest()
 
 
+def _probe(check: Callable[[Path], bool], path: Path) -> bool:
+    """`check(path)` (Path.is_file, Path.is_dir), with an OS refusal as a one-line UserError: pathlib answers
+    False for a missing path but raises for one too long for the OS or behind a folder it may not read."""
+    try:
+        return check(path)
+    except OSError as exc:
+        raise UserError(f"cannot look at {excerpt(str(path), 120)}: {exc.strerror}; fix data.data_dir / data.corpus "
+                        "(or $SWEEP_DATA_DIR)") from None
+
+
 def file_problem(path: Path, relative: str) -> str | None:
     """Why `path` is not the manifest's `relative` file (missing / wrong size / wrong checksum), or None."""
     expected = manifest().get(relative)
-    if not path.is_file():
+    if not _probe(Path.is_file, path):
         return "missing"
     if expected is None:
         return None
@@ -79,12 +91,12 @@ def verified_path(root: Path, relative: str) -> Path:
     training pay nothing.
     """
     path = root / relative
-    if not root.is_dir():
+    if not _probe(Path.is_dir, root):
         raise UserError(
             f"data directory {root} does not exist: run `sweep data fetch` (or `sweep data fetch --from DIR` "
             "with a local mirror), or point --data-dir / SWEEP_DATA_DIR at your data"
         )
-    if path.is_file():
+    if _probe(Path.is_file, path):
         stat = path.stat()
         stamp = (str(path), stat.st_mtime, stat.st_size)
         if stamp in _verified:
@@ -114,18 +126,18 @@ def corpus_path(root: Path, corpus: str | None, note: bool = True) -> Path:
     """
     if corpus in CORPUS_NAMES:
         relative = CORPUS_NAMES[corpus]
-        if not (root / relative).is_file():
+        if not _probe(Path.is_file, root / relative):
             how = "`sweep data fetch --corpus full`" if corpus == "wiki1m" else "`sweep data fetch --from DIR`"
             raise UserError(f"corpus '{corpus}' is not installed in {root}: run {how}")
         return verified_path(root, relative) if relative in manifest() else root / relative
     if corpus:
         path = Path(corpus).expanduser()
-        if not path.is_file():
+        if not _probe(Path.is_file, path):
             raise UserError(f"training corpus {path} not found: fix data.corpus or run `sweep data fetch`")
         return path
-    if (root / FULL_CORPUS).is_file():
+    if _probe(Path.is_file, root / FULL_CORPUS):
         return root / FULL_CORPUS
-    if (root / SAMPLE_CORPUS).is_file():
+    if _probe(Path.is_file, root / SAMPLE_CORPUS):
         if note and str(root) not in _sample_noted:  # once per process: a dry run resolves the corpus per trial
             import sys
 
@@ -153,12 +165,17 @@ def count_sentences(path: Path, limit: int | None = None) -> int:
     key = (str(path.resolve()), stat.st_size, int(stat.st_mtime), limit)
     if key not in _counts:
         count = 0
-        with open(path, encoding="utf-8") as handle:
-            for line in handle:
-                if line.strip():
-                    count += 1
-                    if limit is not None and count >= limit:
-                        break
+        try:
+            with open(path, encoding="utf-8") as handle:
+                for line in handle:
+                    if line.strip():
+                        count += 1
+                        if limit is not None and count >= limit:
+                            break
+        except (OSError, UnicodeDecodeError) as exc:  # trainer.corpus.load_corpus reads it the same way
+            why = exc.strerror if isinstance(exc, OSError) else f"not UTF-8 text ({exc.reason} at byte {exc.start})"
+            raise UserError(f"cannot read the training corpus {excerpt(str(path), 120)}: {why}; "
+                            "fix data.corpus") from None
         _counts[key] = count
     return _counts[key]
 
@@ -178,4 +195,8 @@ def planned_steps(config: dict) -> int | None:
         if known is None:
             return None
         sentences = min(known, limit) if limit else known
-    return max(1, int(config.get("epochs", 1.0) * (sentences // config["batch_size"])))
+    steps = config.get("epochs", 1.0) * (sentences // config["batch_size"])
+    if not math.isfinite(steps) or steps >= 2**63:  # RunConfig bounds epochs; a corpus of 10^13 lines might not
+        raise ConfigError("epochs", f": expected fewer epochs: {config.get('epochs')} passes of "
+                          f"{sentences // config['batch_size']} steps are more than a run can count; or set max_steps")
+    return max(1, int(steps))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import re
+import reprlib
 from typing import Any
 
 
@@ -28,6 +29,58 @@ class ConfigError(UserError):
     def __init__(self, key: str, detail: str):
         super().__init__(f"config key '{key}'{detail}")
         self.key, self.detail = key, detail
+
+
+# Error messages quote what the user wrote, but never all of it: a study value may be a 1 MB string or a list
+# of a million items, and a message is one line. reprlib stops early at these sizes, so the cost is bounded too.
+_EXCERPT = reprlib.Repr()
+_EXCERPT.maxlevel, _EXCERPT.maxstring, _EXCERPT.maxother, _EXCERPT.maxlong = 3, 60, 60, 40
+_EXCERPT.maxlist = _EXCERPT.maxtuple = _EXCERPT.maxdict = _EXCERPT.maxset = _EXCERPT.maxfrozenset = 5
+EXCERPT_CHARS = 100
+MAX_MESSAGE_CHARS = 600  # a one-line error, however long the key or value it names
+
+
+def excerpt(value: Any, limit: int = EXCERPT_CHARS) -> str:
+    """repr(value), cut to at most `limit` characters, in time bounded by `limit` (not by the value's size).
+
+    >>> excerpt("x" * 10_000)[:12], len(excerpt(list(range(10**6)))) < 40, excerpt(10**400)
+    ("'xxxxxxxxxxx", True, 'an integer of 401 digits')
+    """
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
+        # repr of an int is quadratic in its length and refused past 4300 digits (sys.int_max_str_digits)
+        digits = len(str(value)) if value.bit_length() < 14000 else int(value.bit_length() * 0.30103) + 1
+        return f"an integer of {digits} digits"
+    text = _EXCERPT.repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def printable(text: str) -> str:
+    """`text` with control characters written as escapes (\\x1b, \\x00): a message must not drive the terminal.
+
+    >>> printable("a\\x1b[31mb")
+    'a\\\\x1b[31mb'
+    """
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() or ch == " " else ch.encode("unicode_escape").decode("ascii")
+                   for ch in text)
+
+
+def bounded_message(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    """`text` on one line, at most `limit` characters: a middle part is cut, so that the file, the key
+    (at the start) and the fix (at the end) stay. Every message quotes values as excerpts already; this
+    is the guarantee for the ones that do not.
+
+    >>> len(bounded_message("f.yaml:1: " + "x" * 5000 + " expected y")) <= MAX_MESSAGE_CHARS
+    True
+    """
+    if len(text) > 4 * limit:
+        text = text[: 2 * limit] + " " + text[-2 * limit:]
+    text = printable(" ".join(text.split()))
+    if len(text) <= limit:
+        return text
+    head = (limit - 5) * 2 // 3
+    return text[:head] + " ... " + text[-(limit - 5 - head):]
 
 
 def expected_text(error: dict[str, Any]) -> str:
@@ -54,7 +107,7 @@ def expected_text(error: dict[str, Any]) -> str:
         return "is missing"
     if kind == "value_error":  # a validator's own words
         return " ".join(str(ctx.get("error", error.get("msg", ""))).split())
-    return f"expected {words.get(kind, error.get('msg', kind))}, got {value!r}"
+    return f"expected {words.get(kind, error.get('msg', kind))}, got {excerpt(value)}"
 
 
 def dotted_loc(loc: tuple) -> str:
@@ -69,7 +122,7 @@ def config_error(error: dict[str, Any], known_keys: list[str], section: str = ""
     """A pydantic error from the run config (or one of its sections) as a ConfigError naming the key."""
     loc = tuple(p for p in (section, *error["loc"]) if p != "")
     if error["type"] in ("missing", "too_short") and isinstance(loc[-1], int):  # optim.betas: [0.9]
-        return ConfigError(dotted_loc(loc[:-1]), f": expected more values, got {error['input']!r}")
+        return ConfigError(dotted_loc(loc[:-1]), f": expected more values, got {excerpt(error['input'])}")
     key = ".".join(p for p in loc if isinstance(p, str))
     if error["type"] == "extra_forbidden":
         prefix = key.rsplit(".", 1)[0] + "." if "." in key else ""

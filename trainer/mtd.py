@@ -30,7 +30,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from trainer.data import planned_steps
-from trainer.schedules import RELEASED_SCHEDULE_STEPS, cosine_eta, ema_schedule_step
+from trainer.schedules import RELEASED_SCHEDULE_STEPS, ema_schedule_step, mean_cosine_eta
 from trainer.slices import parse_slices
 
 ETA_CHOICES = ("initial", "final", "mean")
@@ -82,9 +82,9 @@ def effective_eta(
     if not total_steps:
         raise ValueError("eta_choice='mean' under a cosine schedule needs the run's total steps")
     period = schedule_steps or total_steps
-    values = [cosine_eta(ema_schedule_step(s, released_counter), decay, decay_end, period, hold)
-              for s in range(1, total_steps + 1)]
-    return sum(values) / len(values)
+    # the mean over the updates after steps 1..total_steps, in closed form: planning never pays per step
+    first, last = ema_schedule_step(1, released_counter), ema_schedule_step(total_steps, released_counter)
+    return mean_cosine_eta(first, last, decay, decay_end, period, hold)
 
 
 def config_traceable_distance(

@@ -2,16 +2,20 @@
 
 INTERFACE CONTRACT (the runner consumes it):
 
-    load_study(path) -> StudySpec           # raises trainer.errors.UserError (one line, names key+line)
+    load_study(path) -> StudySpec           # raises trainer.errors.UserError (one line, names key+line);
+                                            # over limits.MAX_TRIALS trials only with max_trials=None
     expand(spec) -> list[Trial]             # deterministic order; constraints applied
     expansion(spec).trials                  # the same trials, shared and cached: read them, never edit them
     trial_key(config_dict, seed) -> str     # 12 hex chars over the fields the study sets (not defaults) + seed
 
-Modules: marks (YAML with line marks), schema (pydantic models), load (load_study), values (base and parameters
-against the trainer config), expressions (the safe evaluator), expand (trials, keys), dry_run (the table).
+Modules: marks (YAML with line marks, and the file's shape: depth, aliases, characters), schema (pydantic
+models), load (load_study), values (base and parameters against the trainer config), expressions (the safe
+evaluator), limits (a study's size before it is built: trials, a budget's space), expand (trials, keys),
+dry_run (the table).
 
 and beside it: `search_space(spec)` (Optuna distributions for random/tpe), `trial_from_params(spec,
-params, seed)` (one Trial from values a sampler chose), `read_trial_states(spec)`,
+params, seed)` (one Trial from values a sampler chose), `planning_config(spec)` (the config a tpe study is
+planned with before its first ask), `read_trial_states(spec)`,
 `format_trial_table(spec, trials, states)` and `print_dry_run(spec)`.
 
 A study file (every key but `name` and `base` is optional)::
@@ -76,13 +80,21 @@ differently; `--rerun-changed` re-runs those trials).
 """
 
 from sweep.spec.dry_run import format_trial_table, print_dry_run, read_trial_states
-from sweep.spec.expand import expand, expansion, requested_fields, search_space, trial_from_params, trial_key
+from sweep.spec.expand import (
+    expand,
+    expansion,
+    planning_config,
+    requested_fields,
+    search_space,
+    trial_from_params,
+    trial_key,
+)
 from sweep.spec.load import load_study
 from sweep.spec.schema import LOWER_IS_BETTER, Metric, Resources, Scheduler, StudySpec, Trial
 from sweep.spec.text import dotted_get
 
 __all__ = [
     "LOWER_IS_BETTER", "Metric", "Resources", "Scheduler", "StudySpec", "Trial", "dotted_get", "expand", "expansion",
-    "format_trial_table", "load_study", "print_dry_run", "read_trial_states", "requested_fields", "search_space",
-    "trial_from_params", "trial_key",
+    "format_trial_table", "load_study", "planning_config", "print_dry_run", "read_trial_states", "requested_fields",
+    "search_space", "trial_from_params", "trial_key",
 ]

@@ -18,11 +18,20 @@ from typing import Any, Iterator
 from sweep.spec.expressions import compile_expression, evaluate
 from sweep.spec.marks import Marks
 from sweep.spec.schema import StudySpec, Trial
-from sweep.spec.text import MISSING, copy_plain, dotted_get, flatten, format_value, is_expr, overlay
+from sweep.spec.text import (
+    MISSING,
+    copy_plain,
+    dotted_get,
+    flatten,
+    format_value_excerpt,
+    is_expr,
+    overlay,
+    shorten,
+)
 from sweep.spec.values import default_config, flat_default_config, queue_overfull
 from trainer import config as run_config
 from trainer.config import check_value, set_dotted
-from trainer.errors import ConfigError, UserError
+from trainer.errors import ConfigError, UserError, excerpt
 from trainer.mtd import planned_traceable_distance
 
 TRIAL_KEY_LENGTH = 12
@@ -60,24 +69,45 @@ def search_space(spec: StudySpec) -> dict[str, Any]:
     Categorical choices that are lists (queue slices) are offered to Optuna as strings joined with
     "+", which `trial_from_params` turns back into lists.
     """
-    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
-
     space: dict[str, Any] = {}
     for key, values in spec.parameters.items():
-        if isinstance(values, list):
-            if any(is_expr(v) for v in values):
-                continue  # computed per trial, not chosen by the sampler
-            space[key] = CategoricalDistribution([_optuna_choice(v) for v in values])
-            continue
-        kind = values["distribution"]
-        if kind == "categorical":
-            space[key] = CategoricalDistribution([_optuna_choice(v) for v in values["choices"]])
-        elif kind == "int":
-            space[key] = IntDistribution(values["low"], values["high"], step=values.get("step") or 1)
-        else:
-            space[key] = FloatDistribution(values["low"], values["high"], log=kind == "loguniform",
-                                           step=values.get("step"))
+        distribution = _optuna_distribution(values)
+        if distribution is not None:
+            space[key] = distribution
     return space
+
+
+def _optuna_distribution(values: Any) -> Any:
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+    if isinstance(values, list):
+        if any(is_expr(v) for v in values):
+            return None  # computed per trial, not chosen by the sampler
+        return CategoricalDistribution([_optuna_choice(v) for v in values])
+    kind = values["distribution"]
+    if kind == "categorical":
+        return CategoricalDistribution([_optuna_choice(v) for v in values["choices"]])
+    if kind == "int":
+        return IntDistribution(values["low"], values["high"], step=values.get("step") or 1)
+    return FloatDistribution(values["low"], values["high"], log=kind == "loguniform", step=values.get("step"))
+
+
+def check_search_space(spec: StudySpec) -> None:
+    """Each distribution of a random or tpe study is one Optuna takes, as `sweep run` gives them to it after
+    writing the study folder: uniform 0.5..0.9 with step 1e-300 raised decimal's DivisionImpossible there."""
+    import warnings
+
+    for key, values in spec.parameters.items():
+        try:
+            with warnings.catch_warnings():  # "the range is not divisible by step": Optuna's own note, at run time
+                warnings.simplefilter("ignore")
+                _optuna_distribution(values)
+        except ArithmeticError:  # decimal's DivisionImpossible: (high - low) / step past 28 digits
+            raise spec.where().error(("parameters", key), "Optuna cannot sample this distribution: its step "
+                                     "splits high - low into too many parts; expected a larger step") from None
+        except ValueError as exc:
+            raise spec.where().error(("parameters", key), f"Optuna cannot sample this distribution: "
+                                     f"{shorten(str(exc), 160)}") from None
 
 
 def trial_from_params(spec: StudySpec, params: dict[str, Any], seed: int) -> Trial | None:
@@ -267,7 +297,8 @@ def _combination_error(exc: ConfigError, params: dict[str, Any], spec: StudySpec
         path = ("base", *config_key.split("."))
     else:
         path = ("parameters",)
-    combination = ", ".join(f"{k}={format_value(v)}" for k, v in params.items()) or "the base alone"
+    combination = ", ".join(f"{shorten(k, 60)}={format_value_excerpt(v, 60)}" for k, v in list(params.items())[:12])
+    combination = (combination + (", ..." if len(params) > 12 else "")) or "the base alone"
     shown = config_key or ".".join(str(p) for p in path)
     return where.error(path, f"in the combination {combination}: config key '{shown}'{rest}", show_key=False)
 
@@ -276,20 +307,22 @@ def _evaluate_expr_value(key: str, text: str, config: dict[str, Any], where: Mar
     try:
         value = evaluate(text, config)
     except ValueError as exc:
-        raise where.error(("parameters", key), f"expr '{text}' failed: {exc}") from None
+        raise where.error(("parameters", key), f"expr '{shorten(text, 80)}' failed: {exc}") from None
     try:
         return check_value(key, value)
     except ConfigError as exc:
-        raise where.error(("parameters", key), f"expr '{text}' gave {value!r}{exc.detail}") from None
+        raise where.error(("parameters", key),
+                          f"expr '{shorten(text, 80)}' gave {excerpt(value)}{exc.detail}") from None
 
 
 def _evaluate_constraint(index: int, text: str, config: dict[str, Any], where: Marks) -> bool:
     try:
         result = evaluate(text, config)
     except ValueError as exc:
-        raise where.error(("constraints", index), f"'{text}' failed: {exc}") from None
+        raise where.error(("constraints", index), f"'{shorten(text, 80)}' failed: {exc}") from None
     if not isinstance(result, bool):
-        raise where.error(("constraints", index), f"'{text}' gave {result!r}; expected true or false")
+        raise where.error(("constraints", index),
+                          f"'{shorten(text, 80)}' gave {excerpt(result)}; expected true or false")
     return result
 
 
@@ -311,12 +344,30 @@ def requested_fields(config: dict[str, Any] | None) -> dict[str, Any]:
 def check_expansion(spec: StudySpec) -> None:
     """load_study's last check: a grid or random study keeps at least one combination; a tpe study's
     first point is a valid trial (TPE picks its points during the run, so check one now)."""
+    if spec.method in ("random", "tpe"):
+        check_search_space(spec)
     if spec.method == "tpe":
-        _make_trial(spec, {key: _first_point(values) for key, values in spec.parameters.items()},
-                    spec.seeds[0], spec.where())
+        planning_config(spec)
     elif not expansion(spec).trials:
         raise spec.where().error(("parameters",), f"every combination is dropped ({expansion(spec).dropped} by "
                                  "queue.initial_size > queue.size or the constraints); nothing would run")
+
+
+def planning_config(spec: StudySpec) -> dict[str, Any]:
+    """The resolved config a tpe study is planned with before its first ask (`sweep run` checks its models and
+    data and reads the run's length from it): the trial of each parameter's first value, else (a constraint
+    drops that one) the base alone. A UserError on the key's line when it is no valid config; load_study
+    asks for it, so that the dry run refuses what the run would (a base `batch_size: [64]` under a swept
+    batch_size never runs, but the run's plan read it)."""
+    where = spec.where()
+    trial = _make_trial(spec, {key: _first_point(values) for key, values in spec.parameters.items()},
+                        spec.seeds[0], where)
+    if trial is not None:
+        return trial.config
+    try:
+        return run_config.RunConfig.from_dict(spec.base).resolved().to_dict()
+    except ConfigError as exc:
+        raise _combination_error(exc, {}, spec, where) from None
 
 
 def _optuna_choice(value: Any) -> Any:

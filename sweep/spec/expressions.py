@@ -14,8 +14,9 @@ import functools
 import operator
 from typing import Any, Callable
 
-from sweep.spec.text import dotted_get, suggestion
+from sweep.spec.text import dotted_get, shorten, suggestion
 from trainer.config import field_names
+from trainer.errors import excerpt
 
 MAX_EXPRESSION_CHARS = 500
 
@@ -40,15 +41,16 @@ _EXPRESSION_HELP = ("only numbers, strings, True/False/None, dotted trainer keys
 def check_expression(text: Any) -> ast.expr:
     """Parse and vet an expression when the file loads; ValueError says what is wrong with it."""
     if not isinstance(text, str):
-        raise ValueError(f"expected an expression string, got {text!r}")
+        raise ValueError(f"expected an expression string, got {excerpt(text)}")
     try:
         tree, names = compile_expression(text)
     except ValueError as exc:
-        raise ValueError(f"'{text}': {exc}") from None
+        raise ValueError(f"'{shorten(text, 80)}': {exc}") from None
     known = field_names()
     for name in names:
         if name not in known:
-            raise ValueError(f"'{text}': '{name}' is not a trainer config key" + suggestion(name, known))
+            raise ValueError(f"'{shorten(text, 80)}': '{shorten(name, 60)}' is not a trainer config key"
+                             + suggestion(name, known))
     return tree
 
 
@@ -61,7 +63,7 @@ def evaluate(text: str, config: dict[str, Any]) -> Any:
 def compile_expression(text: str) -> tuple[ast.expr, tuple[str, ...]]:
     """Parse `text` and refuse every construct outside the safe subset; returns (tree, dotted names)."""
     if len(text) > MAX_EXPRESSION_CHARS:
-        raise ValueError(f"longer than {MAX_EXPRESSION_CHARS} characters")
+        raise ValueError(f"longer than {MAX_EXPRESSION_CHARS} characters; expected a short expression")
     try:
         tree = ast.parse(text.strip(), mode="eval").body
     except SyntaxError as exc:
@@ -140,7 +142,10 @@ def _evaluate(node: ast.AST, lookup: Callable[[str], Any]) -> Any:
         try:
             return _BINARY_OPERATORS[type(node.op)](left, right)
         except ZeroDivisionError:
-            raise ValueError(f"division by zero in '{ast.unparse(node)}'") from None
+            raise ValueError(f"division by zero in '{shorten(ast.unparse(node), 80)}'") from None
+        except OverflowError:  # an integer of 400 digits met a float (10**400 / 3, 10**400 * 0.5)
+            raise ValueError(f"'{shorten(ast.unparse(node), 40)}' overflows a float (beyond 1e308); expected "
+                             "smaller numbers") from None
     if isinstance(node, ast.Compare):
         left = _evaluate(node.left, lookup)
         for op, comparator in zip(node.ops, node.comparators):
@@ -149,7 +154,7 @@ def _evaluate(node: ast.AST, lookup: Callable[[str], Any]) -> Any:
                 if not _COMPARISONS[type(op)](left, right):
                     return False
             except TypeError:
-                raise ValueError(f"cannot compare {left!r} with {right!r}") from None
+                raise ValueError(f"cannot compare {excerpt(left, 60)} with {excerpt(right, 60)}") from None
             left = right
         return True
     raise ValueError(f"'{ast.unparse(node)}' is not allowed")  # unreachable after _vet
@@ -157,5 +162,5 @@ def _evaluate(node: ast.AST, lookup: Callable[[str], Any]) -> Any:
 
 def _number(value: Any) -> int | float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"arithmetic needs numbers, got {value!r}")
+        raise ValueError(f"arithmetic needs numbers, got {excerpt(value, 60)}")
     return value

@@ -15,6 +15,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from sweep.spec.expand import check_expansion
+from sweep.spec.limits import MAX_TRIALS
 from sweep.spec.marks import Marks, parse_yaml, read_study_text
 from sweep.spec.schema import SECTION_MODELS, StudySpec, UserErrorAt
 from sweep.spec.text import suggestion, type_name
@@ -28,14 +29,15 @@ _MISSING_HELP = {
 }
 
 
-def load_study(path: str | Path, *, trials: bool = True) -> StudySpec:
+def load_study(path: str | Path, *, trials: bool = True, max_trials: int | None = MAX_TRIALS) -> StudySpec:
     """Read and validate a study file; every mistake is a one-line UserError naming file, key, line.
 
     Nothing is written. Grid and random studies are expanded once here, so a combination that is not
     a valid trainer config fails now rather than halfway through a sweep. `trials=False` skips that
     expansion (every key and value is still checked): for readers of a results folder (`sweep status`,
     `sweep dashboard`, `sweep export`) that need the study's name, folder and storage, not its trials,
-    which cost seconds to build for a 10,000-trial study.
+    which cost seconds to build for a 10,000-trial study. A study of more than `max_trials` trials is
+    refused before they are built (None: any number; `sweep run --many-trials`).
     """
     text = read_study_text(Path(path))
     data, marks = parse_yaml(text, str(path))
@@ -49,7 +51,7 @@ def load_study(path: str | Path, *, trials: bool = True) -> StudySpec:
             raise marks.error((key,), f"is not a study key; expected one of {', '.join(keys)}" + suggestion(key, keys))
     try:
         spec = StudySpec.model_validate({**copy.deepcopy(data), "source_text": text, "path": str(path),
-                                         "marks": marks})
+                                         "marks": marks}, context={"max_trials": max_trials if trials else None})
     except ValidationError as exc:
         raise _located(exc, marks) from None
     if trials:

@@ -2,6 +2,11 @@
 
     text = read_study_text(path); data, marks = parse_yaml(text, path)
     raise marks.error(("base", "queue", "size"), "expected ...")   # "FILE:LINE: key 'base.queue.size': ..."
+
+Everything after this reads the data the file gives, so its size is kept to the file's own: at most
+MAX_DEPTH levels of nesting (deeper data overflows Python's stack in copies and checks) and at most
+MAX_ALIAS_VALUES values added by aliases (a kilobyte of nested aliases expands to a billion values).
+No text value holds a NUL character or half of a surrogate pair (no path, terminal or file takes them).
 """
 
 from __future__ import annotations
@@ -12,16 +17,29 @@ from typing import Any
 
 import yaml
 
-from sweep.spec.text import format_path, one_line
-from trainer.errors import UserError
+from sweep.spec.text import format_path, shorten
+from trainer.errors import MAX_MESSAGE_CHARS, UserError, bounded_message, excerpt
 
 MAX_FILE_BYTES = 1_000_000
+MAX_DEPTH = 20  # levels of nesting; a study's deepest value (parameters.queue.slices[0][0]) is 4 deep
+MAX_ALIAS_VALUES = 100_000  # values aliases may add to the file's own
+_BAD_CHARACTERS = re.compile("[\0\ud800-\udfff]")
+_SCALAR_WORDS = {"int": "an integer", "float": "a number", "bool": "a boolean", "timestamp": "a date",
+                 "null": "null", "binary": "base64 data"}
 
 
 class _DuplicateKey(Exception):
     def __init__(self, path: tuple, first_line: int, line: int):
         super().__init__(path)
         self.path, self.first_line, self.line = path, first_line, line
+
+
+class _Refused(Exception):
+    """A file whose shape is refused (too deep, aliases expanding too far, a NUL character): one message."""
+
+    def __init__(self, path: tuple, line: int, message: str):
+        super().__init__(message)
+        self.path, self.line, self.message = path, line, message
 
 
 class _RefusesDuplicateKeys:
@@ -50,6 +68,20 @@ class _RefusesDuplicateKeys:
             first_lines[key] = line
         return super().construct_mapping(node, deep=deep)
 
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep=deep)
+        except (ValueError, KeyError, AttributeError, TypeError) as exc:
+            # PyYAML's scalar constructors raise these on a malformed value it resolved by its look:
+            # 2024-13-45 (a date), 0x_ (hex), !!bool maybe, an integer of 5,000 digits. Anything else is ours.
+            if not isinstance(node, yaml.ScalarNode):
+                raise
+            word = _SCALAR_WORDS.get(node.tag.rsplit(":", 1)[-1], node.tag)
+            reason = shorten(str(exc).split(": value has")[0], 80) if isinstance(exc, ValueError) else ""
+            raise yaml.constructor.ConstructorError(
+                None, None, f"cannot read {excerpt(node.value, 60)} as {word}" + (f" ({reason})" if reason else "")
+                + "; quote it to make it a string", node.start_mark) from None
+
 
 class _StudyLoader(_RefusesDuplicateKeys, yaml.SafeLoader):
     """The pure-Python parser: it words every error a study file can have."""
@@ -70,7 +102,12 @@ for _loader in (_StudyLoader, _FastStudyLoader):
 
 
 def read_study_text(path: Path) -> str:
-    if not path.is_file():
+    try:
+        is_file = path.is_file()
+    except (OSError, ValueError) as exc:  # a name too long for the OS, a NUL character
+        raise UserError(f"{excerpt(str(path))}: cannot be a study file ({getattr(exc, 'strerror', None) or exc}); "
+                        "expected the path of a study YAML file") from None
+    if not is_file:
         raise UserError(f"{path}: no such study file; expected the path of a study YAML file (see studies/)")
     if path.stat().st_size > MAX_FILE_BYTES:
         raise UserError(f"{path}:1: the study file is over {MAX_FILE_BYTES} bytes; expected a short YAML file")
@@ -86,10 +123,14 @@ def parse_yaml(text: str, file: str) -> tuple[Any, Marks]:
     """Safe-load one YAML document; the Marks map every key path to its 1-based line."""
     try:
         return _load(_FastStudyLoader, text, file)
+    except _Refused as refused:
+        raise _refusal(file, refused) from None
     except (yaml.YAMLError, _DuplicateKey, RecursionError):
         pass  # a file with a problem is read again by the pure-Python parser, which words the error
     try:
         return _load(_StudyLoader, text, file)
+    except _Refused as refused:
+        raise _refusal(file, refused) from None
     except _DuplicateKey as dup:
         key = format_path(dup.path)
         raise UserError(f"{file}:{dup.line}: key '{key}' is written twice (first on line {dup.first_line}); "
@@ -100,11 +141,16 @@ def parse_yaml(text: str, file: str) -> tuple[Any, Marks]:
         what = exc.problem or exc.context or "unreadable"
         if exc.context and exc.problem and exc.context_mark:
             what += f" ({exc.context} started on line {exc.context_mark.line + 1})"
-        raise UserError(one_line(f"{file}:{line}: not valid YAML: {what}")) from None
+        raise UserError(shorten(f"{file}:{line}: not valid YAML: {what}", MAX_MESSAGE_CHARS)) from None
     except yaml.YAMLError as exc:
-        raise UserError(one_line(f"{file}:1: not valid YAML: {exc}")) from None
+        raise UserError(shorten(f"{file}:1: not valid YAML: {exc}", MAX_MESSAGE_CHARS)) from None
     except RecursionError:
         raise UserError(f"{file}:1: not valid YAML: nested too deeply") from None
+
+
+def _refusal(file: str, refused: _Refused) -> UserError:
+    key = f"key '{format_path(refused.path)}': " if refused.path else ""
+    return UserError(bounded_message(f"{file}:{refused.line}: {key}{refused.message}"))
 
 
 def _load(loader_class: type, text: str, file: str) -> tuple[Any, Marks]:
@@ -115,29 +161,83 @@ def _load(loader_class: type, text: str, file: str) -> tuple[Any, Marks]:
         if node is None:
             return None, Marks(file, lines)
         mapping_paths: dict[int, tuple] = {}
-        _record_lines(node, (), lines, mapping_paths, set())
+        _Walk(lines, mapping_paths).visit(node, ())
         loader.mapping_paths = mapping_paths
         return loader.construct_document(node), Marks(file, lines)
     finally:
         loader.dispose()
 
 
-def _record_lines(node: yaml.Node, path: tuple, lines: dict[tuple, int], mapping_paths: dict[int, tuple],
-                  on_path: set[int]) -> None:
-    if id(node) in on_path:
-        raise yaml.YAMLError(f"the alias at line {node.start_mark.line + 1} refers to itself")
-    if id(node) in mapping_paths or not isinstance(node, (yaml.MappingNode, yaml.SequenceNode)):
-        return  # scalars have nothing inside; an aliased collection is recorded once (no blow-up)
-    mapping_paths[id(node)] = path
-    on_path.add(id(node))
-    if isinstance(node, yaml.MappingNode):
-        children = [((key.value if isinstance(key, yaml.ScalarNode) else "?"), key, value) for key, value in node.value]
-    else:
-        children = [(index, item, item) for index, item in enumerate(node.value)]
-    for name, mark_node, child in children:
-        lines.setdefault(path + (name,), mark_node.start_mark.line + 1)
-        _record_lines(child, path + (name,), lines, mapping_paths, on_path)
-    on_path.discard(id(node))
+class _Walk:
+    """One pass over the composed nodes, before any value is built: the line of every key path, the mapping
+    paths (for duplicate keys), and the checks on the file's shape (MAX_DEPTH, MAX_ALIAS_VALUES, characters).
+
+    An aliased collection is walked once; its size and height are remembered and counted again wherever
+    the alias is used, so the walk is linear in the file while it measures what the aliases expand to."""
+
+    def __init__(self, lines: dict[tuple, int], mapping_paths: dict[int, tuple]):
+        self.lines, self.mapping_paths = lines, mapping_paths
+        self.sizes: dict[int, tuple[int, int]] = {}  # id(collection) -> (values inside it, levels below it)
+        self.added = 0  # values the aliases add to those written
+        self.on_path: set[int] = set()
+        self.scalars: set[int] = set()  # id() of the scalars walked
+
+    def visit(self, node: yaml.Node, path: tuple) -> tuple[int, int]:
+        """(values, height) of `node` as the data will hold it, aliases expanded."""
+        if id(node) in self.on_path:
+            raise yaml.YAMLError(f"the alias at line {node.start_mark.line + 1} refers to itself")
+        if not isinstance(node, (yaml.MappingNode, yaml.SequenceNode)):
+            if id(node) in self.scalars:  # an alias of a text: it weighs its length (a 500 KB text 100,000 times)
+                self._add(1 + len(str(node.value)) // 100, path, node)
+                return 1, 0
+            self.scalars.add(id(node))
+            if isinstance(node.value, str) and _BAD_CHARACTERS.search(node.value):
+                bad = _BAD_CHARACTERS.search(node.value).group()
+                what = "a NUL character (\\0)" if bad == "\0" else f"half of a surrogate pair ({bad!a})"
+                raise _Refused(path, node.start_mark.line + 1, f"the text {excerpt(node.value, 40)} holds {what}, "
+                               "which no path, terminal or file takes; remove it")
+            return 1, 0
+        if id(node) in self.sizes:  # an alias of a collection walked before
+            size, height = self.sizes[id(node)]
+            self._add(size, path, node)
+            self._check_depth(path, height, node)
+            return size, height
+        self._check_depth(path, 0, node)
+        self.mapping_paths[id(node)] = path
+        self.on_path.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            children = [((key.value if isinstance(key, yaml.ScalarNode) else "?"), key, value)
+                        for key, value in node.value]
+        else:
+            children = [(index, item, item) for index, item in enumerate(node.value)]
+        size, height = 1, 0
+        for name, mark_node, child in children:
+            if mark_node is not child:
+                self.visit(mark_node, path + (name,))  # a key: its characters are checked too
+            alias_item = mark_node is child and (id(child) in self.sizes or id(child) in self.scalars)
+            # an item that is an alias has its anchor's mark: its own line is (about) its list's
+            line = self.lines.get(path, 1) if alias_item else mark_node.start_mark.line + 1
+            self.lines.setdefault(path + (name,), line)
+            child_size, child_height = self.visit(child, path + (name,))
+            size, height = size + child_size, max(height, child_height + 1)
+        self.on_path.discard(id(node))
+        self.sizes[id(node)] = (size, height)
+        return size, height
+
+    def _add(self, values: int, path: tuple, node: yaml.Node) -> None:
+        self.added += values
+        if self.added > MAX_ALIAS_VALUES:
+            raise _Refused(path, self._line(path, node), f"the aliases expand the file by more than "
+                           f"{MAX_ALIAS_VALUES:,} values (an alias of aliases grows exponentially); "
+                           "write the values out, or use fewer levels of aliases")
+
+    def _check_depth(self, path: tuple, height: int, node: yaml.Node) -> None:
+        if len(path) + height > MAX_DEPTH:
+            raise _Refused(path[:MAX_DEPTH], self._line(path, node), f"nested more than {MAX_DEPTH} levels deep; "
+                           "expected a study file's few levels (its deepest key, a queue slice, is 4 deep)")
+
+    def _line(self, path: tuple, node: yaml.Node) -> int:
+        return self.lines.get(path, node.start_mark.line + 1)
 
 
 class Marks:
@@ -158,4 +258,4 @@ class Marks:
         if show_key and path:
             # "key 'x' is unknown ..." reads as a sentence; everything else follows a colon
             prefix += f"key '{format_path(path)}'" + (" " if message.startswith("is ") else ": ")
-        return UserError(one_line(prefix + message))
+        return UserError(bounded_message(prefix + message))

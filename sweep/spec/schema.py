@@ -25,8 +25,11 @@ from pydantic import (
 )
 
 from sweep.spec.expressions import check_expression
+from sweep.spec.limits import MANY_TRIALS_FLAG, budget_problem, planned_trials
 from sweep.spec.marks import Marks
-from sweep.spec.text import suggestion
+from sweep.spec.text import count_text, suggestion
+from trainer.config import path_text
+from trainer.errors import excerpt
 
 METRIC_NAMES = (
     "dev_stsb", "avg", "STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness",
@@ -44,7 +47,7 @@ Number = Annotated[float, Strict(), Field(allow_inf_nan=False)]  # ints allowed,
 
 def _slug(name: str) -> str:
     if not _NAME_PATTERN.match(name):
-        raise ValueError(f"expected a slug of letters, digits, '-' and '_' (at most 100), got {name!r}")
+        raise ValueError(f"expected a slug of letters, digits, '-' and '_' (at most 100), got {excerpt(name)}")
     return name
 
 
@@ -63,16 +66,18 @@ def _storage_url(url: str) -> str:
     try:
         parsed = make_url(url)
     except (ArgumentError, ValueError):
-        raise ValueError(f"expected {expected}, got {url!r}") from None
+        raise ValueError(f"expected {expected}, got {excerpt(url)}") from None
     backend = parsed.get_backend_name()
     if backend not in STORAGE_BACKENDS:
         hint = " (write postgresql://, not postgres://)" if backend == "postgres" else ""
-        raise ValueError(f"expected a {', '.join(STORAGE_BACKENDS)} URL, got scheme {backend!r}{hint}")
+        raise ValueError(f"expected a {', '.join(STORAGE_BACKENDS)} URL, got scheme {excerpt(backend)}{hint}")
     if backend == "sqlite" and parsed.database in (None, "", ":memory:"):
         raise ValueError("expected a SQLite file, e.g. sqlite:///results/study/optuna.db; an in-memory database "
                          "cannot be shared with the dashboard or resumed")
+    if backend == "sqlite":
+        path_text(parsed.database)  # a path the OS can open (its folder is checked by `sweep run`, dry run too)
     if backend != "sqlite" and (not parsed.database or not (parsed.host or parsed.query.get("host"))):
-        raise ValueError(f"expected a host and a database name, e.g. {backend}://user@host/optuna, got {url!r}")
+        raise ValueError(f"expected a host and a database name, e.g. {backend}://user@host/optuna, got {excerpt(url)}")
     return url
 
 
@@ -82,13 +87,13 @@ def _keep_weights(value: Any) -> Any:
         return _NAMED_KEEP[value]
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return value
-    raise ValueError(f"expected best, all, none or a number of trials k >= 0, got {value!r}")
+    raise ValueError(f"expected best, all, none or a number of trials k >= 0, got {excerpt(value)}")
 
 
 def _loggers(value: list[str]) -> list[str]:
     for index, name in enumerate(value):
         if name not in LOGGERS:
-            raise UserErrorAt(("loggers", index), f"expected one of {', '.join(LOGGERS)}, got {name!r}"
+            raise UserErrorAt(("loggers", index), f"expected one of {', '.join(LOGGERS)}, got {excerpt(name)}"
                               + suggestion(str(name), LOGGERS))
         if name in value[:index]:
             raise UserErrorAt(("loggers", index), f"{name} is listed twice")
@@ -97,14 +102,24 @@ def _loggers(value: list[str]) -> list[str]:
 
 def _non_empty(text: str) -> str:
     if not text.strip():
-        raise ValueError(f"expected a non-empty string, got {text!r}")
+        raise ValueError(f"expected a non-empty string, got {excerpt(text)}")
     return text
 
 
 def _gpu_rule(gpu: float) -> float:
     if gpu > 1 and not float(gpu).is_integer():
-        raise ValueError(f"expected a fraction below 1 or a whole number (Ray's rule), got {gpu!r}")
+        raise ValueError(f"expected a fraction below 1 or a whole number (Ray's rule), got {excerpt(gpu)}")
     return gpu
+
+
+def _ray_quantity(amount: float) -> float:
+    """Ray counts a resource in ten-thousandths in a 64-bit integer (ray._raylet.RESOURCE_UNIT_SCALING): it
+    refuses a non-zero amount below 0.0001 once Ray has started, and cannot hold one past ~9.2e14."""
+    if 0 < abs(amount) * 10_000 < 1:  # as Ray's int(amount * 10000) == 0, without overflowing at 1e308
+        raise ValueError(f"expected 0 or at least 0.0001 (Ray counts resources in ten-thousandths), got {amount:g}")
+    if amount * 10_000 >= 2**63:
+        raise ValueError(f"expected at most 1e14 (Ray counts resources in ten-thousandths in 64 bits), got {amount:g}")
+    return amount
 
 
 class _Section(BaseModel):
@@ -125,8 +140,8 @@ class Metric(_Section):
 
 
 class Resources(_Section):
-    cpu: Number = Field(1.0, gt=0)
-    gpu: Annotated[Number, AfterValidator(_gpu_rule)] = Field(0.0, ge=0)  # fractions allowed, e.g. 0.5
+    cpu: Annotated[Number, AfterValidator(_ray_quantity)] = Field(1.0, gt=0)
+    gpu: Annotated[Number, AfterValidator(_ray_quantity), AfterValidator(_gpu_rule)] = Field(0.0, ge=0)  # 0.5: half
 
 
 def _analysis_knobs(value: list[str]) -> list[str]:
@@ -135,7 +150,7 @@ def _analysis_knobs(value: list[str]) -> list[str]:
     for index, knob in enumerate(value):
         if knob not in KNOWN_KNOBS:
             raise UserErrorAt(("analysis", "knobs", index), f"expected a knob a figure is drawn for "
-                              f"({', '.join(KNOWN_KNOBS)}), got {knob!r}" + suggestion(str(knob), KNOWN_KNOBS))
+                              f"({', '.join(KNOWN_KNOBS)}), got {excerpt(knob)}" + suggestion(str(knob), KNOWN_KNOBS))
     return value
 
 
@@ -157,7 +172,7 @@ class Scheduler(_Section):
     def _max_t_after_grace(self) -> Scheduler:
         if self.max_t is not None and self.max_t < self.grace_period:
             raise UserErrorAt(("scheduler", "max_t"), f"expected null or an integer >= grace_period "
-                              f"({self.grace_period}), got {self.max_t!r}")
+                              f"({self.grace_period}), got {excerpt(self.max_t)}")
         return self
 
 
@@ -191,7 +206,8 @@ class StudySpec(BaseModel):
     resources: Annotated[Resources, BeforeValidator(_none_is_default)] = Field(default_factory=Resources)
     scheduler: Scheduler | None = None
     storage: Annotated[str, Strict(), AfterValidator(_storage_url)] | None = None  # None: <study>/optuna.db
-    results_dir: Annotated[str, Strict(), BeforeValidator(_none_is_default), AfterValidator(_non_empty)] = "results"
+    results_dir: Annotated[str, Strict(), BeforeValidator(_none_is_default), AfterValidator(_non_empty),
+                           AfterValidator(path_text)] = "results"
     constraints: Annotated[list[Annotated[str, Strict(), AfterValidator(_condition)]],
                            BeforeValidator(_none_is_default)] = []
     # best | all | none | <k>: whose best-dev weights stay (trials/<key>/model/; the top k by the metric)
@@ -213,22 +229,48 @@ class StudySpec(BaseModel):
         from sweep.spec.values import check_base, check_parameters
 
         where = self.where()
+        seen: set[int] = set()  # a set: 100,000 seeds in a list scan were 5 billion comparisons
         for index, seed in enumerate(self.seeds):
-            if seed in self.seeds[:index]:
+            if seed in seen:
                 raise where.error(("seeds", index), f"seed {seed} is listed twice")
+            seen.add(seed)
         if self.method == "grid" and self.budget is not None:
             raise where.error(("budget",), "applies to method random or tpe; a grid runs every combination")
         if self.method != "grid" and self.budget is None:
             raise where.error(("method",), f"method {self.method} needs a budget: the number of configurations "
                               "to try (e.g. budget: 20)")
+        max_trials = (info.context or {}).get("max_trials")
+        if self.method == "grid":
+            self._check_size(max_trials)  # before any value is checked or trial built
         self.base = check_base(self.base, set(self.parameters), where)
         self.parameters = check_parameters(self.parameters, self.method, self.base, where)
+        problem = budget_problem(self.parameters, self.method, self.budget)
+        if problem:  # a budget beyond the space first: asking for the flag would not help
+            raise where.error(("budget",), problem)
+        if self.method != "grid":
+            self._check_size(max_trials)
         device = str(self.base.get("device", "auto"))
         if device.startswith("cuda") and self.resources.gpu == 0:
             raise where.error(("resources", "gpu") if ("resources", "gpu") in where.lines else ("base", "device"),
-                              f"base.device is {device!r} but resources.gpu is 0; expected gpu > 0 (or device "
+                              f"base.device is {excerpt(device)} but resources.gpu is 0; expected gpu > 0 (or device "
                               "auto/cpu)", show_key=False)
         return self
+
+    def _check_size(self, max_trials: int | None) -> None:
+        """More than `max_trials` trials (load_study's MAX_TRIALS unless `--many-trials`) is refused, saying
+        how many, before the work that grows with them (checking, building and keying each trial)."""
+        trials = planned_trials(self.parameters, self.method, self.budget, len(self.seeds))
+        if max_trials is None or trials <= max_trials:
+            return
+        seeds = f"{len(self.seeds)} seed{'s' if len(self.seeds) != 1 else ''}"
+        if self.method == "grid":
+            path, what = ("parameters",), f"the grid has {count_text(trials // len(self.seeds))} combinations"
+        else:
+            path, what = ("budget",), f"budget {count_text(self.budget)}"
+        raise self.where().error(path, f"{what} x {seeds} = {count_text(trials)} trials, more than the "
+                                 f"{count_text(max_trials)} a study plans unasked (planning takes about 0.4 ms a "
+                                 f"trial, before any runs); pass {MANY_TRIALS_FLAG} to plan them all, or make the "
+                                 "study smaller")
 
     def where(self) -> Marks:
         """The marks errors are placed with (no lines for a spec built in code)."""

@@ -6,6 +6,8 @@ import copy
 import difflib
 from typing import Any
 
+from trainer.errors import excerpt, printable
+
 
 def dotted_get(data: dict[str, Any], dotted: str, default: Any = None) -> Any:
     """data["a"]["b"] for "a.b"; `default` when a part is missing or its parent is not a mapping.
@@ -92,16 +94,40 @@ def format_value(value: Any) -> str:
     return str(value)
 
 
+def format_value_excerpt(value: Any, limit: int = 80) -> str:
+    """format_value for a message: at most `limit` characters, in time bounded by `limit` (a list of a
+    million queue slices, a 1 MB string), e.g. "0-256+768-1024" or "x+x+x+x+x+x+x+x+...(1000000 values)"."""
+    if isinstance(value, list):
+        parts = [format_value_excerpt(v, limit) if not isinstance(v, (list, dict)) else excerpt(v, limit)
+                 for v in value[:8]]
+        text = "+".join(parts) + (f"+...({len(value)} values)" if len(value) > 8 else "")
+    elif isinstance(value, dict) and not is_expr(value):
+        text = excerpt(value, limit)
+    elif isinstance(value, str):
+        text = value[: limit + 1]
+    elif isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
+        text = excerpt(value)
+    else:
+        text = format_value(value)
+    return shorten(text, limit)
+
+
 def format_path(path: tuple) -> str:
-    """('seeds', 1) -> 'seeds[1]'; ('base', 'queue', 'size') -> 'base.queue.size'."""
+    """('seeds', 1) -> 'seeds[1]'; ('base', 'queue', 'size') -> 'base.queue.size' (a key of 1 MB: its first
+    60 characters)."""
     text = ""
     for part in path:
+        if not isinstance(part, int):
+            part = printable(shorten(part, 60))
         text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
     return text
 
 
 def suggestion(word: Any, choices: Any) -> str:
-    close = difflib.get_close_matches(str(word), list(choices), n=1)
+    word = str(word) if not isinstance(word, str) else word
+    if len(word) > 100:  # no key is that long (and difflib is quadratic in it)
+        return ""
+    close = difflib.get_close_matches(word, list(choices), n=1)
     return f" (did you mean '{close[0]}'?)" if close else ""
 
 
@@ -120,8 +146,20 @@ def one_line(text: str) -> str:
 
 def shorten(text: Any, limit: int = 200) -> str:
     """`text` on one line, cut to `limit` characters with "..." (for one-line messages)."""
-    text = one_line(text)
+    text = one_line(str(text)[: 4 * limit + 100])  # whitespace runs shrink: a little more than needed is enough
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def count_text(count: int) -> str:
+    """A count for a message: 1,000,000; past a trillion "about 10^N" (a product of list lengths can have
+    more digits than Python prints).
+
+    >>> count_text(1_000_000), count_text(3 ** 1000)
+    ('1,000,000', 'about 10^477')
+    """
+    if count < 10**12:
+        return f"{count:,}"
+    return f"about 10^{int(count.bit_length() * 0.30103) if count.bit_length() > 3000 else len(str(count)) - 1}"
 
 
 def hide_password(url: str) -> str:

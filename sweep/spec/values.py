@@ -16,10 +16,20 @@ from typing import Any
 
 from sweep.spec.expressions import check_expression
 from sweep.spec.marks import Marks
-from sweep.spec.text import flatten, format_value, is_expr, overlay, pop_dotted, suggestion, type_name
+from sweep.spec.text import (
+    MISSING,
+    dotted_get,
+    flatten,
+    format_value_excerpt,
+    is_expr,
+    overlay,
+    pop_dotted,
+    suggestion,
+    type_name,
+)
 from trainer import config as run_config  # run_config.RunConfig read at call time (tests swap it)
 from trainer.config import check_value, field_names, set_dotted
-from trainer.errors import ConfigError
+from trainer.errors import ConfigError, excerpt
 
 DISTRIBUTION_KEYS = {
     "uniform": ("low", "high", "step"),
@@ -100,6 +110,12 @@ def check_base(base: Any, swept: set[str], where: Marks) -> dict[str, Any]:
             raise where.error(("base", key), f"is set per trial: {why}")
     checked = copy.deepcopy(base)
     for key in swept:
+        value = dotted_get(base, key, MISSING) if key in field_names() else MISSING
+        if value is not MISSING:  # never runs (every trial sets it), yet it must be a value of the key
+            try:
+                check_value(key, value)
+            except ConfigError as exc:
+                raise where.error(("base", *key.split(".")), exc.detail.lstrip(": ").strip()) from None
         pop_dotted(checked, key)  # every trial sets it, so the base's value never runs
     try:
         run_config.RunConfig.from_dict(checked)
@@ -138,7 +154,7 @@ def check_parameters(raw: Any, method: str, base: dict[str, Any], where: Marks) 
         else:
             raise where.error(path, "expected a list of values (grid), a distribution mapping "
                               "{distribution: ..., low: ..., high: ...} or {expr: ...}, got "
-                              f"{spec_value!r}; a fixed value belongs in base")
+                              f"{excerpt(spec_value)}; a fixed value belongs in base")
     return parameters
 
 
@@ -160,7 +176,7 @@ def _read_value_list(
             out.append(value)
             continue
         if isinstance(value, dict):
-            raise where.error(path, f"expected a plain value or {{expr: ...}}, got {value!r}")
+            raise where.error(path, f"expected a plain value or {{expr: ...}}, got {excerpt(value)}")
         value = _check_value(key, value, context, path, where)
         try:
             repeated = value in seen_hashable  # a set: a list scan made 10,000 values 50 million comparisons
@@ -169,7 +185,7 @@ def _read_value_list(
             repeated = value in seen
             seen.append(value)
         if repeated:
-            raise where.error(path, f"value {format_value(value)} is listed twice")
+            raise where.error(path, f"value {format_value_excerpt(value)} is listed twice")
         out.append(value)
     return out
 
@@ -180,8 +196,8 @@ def _read_distribution(
     path = ("parameters", key)
     kind = spec_value["distribution"]
     if kind not in DISTRIBUTION_KEYS:
-        raise where.error(path + ("distribution",), f"expected one of {', '.join(DISTRIBUTION_KEYS)}, got {kind!r}"
-                          + suggestion(kind, DISTRIBUTION_KEYS))
+        raise where.error(path + ("distribution",), f"expected one of {', '.join(DISTRIBUTION_KEYS)}, "
+                          f"got {excerpt(kind)}" + suggestion(kind, DISTRIBUTION_KEYS))
     allowed = DISTRIBUTION_KEYS[kind]
     for name in spec_value:
         if name != "distribution" and name not in allowed:
@@ -190,7 +206,7 @@ def _read_distribution(
     if kind == "categorical":
         choices = spec_value.get("choices")
         if not isinstance(choices, list) or not choices:
-            raise where.error(path + ("choices",), f"expected a non-empty list of choices, got {choices!r}")
+            raise where.error(path + ("choices",), f"expected a non-empty list of choices, got {excerpt(choices)}")
         checked = [_check_value(key, c, context, path + ("choices", i), where) for i, c in enumerate(choices)]
         return {"distribution": kind, "choices": checked}
     if numeric is None:
@@ -223,10 +239,10 @@ def _read_number(value: Any, number_type: type, path: tuple, where: Marks) -> in
     if number_type is int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
-        raise where.error(path, f"expected an integer, got {value!r}")
+        raise where.error(path, f"expected an integer, got {excerpt(value)}")
     if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
         return float(value)
-    raise where.error(path, f"expected a number, got {value!r}")
+    raise where.error(path, f"expected a number, got {excerpt(value)}")
 
 
 @dataclass
@@ -268,9 +284,9 @@ def _check_value(key: str, value: Any, context: _ValueContext, path: tuple, wher
         run_config.RunConfig.from_dict(config)
     except ConfigError as exc:
         if exc.key == key:
-            raise where.error(path, f"value {format_value(value)}{exc.detail}") from None
+            raise where.error(path, f"value {format_value_excerpt(value)}{exc.detail}") from None
         if exc.key in context.swept:
             return value
-        raise where.error(path, f"value {format_value(value)} does not fit the base: {exc}") from None
+        raise where.error(path, f"value {format_value_excerpt(value)} does not fit the base: {exc}") from None
     return value
 
