@@ -7,6 +7,10 @@ from pathlib import Path
 
 import pytest
 
+# No test may reach the Hugging Face hub (no network here, as in CI's .ci/run): a model id that is not local
+# fails at once instead of after the hub client's retries (tens of seconds). Set before transformers loads.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("SWEEP_TEST_DATA", REPO.parent / "shared" / "data"))
 
