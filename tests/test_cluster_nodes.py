@@ -48,11 +48,16 @@ def metrics_keys(study_dir: Path) -> dict[str, list[str]]:
     return out
 
 
+def started(driver: Driver) -> int:
+    """Trials the driver has printed as started."""
+    return sum("] start " in line for line in driver.lines)
+
+
 def wait_for(driver: Driver, timeout: float) -> None:
     try:
-        driver.proc.wait(timeout=timeout)
+        driver.finish(timeout=timeout)
     except subprocess.TimeoutExpired:
-        pytest.fail(f"the driver did not end within {timeout:.0f} s:\n" + "".join(driver.lines))
+        pytest.fail(f"the driver did not end within {timeout:.0f} s:\n{driver.out}")
 
 
 def staged_leftovers(keys) -> list[Path]:
@@ -122,10 +127,7 @@ def test_a_lost_node_costs_a_retry_not_a_trial(tmp_path, netns_cluster, tiny_mod
     study = write_study(tmp_path, "lost", tiny_model_dir, shared_data_dir, {"ema.decay": [0.1, 0.3, 0.5, 0.7]})
     driver = Driver(["run", str(study), "--address", cluster.address], tmp_path, {**env_nodes, **cluster.env})
     try:
-        deadline = time.monotonic() + 120
-        while sum("] start " in line for line in driver.lines) < 2 and time.monotonic() < deadline:
-            time.sleep(0.5)
-        assert sum("] start " in line for line in driver.lines) >= 2, "".join(driver.lines)
+        driver.wait_for(lambda: started(driver) >= 2, timeout=120)
         time.sleep(3)
         if how == "cut-then-kill":
             cluster.cut_link(0)
@@ -135,7 +137,7 @@ def test_a_lost_node_costs_a_retry_not_a_trial(tmp_path, netns_cluster, tiny_mod
     finally:
         if driver.proc.poll() is None:
             driver.proc.kill()
-    out = "".join(driver.lines)
+    out = driver.out
     assert driver.proc.returncode == 0, out
     lost = [line for line in out.splitlines() if "lost with its node" in line]
     assert lost and all(cluster.node_ip(0) in line for line in lost), out
@@ -153,16 +155,14 @@ def test_a_node_without_the_data_is_left_out_and_one_joining_later_is_checked(tm
     study = write_study(tmp_path, "nodata", tiny_model_dir, shared_data_dir, params)
     driver = Driver(["run", str(study), "--address", cluster.address], tmp_path, {**env_nodes, **cluster.env})
     try:
-        deadline = time.monotonic() + 120
-        while sum("] start " in line for line in driver.lines) < 1 and time.monotonic() < deadline:
-            time.sleep(0.5)
+        driver.wait_for(lambda: started(driver) >= 1, timeout=120)
         # a third node, also without the data, joins while the study runs
         late = cluster.add_worker(WorkerSpec(cpus=1, hidden=(results, shared_data_dir)))
         wait_for(driver, 400)
     finally:
         if driver.proc.poll() is None:
             driver.proc.kill()
-    out = "".join(driver.lines)
+    out = driver.out
     assert driver.proc.returncode == 1, out  # the three out-of-memory trials are failures
     left_out = [line for line in out.splitlines() if "left out of this study" in line]
     assert len(left_out) == 1 and cluster.node_ip(1) in left_out[0] and "sweep data fetch" in left_out[0], out
@@ -205,20 +205,16 @@ def test_with_no_node_left_the_study_says_what_it_waits_for_and_goes_on_when_one
     study = write_study(tmp_path, "alone", tiny_model_dir, shared_data_dir, {"ema.decay": [0.1, 0.3]})
     driver = Driver(["run", str(study), "--address", cluster.address], tmp_path, {**env_nodes, **cluster.env})
     try:
-        deadline = time.monotonic() + 120
-        while sum("] start " in line for line in driver.lines) < 1 and time.monotonic() < deadline:
-            time.sleep(0.5)
+        driver.wait_for(lambda: started(driver) >= 1, timeout=120)
         time.sleep(2)
         cluster.kill_node(0)  # the only worker node: nothing can take the trials now
-        deadline = time.monotonic() + 60
-        while not any(line.startswith("waiting: ") for line in driver.lines) and time.monotonic() < deadline:
-            time.sleep(0.5)
+        driver.wait_for(lambda: any(line.startswith("waiting: ") for line in driver.lines), timeout=60)
         cluster.add_worker(WorkerSpec(cpus=1, hidden=(results,)))
         wait_for(driver, 300)
     finally:
         if driver.proc.poll() is None:
             driver.proc.kill()
-    out = "".join(driver.lines)
+    out = driver.out
     assert driver.proc.returncode == 0, out
     waiting = [line for line in out.splitlines() if line.startswith("waiting: ")]
     assert len(waiting) == 1, out  # at most once a minute
