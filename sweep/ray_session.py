@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from sweep.reaper import name as process_name
-from sweep.stopping import StopSignals, descendants_of_driver, kill_leftovers
+from sweep.stopping import StopSignals, descendants_of_driver, kill_leftovers, reassert_handlers
 from trainer.errors import UserError
 
 # Environment variables a trial needs where it runs (forwarded to the workers through runtime_env).
@@ -167,11 +167,29 @@ def ray_log_handler(folder_path: Path) -> logging.Handler:
 
 
 def shutdown_ray(local: bool, keep: set[int]) -> None:
-    """ray.shutdown(), then (for a Ray started here) kill what Ray left, except the pids in `keep`."""
+    """ray.shutdown(), then (for a Ray started here) kill what Ray left, except the pids in `keep`.
+
+    ray.shutdown destroys the driver's core worker first, and its destructor resets SIGTERM to the default
+    action at the C level (Ray installs a failure-signal handler for drivers, hard-coded); the rest of
+    ray.shutdown (stopping GCS, raylet and agents, ~1 s) then ran with a SIGTERM killing the driver without
+    a word (143) where a SIGINT at the same moment was noted (130 and the one line). The handlers are put
+    back at every Python call inside ray.shutdown (a profile hook; sigaction is cheap), so the window is
+    only what is left of that destructor after the reset.
+    """
     import ray
 
     if ray.is_initialized():
-        ray.shutdown()
+        def reassert_on_call(frame: Any, event: str, arg: Any) -> None:
+            if event == "call":
+                reassert_handlers()
+
+        previous = sys.getprofile()
+        sys.setprofile(reassert_on_call)
+        try:
+            ray.shutdown()
+        finally:
+            sys.setprofile(previous)
+            reassert_handlers()
     if local:
         kill_leftovers(keep=keep)
 

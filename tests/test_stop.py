@@ -284,9 +284,11 @@ def test_a_signal_swallowed_before_the_run_stops_the_run(tmp_path, shared_data_d
 
 
 # A signal after the summary is printed: it was noted and then ignored (exit 0, the normal summary), or
-# killed the driver without a word while Ray's shutdown had reset SIGTERM. Now: 128 + N and the one line.
+# killed the driver without a word while Ray's shutdown had reset SIGTERM. Now: 128 + N and the one line,
+# the same for SIGINT and SIGTERM at the same moment.
 @pytest.mark.parametrize("moment, signame", [
     ("after_summary", "SIGINT"), ("after_summary", "SIGTERM"), ("after_ray_shutdown", "SIGTERM"),
+    ("inside_ray_shutdown", "SIGINT"), ("inside_ray_shutdown", "SIGTERM"),
 ])
 def test_a_signal_during_the_last_writes_is_honoured(tmp_path, shared_data_dir, moment, signame):
     hooks = {
@@ -297,6 +299,13 @@ def test_a_signal_during_the_last_writes_is_honoured(tmp_path, shared_data_dir, 
         "after_ray_shutdown": ("import sweep.stopping as st\norig = st.kill_all\n"
                                "def hooked(*a, **k):\n    os.kill(os.getpid(), signal.{sig}); time.sleep(0.1)\n"
                                "    return orig(*a, **k)\nst.kill_all = hooked"),
+        # ray.shutdown stops the local GCS, raylet and agents (~1 s) after the driver's core worker is gone,
+        # which reset SIGTERM to its default action: a SIGTERM there ended the driver with 143 and no line
+        "inside_ray_shutdown": ("import ray._private.node as node\norig = node.Node.kill_all_processes\n"
+                                "sent = []\n"
+                                "def hooked(*a, **k):\n    if not sent:\n        sent.append(1)\n"
+                                "        os.kill(os.getpid(), signal.{sig}); time.sleep(0.1)\n"
+                                "    return orig(*a, **k)\nnode.Node.kill_all_processes = hooked"),
     }
     result = signalled_driver(tmp_path, shared_data_dir, hooks[moment].format(sig=signame))
     assert result.returncode == 128 + getattr(signal, signame), result.stdout + result.stderr
