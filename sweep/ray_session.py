@@ -58,15 +58,15 @@ def start_ray(address: str | None, stop: StopSignals, folder_path: Path) -> bool
             ray.init(address=address, **kwargs)
         else:
             # Worker processes started at once (Ray's default: one per core). Each trial's worker imports
-            # Ray Tune (~1 s of CPU); with 8 starting together on 2 cores, all became ready together and
-            # the first trial ran 8 s after Tune began. Half the cores (the rest for the driver and the
-            # trials already running) staggers them: the first ran after 3 s, the last as late as before
-            # (bench/RESULTS.md). The raylet reads this from the environment it inherits; yours wins.
+            # Ray Tune; started all together on few cores, they all became ready late together. Half the
+            # cores (the rest for the driver and the trials already running) staggers them: the first trial
+            # starts sooner, the last no later (measured: bench/RESULTS.md, "Per-trial overhead"). The
+            # raylet reads this from the environment it inherits; yours wins.
             os.environ.setdefault("RAY_worker_maximum_startup_concurrency", str(max(1, (os.cpu_count() or 1) // 2)))
             # When the driver connects, the raylet starts one idle worker per CPU for the driver's own tasks.
             # A sweep has none, and a trial never lands on them (Tune gives each trial actor its own
-            # runtime_env), so they took ~0.8 s of CPU each while Ray and the first trial's worker started:
-            # the first trial ran ~1 s later (bench/RESULTS.md). Ray's setting, read from the environment.
+            # runtime_env), so they took CPU while Ray and the first trial's worker started and delayed the
+            # first trial (bench/RESULTS.md, "Per-trial overhead"). Ray's setting, read from the environment.
             os.environ.setdefault("RAY_prestart_worker_first_driver", "0")
             # "local": a new instance of our own, even when another Ray runs on this machine
             ray.init(address="local", num_cpus=os.cpu_count() or 1, include_dashboard=False, **kwargs)
@@ -127,9 +127,10 @@ def skip_tracker_imports_in_tune_usage_tag() -> None:
     Before the first trial, Tune tags its usage statistics with the callbacks a run was given
     (ray.air._internal.usage.tag_callbacks). To know its own callbacks' class names it imports its W&B,
     MLflow, Comet and Aim integrations, and they import those packages when they are installed (the
-    README's set-up installs wandb and mlflow): ~2 s of the driver's time, before the first trial starts,
-    for a study that uses neither. The tag is recorded as before when the packages are already imported
-    (a study with `loggers: [wandb]` or `[mlflow]`) or not installed; otherwise it is skipped. Nothing
+    README's set-up installs wandb and mlflow): seconds of the driver's time before the first trial starts
+    (bench/RESULTS.md), for a study that uses neither. The tag is recorded as before when the packages are
+    already imported (a study with `loggers: [wandb]` or `[mlflow]`) or not installed; otherwise it is
+    skipped. Nothing
     changes if Ray renames or moves the function (this then does nothing)."""
     try:
         from ray.air._internal import usage
@@ -171,16 +172,21 @@ def shutdown_ray(local: bool, keep: set[int]) -> None:
 
     ray.shutdown destroys the driver's core worker first, and its destructor resets SIGTERM to the default
     action at the C level (Ray installs a failure-signal handler for drivers, hard-coded); the rest of
-    ray.shutdown (stopping GCS, raylet and agents, ~1 s) then ran with a SIGTERM killing the driver without
+    ray.shutdown (stopping GCS, raylet and agents) then ran with a SIGTERM killing the driver without
     a word (143) where a SIGINT at the same moment was noted (130 and the one line). The handlers are put
-    back at every Python call inside ray.shutdown (a profile hook; sigaction is cheap), so the window is
-    only what is left of that destructor after the reset.
+    back before each call ray.shutdown's own body makes (a profile hook that looks at the caller only: at
+    every call of the whole shutdown the handlers' system calls doubled its time), so the window is only
+    what is left of that destructor after the reset (measured: bench/RESULTS.md, "Stop signals").
     """
+    import inspect
+
     import ray
 
     if ray.is_initialized():
+        shutdown_body = inspect.unwrap(ray.shutdown).__code__
+
         def reassert_on_call(frame: Any, event: str, arg: Any) -> None:
-            if event == "call":
+            if event == "call" and frame.f_back is not None and frame.f_back.f_code is shutdown_body:
                 reassert_handlers()
 
         previous = sys.getprofile()
