@@ -42,6 +42,7 @@ from analysis import paper_values
 from analysis.load import swept_parameters
 from analysis.stats import PeakFit, fit_peak, seed_summary, spearman
 from trainer.sts_average import TASK_NAMES
+from trainer.vocabulary import SICK_RELATEDNESS, STS_BENCHMARK
 
 STYLE = {
     "font.size": 10,
@@ -63,8 +64,8 @@ PAPER_STYLE = dict(marker="D", markersize=7, markerfacecolor="white", markeredge
 SCORE_LABELS = {
     "avg": "STS avg Spearman x100",  # the seven-task average (a trial without all seven has no avg)
     "dev_stsb": "STS-B dev Spearman x100",
-    "STSBenchmark": "STS-B test Spearman x100",
-    "SICKRelatedness": "SICK-R Spearman x100",
+    STS_BENCHMARK: "STS-B test Spearman x100",
+    SICK_RELATEDNESS: "SICK-R Spearman x100",
 }
 PAPER_LEFT_OUT = "paper values not drawn: they are seven-task STS averages"
 MTD_LABEL = "MTD (steps)"

@@ -33,13 +33,14 @@ import pandas as pd
 import yaml
 
 from analysis.mtd import ETA_CHOICES, K_CHOICES, config_traceable_distance
-from trainer.sts_average import AVG, readable_test
+from trainer.sts_average import AVG
+from trainer.summary_row import summary_row
+from trainer.vocabulary import OK, TRANSFER_TASKS, optuna_state_name
+from trainer.vocabulary import STS_TASKS as TASKS
 
 MTD_SOURCES = ("formula", "measured")
-TASKS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness")
 SCORES = TASKS + ("avg",)
 # SentEval transfer accuracies (summary["transfer"]; "avg" there is the column transfer_avg)
-TRANSFER_TASKS = ("MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC")
 TRANSFER_SCORES = TRANSFER_TASKS + ("transfer_avg",)
 
 # Columns that are never swept parameters (bookkeeping, measurements, per-trial paths).
@@ -97,7 +98,7 @@ def load_results(
 
     table = _normalise(table)
     if not include_failed:
-        finished = table[(table["state"] == "COMPLETE") & (table["status"] == "ok")]
+        finished = table[(table["state"] == "COMPLETE") & (table["status"] == OK)]
         if finished.empty:
             counts = ", ".join(f"{n} {s}" for s, n in _state_counts(table).items())
             raise ResultsError(
@@ -206,49 +207,15 @@ def _read_trials_csv(path: Path) -> pd.DataFrame:
         return pd.DataFrame()
 
 
-_STATE_OF_STATUS = {"ok": "COMPLETE", "pruned": "PRUNED"}  # every other final status is a FAIL
-
-
 def _row_from_summary(key: str, summary: dict[str, Any], state: str | None = None) -> dict[str, Any]:
-    """A trials.csv-like row from one summary.json (its config flattened to dotted columns); `state` is the
-    Optuna state from trials.csv, else the one the status implies."""
+    """A trials.csv-like row from one summary.json (trainer.summary_row's analysis view: its config flattened
+    to dotted columns; its `mtd` is renamed mtd_recorded with the CSV's column); `state` is the Optuna state
+    from trials.csv, else the one the status implies (trainer.vocabulary)."""
     config = summary.get("config") or {}
-    mtd = summary.get("mtd") or {}
-    state = state if isinstance(state, str) else _STATE_OF_STATUS.get(summary.get("status"), "FAIL")
+    state = state if isinstance(state, str) else optuna_state_name(summary.get("status"))
     row: dict[str, Any] = {"key": key, "seed": config.get("seed"), "state": state}
-    row["status"] = summary.get("status")
-    row["reason"] = summary.get("reason")
-    row.update(_flatten(config))
-    row["steps"] = summary.get("steps")
-    row["mtd"] = mtd.get("formula")  # renamed mtd_recorded with the CSV's column
-    for name in ("ema_age", "queue_age_mean", "queue_age_max"):
-        row[name] = mtd.get(name)
-    # what ran, as the trainer recorded it (precision "auto" resolves per device); the config's otherwise
-    row["variant"] = summary.get("variant") or config.get("variant")
-    row["precision"] = summary.get("precision") or config.get("precision")
-    row["best_step"] = summary.get("best_step")
-    row["dev_stsb"] = summary.get("best_dev_stsb")
-    row.update(readable_test(summary.get("test")) or {})
-    transfer = summary.get("transfer") or {}
-    for name in TRANSFER_TASKS:
-        row[name] = transfer.get(name)
-    row["transfer_avg"] = transfer.get("avg")
-    row["transfer_mode"] = summary.get("transfer_mode")
-    for name in ("align", "uniform", "align_uniform_split", "sentences_per_s", "wall_time_s"):
-        row[name] = summary.get(name)
+    row.update(summary_row(summary, "analysis"))
     return row
-
-
-def _flatten(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    flat = {}
-    for name, value in config.items():
-        if isinstance(value, dict):
-            flat.update(_flatten(value, f"{prefix}{name}."))
-        elif isinstance(value, (list, tuple)):
-            flat[prefix + name] = json.dumps(value)  # lists become one hashable cell
-        else:
-            flat[prefix + name] = value
-    return flat
 
 
 def _normalise(table: pd.DataFrame) -> pd.DataFrame:
@@ -258,7 +225,7 @@ def _normalise(table: pd.DataFrame) -> pd.DataFrame:
         table = table.rename(columns={"heads.predictor_dim": "heads.embedding_dim"})
     if "mtd" in table.columns:
         table = table.rename(columns={"mtd": "mtd_recorded"})
-    for name, default in (("key", None), ("seed", np.nan), ("state", "COMPLETE"), ("status", "ok"), ("method", None)):
+    for name, default in (("key", None), ("seed", np.nan), ("state", "COMPLETE"), ("status", OK), ("method", None)):
         if name not in table.columns:
             table[name] = default
     if table["key"].isna().all():

@@ -50,6 +50,7 @@ from analysis.load import (
     read_study_spec,
 )
 from trainer.sts_average import AVG
+from trainer.vocabulary import STS_BENCHMARK
 
 PNG_DPI = 200
 
@@ -111,7 +112,7 @@ def analyze(
 def fallback_score(table: pd.DataFrame) -> str | None:
     """What the figures plot when the trials have no seven-task average: the STS test score they have
     (STS-B test first, as the quickstart evaluates it), else STS-B dev; None when there is neither."""
-    return next((name for name in ("STSBenchmark", *TASKS, "dev_stsb") if _has_values(table, name)), None)
+    return next((name for name in (STS_BENCHMARK, *TASKS, "dev_stsb") if _has_values(table, name)), None)
 
 
 def _has_values(table: pd.DataFrame, column: str) -> bool:

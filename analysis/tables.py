@@ -23,15 +23,10 @@ import pandas as pd
 from analysis import paper_values
 from analysis.load import SCORES, TRANSFER_SCORES, swept_parameters
 from trainer.sts_average import AVG
+from trainer.vocabulary import STS_TASK_LABELS, TRANSFER_TASK_LABELS
 
-HEADERS = {
-    "STS12": "STS12", "STS13": "STS13", "STS14": "STS14", "STS15": "STS15", "STS16": "STS16",
-    "STSBenchmark": "STS-B", "SICKRelatedness": "SICK-R", "avg": "Avg",
-}
-TRANSFER_HEADERS = {
-    "MR": "MR", "CR": "CR", "SUBJ": "SUBJ", "MPQA": "MPQA", "SST2": "SST-2", "TREC": "TREC", "MRPC": "MRPC",
-    "transfer_avg": "Avg",
-}
+HEADERS = {**STS_TASK_LABELS, AVG: "Avg"}
+TRANSFER_HEADERS = {**TRANSFER_TASK_LABELS, "transfer_avg": "Avg"}
 
 
 def score_table(table: pd.DataFrame, by: Sequence[str] | None = None,

@@ -1,4 +1,4 @@
-"""What the orchestrator's bookkeeping costs at 100, 1,000 and 10,000 finished trials (issue 20, point 4).
+"""What the orchestrator's bookkeeping costs at 100, 1,000 and 10,000 finished trials.
 
     python bench/bookkeeping_scale.py [--sizes 100 1000 10000] [--json]
 

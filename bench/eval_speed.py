@@ -27,8 +27,9 @@ import torch
 from scipy.stats import spearmanr
 
 from trainer.data import data_dir
-from trainer.evaluation import TASKS, SentenceEncoder, average, evaluate_sts, format_score, load_task
+from trainer.evaluation import TASKS, average, evaluate_sts, format_score, load_task
 from trainer.models import load_encoder
+from trainer.sentence_encoder import SentenceEncoder
 
 
 def senteval_procedure(model, tokenizer, pooler: str, root) -> dict[str, float]:

@@ -7,7 +7,7 @@
 2. our train() for simcse, mocose (lagged FGSM, K 512, K0 128), gs (M = 3N) and mix.
 Each of ours runs `steps` optimiser steps; its time is the loop's own training time (evaluation
 excluded); the minimal loop is timed the same way (all steps, batch building included). Prints one JSON line per
-method with seconds per step and sentences per second; the ratios asked for in the issue are printed
+method with seconds per step and sentences per second; the ratios of interest are printed
 at the end. Copy the lines into bench/RESULTS.md.
 """
 

@@ -31,8 +31,9 @@ from torch import nn
 
 from trainer import transfer
 from trainer.data import data_dir
-from trainer.evaluation import EmbeddingCache, SentenceEncoder
+from trainer.embedding_cache import EmbeddingCache
 from trainer.models import load_encoder
+from trainer.sentence_encoder import SentenceEncoder
 
 
 # ---- the reference: SentEval's procedure, sequential --------------------------------------------

@@ -1,4 +1,4 @@
-"""What the orchestrator adds on top of the trials: 200 fake trials at `resources: {cpu: 0.25}` (issue 20, point 2).
+"""What the orchestrator adds on top of the trials: 200 fake trials at `resources: {cpu: 0.25}`.
 
     python bench/trial_overhead.py [--trials 200] [--step-s 1.0] [--reuse on|off|both] [--json]
 

@@ -26,7 +26,7 @@ def _cmd_data_fetch(args: argparse.Namespace) -> int:
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
-    from trainer.evaluation import eval_command
+    from trainer.eval_command import eval_command
 
     return eval_command(
         model=args.model, pooler=args.pooler, data_dir=args.data_dir, tasks=args.tasks,
@@ -122,6 +122,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from trainer.vocabulary import STS_TASKS, TRANSFER_TASKS  # the trainer package: after the signal handlers
+
     parser = _Parser(
         prog="sweep",
         description="Sweeps and ablations for unsupervised contrastive sentence embeddings "
@@ -148,8 +150,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="cls, cls_before_pooler (default), avg, avg_first_last or avg_top2")
     ev.add_argument("--data-dir", help="data directory (default: $SWEEP_DATA_DIR or the default data directory)")
     ev.add_argument("--tasks", nargs="+", metavar="TASK",
-                    help="any mix of STS12 STS13 STS14 STS15 STS16 STSBenchmark SICKRelatedness (the default "
-                    "seven), MR CR SUBJ MPQA SST2 TREC MRPC, and `transfer` (all seven transfer tasks)")
+                    help=f"any mix of {' '.join(STS_TASKS)} (the default seven), {' '.join(TRANSFER_TASKS)}, "
+                    "and `transfer` (all seven transfer tasks)")
     ev.add_argument("--transfer-mode", default="test", metavar="MODE",
                     help="transfer classifier settings as SimCSE's evaluation.py: test (default; the papers' "
                     "tables: 10-fold, adam, batch 64) or fasttest (5-fold, rmsprop, batch 128)")

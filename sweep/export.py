@@ -4,7 +4,7 @@
 
 The folder holds a Transformer module (the encoder and tokenizer the trainer saved to
 trials/<key>/model/ after loading its best-dev state) and the pooling the trial's scores were computed
-with (trainer/evaluation.py SentenceEncoder.pool):
+with (trainer/sentence_encoder.py SentenceEncoder.pool):
 
     cls_before_pooler -> Pooling("cls")                                raw [CLS] of the last layer
     avg               -> Pooling("mean")                               masked mean of the last layer
@@ -101,13 +101,13 @@ def write_sentence_transformer(model_dir: Path, pooler: str, out: Path) -> None:
     from transformers import AutoConfig
     from transformers.utils import logging as hf_logging
 
-    from trainer.evaluation import SentenceEncoder
     from trainer.models import load_encoder
+    from trainer.sentence_encoder import SentenceEncoder
 
     hf_logging.disable_progress_bar()
     layers_needed = pooler in ("avg_top2", "avg_first_last")
     hf_config = AutoConfig.from_pretrained(model_dir)
-    # SentEval's protocol truncates only at the model's own maximum length (trainer/evaluation.py).
+    # SentEval's protocol truncates only at the model's own maximum length (trainer/sentence_encoder.py).
     transformer = Transformer(str(model_dir), max_seq_length=getattr(hf_config, "max_position_embeddings", 512),
                               config_kwargs={"output_hidden_states": True} if layers_needed else None)
     dim = transformer.get_embedding_dimension()

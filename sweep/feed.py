@@ -15,6 +15,7 @@ from typing import Any
 from ray.tune.search import Searcher
 
 from sweep.plan import StudyPlan, make_trial
+from trainer.vocabulary import DROPPED, DUPLICATE
 
 # Optuna asks in a row that the constraints drop (or that repeat a configuration) before a tpe study
 # counts its search space as exhausted.
@@ -74,9 +75,9 @@ class TrialFeed(Searcher):
             number, params = plan.mirror.ask({"asked": True})
             first = make_trial(plan.spec, params, plan.spec.seeds[0])
             if first is None:
-                plan.mirror.fail(number, "dropped by the study's constraints", status="dropped")
+                plan.mirror.fail(number, "dropped by the study's constraints", status=DROPPED)
             elif first.key in plan.trials:
-                plan.mirror.fail(number, f"same configuration as trial {first.key}", status="duplicate")
+                plan.mirror.fail(number, f"same configuration as trial {first.key}", status=DUPLICATE)
             else:
                 break
         else:

@@ -5,16 +5,10 @@ parameters with their distributions and its start attributes; tpe trials come fr
 gets one intermediate value per evaluation (`trial.report(dev_stsb, step)`: learning curves), and
 ends COMPLETE (value = the study metric), FAIL (user attrs `status`, `reason`) or PRUNED.
 
-How trainer verdicts map to Optuna states (the one place this is decided):
-
-    summary status   Optuna state   value
-    ok               COMPLETE       the study metric from summary.json
-    diverged         FAIL           none (user attrs status=diverged, reason="diverged: ...")
-    collapsed        FAIL           none (user attrs status=collapsed, reason)
-    pruned           PRUNED         none (stopped by the scheduler; intermediate values kept)
-    error            FAIL           none (reason = the exception, e.g. "UserError: ...")
-    failed           FAIL           none (out of GPU memory; reason names batch_size and resources.gpu)
-    (interrupted)    FAIL           none (left RUNNING by a driver that died; reason "interrupted")
+How trainer verdicts map to Optuna states is decided in trainer.vocabulary.TRIAL_STATUSES (a status and
+its Optuna state, e.g. diverged -> FAIL, pruned -> PRUNED); `state_for` applies it. Only COMPLETE carries
+a value, the study metric from summary.json; an ok summary without it ends FAIL. The status and reason are
+user attrs; a trial left RUNNING by a driver that died ends FAIL with status and reason "interrupted".
 
 Every Optuna trial carries user attr `key` (the trial key), so trials map back to results/<study>/trials/<key>.
 """
@@ -44,8 +38,7 @@ from sweep.store import is_final as _is_final
 from trainer.errors import UserError
 from trainer.files import json_safe
 from trainer.sts_average import readable_test
-
-INTERRUPTED = "interrupted"
+from trainer.vocabulary import ERROR, INTERRUPTED, optuna_state_name
 
 # Which attempts are final (is_final) is decided in sweep.store, for this mirror and for sweep.resume.
 
@@ -91,10 +84,10 @@ def open_storage(url: str) -> optuna.storages.RDBStorage:
     """An RDB storage for `url` (sqlite:///..., postgresql://...).
 
     A SQLite storage is written without fsync (`PRAGMA synchronous=OFF`). Optuna commits once per user
-    attribute, and with an fsync per commit (~6-13 ms here) recording one trial's scores took ~0.2 s, the
-    largest cost the driver added per trial. Without it a killed driver still cannot damage the file (SQLite's
-    journal keeps each commit atomic); only an operating-system crash or a power cut could, and the storage
-    only mirrors the trials' summary.json files: `sweep run --rebuild-storage` rebuilds it.
+    attribute, and with an fsync per commit recording one trial's scores was the largest cost the driver
+    added per trial (bench/RESULTS.md, "Per-trial overhead"). Without it a killed driver still cannot damage
+    the file (SQLite's journal keeps each commit atomic); only an operating-system crash or a power cut could,
+    and the storage only mirrors the trials' summary.json files: `sweep run --rebuild-storage` rebuilds it.
     """
     engine_kwargs: dict[str, Any] = {"pool_pre_ping": True}
     if url.startswith("sqlite"):
@@ -296,7 +289,7 @@ class OptunaMirror:
             self.study.tell(live, state=state)
         return state.name
 
-    def fail(self, number: int, reason: str, status: str = "error") -> None:
+    def fail(self, number: int, reason: str, status: str = ERROR) -> None:
         self.finish(number, {"status": status, "reason": reason})
 
     def add_finished(self, trial: Trial, summary: dict[str, Any], metrics: list[dict[str, Any]],
@@ -324,13 +317,13 @@ class OptunaMirror:
         return self._storage_study_id
 
     def state_for(self, summary: dict[str, Any]) -> tuple[TrialState, float | None]:
-        status = summary.get("status")
-        if status == "ok":
+        """The Optuna state and value a trial ends with: the status's state (trainer.vocabulary); COMPLETE only
+        with the study metric's value, FAIL without it."""
+        state = TrialState[optuna_state_name(summary.get("status"))]
+        if state == TrialState.COMPLETE:
             value = metric_value(summary, self.spec.metric.name)
-            return (TrialState.COMPLETE, value) if value is not None else (TrialState.FAIL, None)
-        if status == "pruned":
-            return TrialState.PRUNED, None
-        return TrialState.FAIL, None
+            return (state, value) if value is not None else (TrialState.FAIL, None)
+        return state, None
 
     # ---- internals ------------------------------------------------------------------------------
     def _start_attrs(self, trial: Trial, attrs: dict[str, Any] | None) -> dict[str, Any]:

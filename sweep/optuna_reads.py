@@ -24,8 +24,8 @@ def read_trials(storage: optuna.storages.RDBStorage, study_id: int,
                 states: tuple[TrialState, ...] | None = None) -> list[FrozenTrial]:
     """The study's trials (those in `states`, default all), in number order: what
     `storage.get_all_trials(study_id, deepcopy=False)` returns, read in five plain SELECTs over Optuna's own
-    tables instead of one ORM object per row. Optuna's ORM read costs ~0.8 ms per trial (8 s for a 10,000-trial
-    study, twice for `sweep status`); this one ~20x less. Falls back to Optuna's read if its tables change."""
+    tables instead of one ORM object per row, which dominated `sweep status` on large studies (measured:
+    bench/RESULTS.md, "Bookkeeping at scale"). Falls back to Optuna's read if its tables change."""
     try:
         with _cyclic_gc_paused():
             return _read_trials_core(storage, study_id, states)

@@ -1,5 +1,5 @@
 """What `sweep run` does with each trial key, decided in one place for `sweep run`, `--dry-run` and
-`sweep status` (issue 15: the dry run used to read trials.csv while the run read the folders + Optuna).
+`sweep status` (the dry run used to read trials.csv while the run read the folders + Optuna).
 
     decide(attempts, summary) -> "skip" | "record" | "run"
     trial_states(spec) -> {key: state shown}   (read-only: creates no storage, writes nothing)
@@ -15,8 +15,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-# is_final and FINAL_FAIL_STATUSES live in sweep.store, below both this module and sweep.mirror (which reads them too).
-from sweep.store import FINAL_FAIL_STATUSES, FINAL_STATUSES, StudyFolder, is_final
+# is_final lives in sweep.store, below both this module and sweep.mirror (which reads it too); which statuses
+# are final is trainer.vocabulary's.
+from sweep.store import StudyFolder, is_final
+from trainer.vocabulary import FINAL_FAIL_STATUSES, FINAL_STATUSES
 
 __all__ = ["FINAL_FAIL_STATUSES", "decide", "is_done", "is_final", "optuna_attempts", "trial_states"]
 

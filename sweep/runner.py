@@ -62,10 +62,10 @@ from sweep.trial_events import TrialEvents
 from sweep.trial_files import start_receiver
 from sweep.worker import CURVE_KEY, run_trial
 from trainer.errors import UserError
+from trainer.vocabulary import ERROR, RESULT_STATUSES, ends_for_good
 
 DEFAULT_TRAIN_FN = "trainer.train:train"
-# Trainer statuses that are results, not errors: a study with only these exits 0.
-RESULT_STATUSES = ("ok", "diverged", "collapsed", "pruned", "dropped", "duplicate")
+# RESULT_STATUSES: trainer statuses that are results, not errors: a study with only these exits 0.
 
 
 def run_study(spec: StudySpec, address: str | None = None, max_concurrent: int | None = None,
@@ -224,7 +224,7 @@ class _StudyRun(StudyPlan):
         if self.stop.requested:
             return self.stop.exit_code
         errors = [r for r in self.table.rows.values()
-                  if r["state"] == "FAIL" and (r.get("status") or "error") not in RESULT_STATUSES]
+                  if r["state"] == "FAIL" and (r.get("status") or ERROR) not in RESULT_STATUSES]
         return 1 if errors or self.interrupted else 0
 
     def _abandon(self, local: bool) -> None:
@@ -276,7 +276,7 @@ class _StudyRun(StudyPlan):
                 stop=StopOnSignal(self.stop),
             ),
         )
-        skip_tracker_imports_in_tune_usage_tag()  # ~2 s sooner to the first trial (bench/RESULTS.md)
+        skip_tracker_imports_in_tune_usage_tag()  # the first trial starts sooner (bench/RESULTS.md)
         tuner.fit()
         # Tune ends fit() quietly when its stopper stops it: trials still running were interrupted.
         if self.mirror.running or self.handed_out or searcher.has_more():
@@ -295,7 +295,7 @@ class _StudyRun(StudyPlan):
         rows = list(self.table.rows.values())
         counts: dict[str, int] = {}
         for row in rows:
-            label = row["state"] if row["state"] != "FAIL" else f"FAIL/{row.get('status') or 'error'}"
+            label = row["state"] if row["state"] != "FAIL" else f"FAIL/{row.get('status') or ERROR}"
             counts[label] = counts.get(label, 0) + 1
         text = ", ".join(f"{n} {label}" for label, n in sorted(counts.items()))
         head = "interrupted" if self.interrupted else "finished"
@@ -333,6 +333,4 @@ class _StudyRun(StudyPlan):
 
 def _is_done(row: dict[str, Any]) -> bool:
     """A trials.csv row whose trial has ended for good (skipped by the next run)."""
-    if row["state"] in ("COMPLETE", "PRUNED"):
-        return True
-    return row["state"] == "FAIL" and row.get("status") in ("diverged", "collapsed")
+    return ends_for_good(row["state"], row.get("status"))

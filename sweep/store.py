@@ -27,16 +27,13 @@ from sweep.spec.schema import StudySpec, Trial
 from sweep.spec.text import dotted_get
 from trainer.files import json_safe, write_text_atomic
 from trainer.sts_average import readable_test
+from trainer.summary_row import summary_row
+from trainer.vocabulary import STS_TASKS as TASKS
+from trainer.vocabulary import TRAINED_STATUSES, TRANSFER_TASKS, ends_for_good
 
-TASKS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness")
-# SentEval transfer tasks (trainer.transfer.TRANSFER_TASKS): summary["transfer"] = {task: acc, ..., "avg": ...}
-TRANSFER_TASKS = ("MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC")
+# TASKS, TRANSFER_TASKS (summary["transfer"] = {task: acc, ..., "avg": ...}) and what each trial status means
+# (final, a result, its Optuna state) are trainer.vocabulary's; TASKS is re-exported for the sweep's modules.
 
-# Trainer verdicts that end a trial for good: re-running the same config would give the same answer.
-# "pruned" is written by the driver when the scheduler stopped the trial.
-FINAL_STATUSES = ("ok", "diverged", "collapsed", "pruned")
-# Trainer statuses whose Optuna trial is final although not COMPLETE (re-running would not help).
-FINAL_FAIL_STATUSES = ("diverged", "collapsed")
 # libyaml's parser when PyYAML was built with it (the same documents, ~20x faster than the pure-Python one):
 # a resume reads every finished trial's config.yaml.
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -266,34 +263,8 @@ class TrialsTable:
 
 
 def summary_columns(summary: dict[str, Any]) -> dict[str, Any]:
-    """trials.csv columns taken from a summary.json."""
-    mtd = summary.get("mtd") or {}
-    test = readable_test(summary.get("test")) or {}  # avg only beside the seven tasks (older summaries too)
-    out: dict[str, Any] = {
-        "status": summary.get("status"),
-        "reason": summary.get("reason"),
-        "steps": summary.get("steps"),
-        "best_step": summary.get("best_step"),
-        "dev_stsb": summary.get("best_dev_stsb"),
-        "mtd_measured": mtd.get("measured"),
-        "ema_age": mtd.get("ema_age"),
-        "queue_age_mean": mtd.get("queue_age_mean"),
-        "queue_age_max": mtd.get("queue_age_max"),
-        "precision": summary.get("precision"),
-        "align": summary.get("align"),
-        "uniform": summary.get("uniform"),
-        "sentences_per_s": summary.get("sentences_per_s"),
-        "wall_time_s": summary.get("wall_time_s"),
-    }
-    if mtd.get("formula") is not None:
-        out["mtd"] = mtd["formula"]
-    for name in (*TASKS, "avg"):
-        out[name] = test.get(name)
-    transfer = summary.get("transfer") or {}
-    for name in TRANSFER_TASKS:
-        out[name] = transfer.get(name)
-    out["transfer_avg"] = transfer.get("avg")
-    return out
+    """trials.csv columns taken from a summary.json (trainer.summary_row, the conversion analysis.load shares)."""
+    return summary_row(summary, "trials.csv")
 
 
 def weights_state(folder: StudyFolder, key: str, summary: dict[str, Any]) -> str:
@@ -306,17 +277,15 @@ def weights_state(folder: StudyFolder, key: str, summary: dict[str, Any]) -> str
     if isinstance(files, dict) and files.get("arrived") is False:
         return f"{'lost with node' if files.get('lost') else 'not received from'} {files.get('from') or '?'}"
     saved = ((summary.get("config") or {}).get("save_model") and summary.get("best_step") is not None
-             and summary.get("status") in ("ok", "diverged", "collapsed"))
+             and summary.get("status") in TRAINED_STATUSES)
     return "deleted" if saved else "none"
 
 
 def is_final(attempt: Any) -> bool:
     """True when this Optuna attempt (a FrozenTrial) ended its key for good: COMPLETE, PRUNED, or FAIL with a
-    status in FINAL_FAIL_STATUSES. Read by the resume decision (sweep.resume) and the mirror (sweep.mirror)."""
-    state = attempt.state.name
-    if state in ("COMPLETE", "PRUNED"):
-        return True
-    return state == "FAIL" and attempt.user_attrs.get("status") in FINAL_FAIL_STATUSES
+    final status (trainer.vocabulary.ends_for_good). Read by the resume decision (sweep.resume) and the mirror
+    (sweep.mirror)."""
+    return ends_for_good(attempt.state.name, attempt.user_attrs.get("status"))
 
 
 def metric_value(summary: dict[str, Any], name: str) -> float | None:

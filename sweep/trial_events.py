@@ -20,11 +20,11 @@ from typing import Any
 
 from ray import tune
 
-from sweep.mirror import INTERRUPTED
 from sweep.plan import StudyPlan, number_or_none
 from sweep.spec.text import shorten
 from sweep.store import metric_value
 from sweep.worker import CURVE_KEY, ERROR_KEY, STEP_KEY, SUMMARY_KEY
+from trainer.vocabulary import ERROR, INTERRUPTED, PRUNED
 
 
 class TrialEvents(tune.Callback):
@@ -144,11 +144,11 @@ class TrialEvents(tune.Callback):
         if live["summary"] is not None:
             summary = live["summary"]
         elif live["error"] is not None:
-            summary = {"status": "error", "reason": live["error"]}
+            summary = {"status": ERROR, "reason": live["error"]}
         elif self.plan.spec.scheduler is not None:
             summary = self._pruned_summary(live, trial)
         else:
-            summary = {"status": "error", "reason": "the trial ended without a summary"}
+            summary = {"status": ERROR, "reason": "the trial ended without a summary"}
         self._ensure_files(live, trial, summary)
         self.trial_ended(live["key"], live["number"], summary)
 
@@ -156,7 +156,7 @@ class TrialEvents(tune.Callback):
         live = self._take_ended(trial)
         if live is None:
             return
-        summary = {"status": "error", "reason": trial_error(trial)}
+        summary = {"status": ERROR, "reason": trial_error(trial)}
         watch = self.plan.node_watch
         if watch is not None:  # on a cluster: the node it was lost with, and that its files never arrived
             place = watch.location(trial)
@@ -172,7 +172,7 @@ class TrialEvents(tune.Callback):
         best = max(curve, key=lambda m: m["dev_stsb"]) if curve else {}
         last_step = live["metrics"][-1].get("step") if live["metrics"] else 0
         return {
-            "status": "pruned",
+            "status": PRUNED,
             "reason": f"stopped by the {self.plan.spec.scheduler.type} scheduler at step {last_step}",
             "steps": last_step, "best_step": best.get("step"), "best_dev_stsb": best.get("dev_stsb"),
             "config": trial.config.get("config"),

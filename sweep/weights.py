@@ -19,6 +19,7 @@ import shutil
 from typing import Any
 
 from sweep.store import StudyFolder, metric_value, weights_state
+from trainer.vocabulary import OK
 
 
 class WeightKeeper:
@@ -48,7 +49,7 @@ class WeightKeeper:
 
     def _note(self, key: str, summary: dict[str, Any]) -> None:
         if self.folder.model_dir(key).is_dir():
-            value = metric_value(summary, self.metric) if summary.get("status") == "ok" else None
+            value = metric_value(summary, self.metric) if summary.get("status") == OK else None
             self.on_disk[key] = (value, summary)
 
     def _prune(self) -> dict[str, str]:

@@ -34,6 +34,7 @@ from sweep.spec.text import shorten
 from sweep.store import write_json_atomic
 from sweep.trial_files import output_place, send_trial_folder
 from trainer.files import json_safe
+from trainer.vocabulary import ERROR, FAILED, OK
 
 # Tune reports results; the trainer's report() keys that become Optuna intermediate values.
 STEP_KEY, CURVE_KEY = "step", "dev_stsb"
@@ -88,11 +89,11 @@ def _run_one(job: dict[str, Any]) -> None:
         traceback.print_exc()
         oom = out_of_memory(exc)
         if oom is not None:
-            summary = {"status": "failed", "reason": oom_reason(oom, job), "config": job["config"]}
+            summary = {"status": FAILED, "reason": oom_reason(oom, job), "config": job["config"]}
             finish.report(summary, SUMMARY_KEY)  # a verdict of its own: `failed`, not `error`
             return
         reason = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
-        finish.report({"status": "error", "reason": reason, "config": job["config"]}, ERROR_KEY)
+        finish.report({"status": ERROR, "reason": reason, "config": job["config"]}, ERROR_KEY)
         return
     finally:
         sys.stdout.flush()
@@ -113,7 +114,7 @@ class _Finish:
 
     def report(self, summary: dict[str, Any], key: str) -> None:
         summary = {**summary, "resources": self.resources}
-        if self.job.get("files") and summary.get("status") != "ok" and summary.get("reason"):
+        if self.job.get("files") and summary.get("status") != OK and summary.get("reason"):
             # on a cluster a failure says where it happened
             summary["reason"] += f" (on node {self.resources['host']} ({self.resources.get('node_ip')}))"
         if self.staged and isinstance(summary.get("config"), dict):
@@ -128,7 +129,7 @@ class _Finish:
             summary["files"].update(outcome)
             if not outcome["arrived"]:
                 host = self.resources["host"]
-                summary.update(status="error", reason=f"the trial's files did not reach the driver from {host}: "
+                summary.update(status=ERROR, reason=f"the trial's files did not reach the driver from {host}: "
                                f"{outcome['problem']}; run the same command to run it again")
                 key = SUMMARY_KEY
         if key == ERROR_KEY:

@@ -1,4 +1,4 @@
-"""The analysis never pools configurations (issue 22): tables group by every key the study sweeps,
+"""The analysis never pools configurations: tables group by every key the study sweeps,
 derived values never become groupings or figures, and single-seed points say they are single runs.
 
 Expected numbers are recomputed here with numpy from the trials written, not read back from the code.

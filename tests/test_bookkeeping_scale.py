@@ -1,4 +1,4 @@
-"""Bookkeeping stays O(1) per trial (issue 20, point 4): counted, not timed, so it cannot flake on a busy machine.
+"""Bookkeeping stays O(1) per trial: counted, not timed, so it cannot flake on a busy machine.
 
 For studies of 10, 20 and 40 finished trials (written with the project's own writers, as
 bench/bookkeeping_scale.py does at 100-10,000), three steps are watched: the first `sweep run` planning

@@ -1,5 +1,4 @@
-"""Planning a study costs memory and time bounded by the size of its file, not by the numbers in it
-(issue: bad input found by generated studies, "runaway memory or time").
+"""Planning a study costs memory and time bounded by the size of its file, not by the numbers in it.
 
 Each case runs `sweep run` (with and without --dry-run) in a subprocess under a 1 GB address-space limit
 (RLIMIT_AS; a dry run needs ~0.5 GB) and a time limit. Before the fix: a billion planned steps built a

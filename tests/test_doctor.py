@@ -1,4 +1,4 @@
-"""`sweep doctor` (issue 19, point 6): the checklist, and `--bench --tiny` on the CPU, which must say that no
+"""`sweep doctor`: the checklist, and `--bench --tiny` on the CPU, which must say that no
 GPU was measured. The bench's CUDA-only part (sync debug mode) cannot run here; the function that reads where
 the first synchronising call came from is checked on a traceback made here."""
 
@@ -87,15 +87,16 @@ def test_the_tiny_cpu_bench_measures_and_says_no_gpu_was_measured(tmp_path, shar
 
 
 def test_the_sync_check_names_the_loop_line_that_synchronised():
-    from types import SimpleNamespace
-
-    from sweep.doctor import _sync_site
+    from sweep.gpu_bench import _SyncWindow
 
     def sync():
         raise RuntimeError("called a synchronizing CUDA operation")
 
-    def _train_loop(sync_at_eval: bool):  # named as the trainer's loop: _sync_site reads its line and run.step
-        run = SimpleNamespace(step=25)  # noqa: F841
+    def train(sync_at_eval: bool, on_step):  # stands for trainer.train.train: the function it calls is the loop
+        return _train_loop(sync_at_eval, on_step)
+
+    def _train_loop(sync_at_eval: bool, on_step):  # the loop: step 24 done (on_step), then a sync in step 25
+        on_step(24)
         if sync_at_eval:
             mean_loss = sync()
         else:
@@ -104,9 +105,10 @@ def test_the_sync_check_names_the_loop_line_that_synchronised():
 
     sites = {}
     for at_eval in (True, False):
+        window = _SyncWindow(warm=5, entry=train)
         with pytest.raises(RuntimeError) as raised:
-            _train_loop(at_eval)
-        sites[at_eval] = _sync_site(raised.value.__traceback__)
+            train(at_eval, window.on_step)
+        sites[at_eval] = window.site(raised.value.__traceback__)
     (loop, via), step = sites[True][0].split(" (via "), sites[True][1]
     assert step == 25 and loop.startswith("tests/test_doctor.py:") and loop.endswith("mean_loss = sync()")
     assert "raise RuntimeError" in via  # the innermost project line, where the call was
@@ -114,7 +116,7 @@ def test_the_sync_check_names_the_loop_line_that_synchronised():
 
 
 def test_the_bench_starts_no_run_that_would_end_past_its_budget(tmp_path):
-    from sweep.doctor import bench_table, run_bench
+    from sweep.gpu_bench import bench_table, run_bench
 
     report = run_bench(tiny=True, budget_s=0.0, say=lambda text: None)
     assert report["runs"] == [] and report["sharing"] is None
@@ -131,7 +133,7 @@ def test_the_sync_check_runs_the_trainer_and_stops_at_the_first_flagged_read_bac
     where it was."""
     import torch
 
-    from sweep import doctor
+    from sweep import gpu_bench
 
     mode = {"now": 0}
 
@@ -154,9 +156,9 @@ def test_the_sync_check_runs_the_trainer_and_stops_at_the_first_flagged_read_bac
         return to(self, *args, **kwargs)
 
     monkeypatch.setattr(torch.Tensor, "to", to_host)
-    config = doctor._run_config(tiny_model_dir, "simcse", "fp32", 6, 8, "cpu", str(shared_data_dir),
-                                tmp_path / "cache")
-    result = doctor._sync_check(config, steps=6)
+    config = gpu_bench._run_config(tiny_model_dir, "simcse", "fp32", 6, 8, "cpu", str(shared_data_dir),
+                                   tmp_path / "cache")
+    result = gpu_bench._sync_check(config, steps=6)
     assert mode["now"] == 0  # left off
     warm = 5
     assert result["first_sync"].startswith("trainer/train.py:"), result

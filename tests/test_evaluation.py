@@ -23,18 +23,18 @@ import trainer.data
 from trainer.errors import UserError
 from trainer.evaluation import (
     PairSet,
-    SentenceEncoder,
     alignment_uniformity,
     average,
     cosine_scores,
     evaluate_sts,
     format_score,
-    format_table,
     read_sick,
     read_sts_subset,
     read_stsb,
     score_subsets,
 )
+from trainer.score_table import format_table
+from trainer.sentence_encoder import SentenceEncoder
 
 # ---- the fake encoder ------------------------------------------------------------------------------
 DIM = 16

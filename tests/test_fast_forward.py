@@ -11,8 +11,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from trainer.evaluation import POOLERS, SentenceEncoder
 from trainer.fast_forward import FastEncoderForward, PackedLinear, _onednn_usable, unsupported_reason
+from trainer.sentence_encoder import POOLERS, SentenceEncoder
 
 SENTENCES = [
     "a man is playing the guitar .",

@@ -1,4 +1,5 @@
-"""Faults of issue 15 (findings 3, 5, 6, 7, 8), each with one line and nothing lost.
+"""Faults a run meets (an unreadable storage, a damaged summary, a full disk, a missing model folder), each with
+one line and nothing lost.
 
 The driver tests use the fast fake trainer (tests/fake_train.py) and helpers from test_stop.py.
 """

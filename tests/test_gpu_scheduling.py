@@ -1,4 +1,4 @@
-"""Ray's GPU scheduling with declared GPUs (issue 19, point 4): a Ray head started with `--num-gpus 2` on
+"""Ray's GPU scheduling with declared GPUs: a Ray head started with `--num-gpus 2` on
 this GPU-less machine, `sweep run --address`, the fake trainer. Ray hands out GPU ids it was told exist;
 what the trials do with them is the trainer's business, what is checked here is the scheduling: how many
 trials ran at once, which ids each saw, that summary.json records them, and that the preflight asks the

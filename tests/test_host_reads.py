@@ -1,5 +1,5 @@
 """The inner loop is sync-free between evaluations under the GPU's host-read policy, proven on the CPU
-(issue 19): every read of a tensor's value back to the host is counted per training step, for every
+every read of a tensor's value back to the host is counted per training step, for every
 method and FGSM mode, and must be zero except the NaN/inf check on the policy's check steps.
 
 What is counted (HostReadCounter), each a device sync on a GPU:

@@ -1,4 +1,4 @@
-"""No import cycles among the project's modules (issue 20, point 5), counting function-local imports: an
+"""No import cycles among the project's modules, counting function-local imports: an
 import inside a function still makes the two modules depend on each other, it only hides it. Imports under
 `if TYPE_CHECKING:` are left out: they name a type for annotations and never run. And dependencies point
 one way between the packages: sweep -> trainer, sweep -> analysis -> trainer.

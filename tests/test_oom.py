@@ -1,4 +1,4 @@
-"""Out of GPU memory is a trial's failure, not a crash (issue 19, point 5): a stand-in trainer raises
+"""Out of GPU memory is a trial's failure, not a crash: a stand-in trainer raises
 torch.OutOfMemoryError (what CUDA raises when a batch does not fit) for the largest batch size; that trial
 ends `failed` with a reason naming batch_size and resources.gpu, in summary.json, trials.csv and Optuna
 (FAIL), and the other trials finish. Exit code 1, as for any trial that ended without a result."""

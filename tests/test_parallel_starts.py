@@ -1,4 +1,4 @@
-"""Trials start in parallel, as many as fit (issue 20, point 1), read from the trials' own clocks.
+"""Trials start in parallel, as many as fit, read from the trials' own clocks.
 
 Without a limit, Ray Tune lets a custom searcher have one trial pending at a time, so a grid started its
 trials one after another however many fit; the driver now sets max_concurrent_trials from the room the

@@ -1,4 +1,4 @@
-"""Precision on any device (issue 19): `precision: fp32|bf16|fp16` runs on the CPU as asked (CPU autocast,
+"""Precision on any device: `precision: fp32|bf16|fp16` runs on the CPU as asked (CPU autocast,
 the grad scaler on the run's own device type), so the half-precision code is reached without a GPU.
 
 Every method x {fp32, bf16, fp16} x FGSM {none, exact, lagged}: three steps on a tiny random BERT with

@@ -1,4 +1,4 @@
-"""One study per results folder (issue 15, finding 4), with the fast fake trainer."""
+"""One study per results folder, with the fast fake trainer."""
 
 from __future__ import annotations
 

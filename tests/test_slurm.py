@@ -1,5 +1,5 @@
 """`sweep slurm` on a real one-node Slurm (tests/slurm/start_local_slurm.sh; root, e.g. CI), and its
-bad-input cases (issue 15). The end-to-end test submits a study with a real two-minute time limit: Slurm
+bad-input cases. The end-to-end test submits a study with a real two-minute time limit: Slurm
 sends its early SIGTERM (`--signal=B:TERM@40`; measured on the local Slurm: 40-70 s before the limit, as
 its time-limit check runs every 30 s), the job requeues itself, the test lifts Slurm's requeue hold and
 gives the requeued job a longer limit, and the second allocation finishes the study.

@@ -95,7 +95,7 @@ BAD = {
     "bad_name.yaml": (1, "key 'name'"),
     "bad_keep_weights.yaml": (6, "key 'keep_weights': expected best, all, none or a number"),
     "bad_loggers.yaml": (6, "did you mean 'tensorboard'"),
-    # found by generating studies (issue: bad input found by generated studies; tests/test_study_fuzz.py)
+    # found by generating studies (tests/test_study_fuzz.py)
     "overflow_in_constraint.yaml": (7, "overflows a float (beyond 1e308)"),
     "overflow_in_expr.yaml": (6, "key 'parameters.optim.lr': expr '1000"),
     "nul_in_results_dir.yaml": (6, "key 'results_dir': the text 'a\\x00b' holds a NUL character"),
@@ -576,7 +576,7 @@ def test_tpe_gives_a_search_space_and_builds_trials(tmp_path):
 # ---- dry-run table ---------------------------------------------------------------------------------
 def test_dry_run_shows_the_states_sweep_run_acts_on(tmp_path, capsys):
     """The dry run reads what `sweep run` decides on (the Optuna study and the trial folders), not
-    trials.csv (issue 15): a trials.csv that says otherwise is ignored."""
+    trials.csv: a trials.csv that says otherwise is ignored."""
     import optuna
 
     results = tmp_path / "out"

@@ -1,4 +1,4 @@
-"""`sweep run` stopped by SIGTERM / SIGINT / SIGHUP (issue 15, findings 1 and 2), with the fast fake trainer.
+"""`sweep run` stopped by SIGTERM / SIGINT / SIGHUP, with the fast fake trainer.
 
 Each test starts a real driver (and Ray) in its own session, signals it, and checks: the exit status,
 the one line saying how to go on, no Ray crash dump or Tuner.restore hint, running trials FAIL
@@ -247,7 +247,7 @@ def test_kill_9_of_the_driver_leaves_no_ray_agent_behind(tmp_path, shared_data_d
         kill_session(driver.proc.pid)
 
 
-# ---- a stop signal is never lost (issue: bad input found by generated studies, "Ctrl-C lost at start-up") ----
+# ---- a stop signal is never lost (Ctrl-C at start-up) ----
 def signalled_driver(tmp_path: Path, shared_data_dir: Path, setup: str) -> subprocess.CompletedProcess:
     """`sweep run` of a two-trial fake study in-process of a fresh interpreter, after `setup` (Python code
     that arranges for a signal at some moment)."""

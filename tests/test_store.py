@@ -386,7 +386,7 @@ def _event_costs(folder: Path, trials: int, monkeypatch) -> list[tuple[int, int,
 
 
 def test_a_trials_events_cost_the_same_however_large_the_study(tmp_path, monkeypatch):
-    # Issue 20: a trial's start, result and end must not rescan the study (Optuna, trials.csv, summary
+    # A trial's start, result and end must not rescan the study (Optuna, trials.csv, summary
     # files). Count the SQL statements, the files opened and the trials.csv rewrites of each trial's events:
     # the last trial of an 80-trial study costs exactly what the 10th of a 20-trial study did.
     sys.addaudithook(_count_opens)

@@ -1,5 +1,5 @@
 """Every study in studies/ runs and analyses as a new user would run it, and its tables and figures say
-what the study file asks for (issue 22).
+what the study file asks for.
 
 Each YAML is shrunk (the embedded model, the corpus sample, the fake trainer, at most two values per
 swept key and one or two seeds) and run through `sweep run` and `sweep analyze`. The expected

@@ -1,5 +1,5 @@
-"""Generated study files: every one is refused with exit 2 and one line, or accepted (issue: bad input found
-by generated studies). Property-based, with hypothesis.
+"""Generated study files: every one is refused with exit 2 and one line, or accepted.
+Property-based, with hypothesis.
 
 Each case is a study generated from the schema (the study keys, the trainer config's fields and types) or
 one of studies/ mutated (a value replaced by an awkward one, keys added or removed, parameters, constraints

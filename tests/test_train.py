@@ -357,6 +357,28 @@ def test_huge_learning_rate_diverges_with_a_status_not_an_exception(make_config,
     assert written["status"] == "diverged"
 
 
+# ---- the on_step hook (sweep doctor --bench) -------------------------------------------------------------
+def test_on_step_follows_each_optimiser_step_and_its_evaluation(make_config, monkeypatch):
+    monkeypatch.setattr(train_mod._DevEvaluator, "__call__", lambda self, encode: (0.5, 0.1))
+    events: list = []
+    handle = register_optimizer_step_post_hook(lambda optimizer, args, kwargs: events.append("optimiser step"))
+    try:
+        summary = train_mod.train(make_config("simcse", max_steps=4, **{"eval.eval_steps": 2}),
+                                  report=lambda metrics: events.append(f"evaluation {metrics['step']}"),
+                                  on_step=events.append)
+    finally:
+        handle.remove()
+    assert summary["status"] == "ok" and summary["steps"] == 4
+    assert events == ["optimiser step", 1, "optimiser step", "evaluation 2", 2,
+                      "optimiser step", 3, "optimiser step", "evaluation 4", 4]
+    # not called for the step that ends a run early
+    events.clear()
+    diverging = make_config("simcse", max_steps=30, **{"optim.lr": 1e8, "optim.grad_clip": 0.0,
+                                                       "eval.eval_steps": 1000})
+    summary = train_mod.train(diverging, on_step=events.append)
+    assert summary["status"] == "diverged" and events == list(range(1, summary["steps"]))
+
+
 # ---- evaluation with the best-dev state ----------------------------------------------------------------
 def test_final_evaluation_uses_the_best_dev_state(make_config, monkeypatch):
     scripted = iter([0.2, 0.9, 0.1])  # STS-B dev Spearman at steps 1, 2, 3: best at step 2

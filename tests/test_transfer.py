@@ -21,7 +21,7 @@ import pytest
 import torch
 from sklearn.model_selection import StratifiedKFold
 
-from trainer import transfer
+from trainer import senteval_classifier, transfer
 from trainer.errors import UserError
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -134,7 +134,7 @@ def test_classifier_is_senteval_bit_for_bit(mode, dim, nclasses, with_dev):
         assert torch.equal(fit["model"][0], model.weight.detach())
         assert torch.equal(fit["model"][1], model.bias.detach())
         # the torch.optim path used on CUDA, run here on the CPU: the same fit
-        other = transfer._fit_torch(X, y, reg, s, nclasses, dev, "cpu")
+        other = senteval_classifier._fit_torch(X, y, reg, s, nclasses, dev, "cpu")
         assert (other["dev"], other["epochs"]) == (best, epochs) and torch.equal(other["model"][0], fit["model"][0])
     if (mode, dim, nclasses) == ("fasttest", 16, 6):  # one weight stops early while the others go on
         assert [f["epochs"] for f in ours] == [12, 12, 12, 10]
@@ -182,7 +182,7 @@ def test_kfold_and_split_protocols_match_reference():
 
 
 def test_cuda_in_process_path_on_cpu_gives_the_process_pool_accuracies():
-    # The path evaluate_transfer takes on CUDA (in-process jobs, torch.optim fits, issue 19) run on the
+    # The path evaluate_transfer takes on CUDA (in-process jobs, torch.optim fits) run on the
     # CPU against the CPU's process pool (lockstep fits): three tasks, one per protocol, fasttest.
     s = SMALL["fasttest"]
     X, y = synthetic(150, 16, 6, seed=8)
@@ -191,12 +191,12 @@ def test_cuda_in_process_path_on_cpu_gives_the_process_pool_accuracies():
               "TREC": (X, y, {"train": np.arange(110), "test": np.arange(110, 150)}, 6),
               "SST2": (X, y % 2, {"train": np.arange(90), "dev": np.arange(90, 120), "test": np.arange(120, 150)}, 2)}
     calls = []
-    original = transfer._fit_torch
+    original = senteval_classifier._fit_torch
     try:
-        transfer._fit_torch = lambda *args: calls.append(args[-1]) or original(*args)
+        senteval_classifier._fit_torch = lambda *args: calls.append(args[-1]) or original(*args)
         in_process = transfer.run_protocols_in_process(shared, s, "cpu", solver="torch_optim")
     finally:
-        transfer._fit_torch = original
+        senteval_classifier._fit_torch = original
     assert calls and set(calls) == {"cpu"}  # the torch.optim fits ran, on the CPU
     pool = transfer.run_protocols(shared, s, workers=2)
     for task in shared:

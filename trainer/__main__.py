@@ -6,6 +6,8 @@ import argparse
 import json
 import sys
 
+from trainer.vocabulary import OK
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m trainer", description="Train one model from a run config.")
@@ -46,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     keys = ("best_step", "best_dev_stsb", "align", "uniform", "mtd", "sentences_per_s", "wall_time_s")
     brief = {k: summary[k] for k in keys}
     print(json.dumps(brief))
-    return 0 if summary["status"] == "ok" else 1
+    return 0 if summary["status"] == OK else 1
 
 
 if __name__ == "__main__":

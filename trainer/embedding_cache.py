@@ -11,7 +11,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-# sentences -> float32 embeddings, one row per sentence (e.g. trainer.evaluation.SentenceEncoder(...).encode)
+# sentences -> float32 embeddings, one row per sentence (e.g. trainer.sentence_encoder.SentenceEncoder(...).encode)
 EncodeFn = Callable[[Sequence[str]], np.ndarray]
 
 

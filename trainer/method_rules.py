@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from trainer.errors import ConfigError
+from trainer.vocabulary import GS_INFONCE, MIXCSE, MOCOSE, SIMCSE
 
 if TYPE_CHECKING:  # types only: trainer.config imports this module to resolve defaults
     import torch
@@ -70,7 +71,7 @@ class MethodRules:
 class SimCSERules(MethodRules):
     """Unsupervised SimCSE. Released code: fp16 on CUDA (`run_unsup_example.sh`)."""
 
-    name = "simcse"
+    name = SIMCSE
     cuda_precision = "fp16"
 
 
@@ -91,7 +92,7 @@ class GSInfoNCERules(SimCSERules):
     """GS-InfoNCE: M = 3N Gaussian negatives unless set. Released code (`gsInfoNCE/run.sh`): M = 192 for every
     model and batch size, dropout 0.2 for BERT and 0.1 for RoBERTa, lambda unused, fp16."""
 
-    name = "gs"
+    name = GS_INFONCE
     cuda_precision = "fp16"
 
     @classmethod
@@ -116,7 +117,7 @@ class GSInfoNCERules(SimCSERules):
 class MixCSERules(SimCSERules):
     """MixCSE: mixed negatives on unless `mix.enabled: false` (an ablation back to SimCSE); fp32."""
 
-    name = "mix"
+    name = MIXCSE
     cuda_precision = "fp32"
 
     @classmethod
@@ -129,7 +130,7 @@ class MixCSERules(SimCSERules):
 class MoCoSERules(MethodRules):
     """MoCoSE: the release's weight decay, validation interval and Table 9's best FGSM step; fp32."""
 
-    name = "mocose"
+    name = MOCOSE
     cuda_precision = "fp32"  # the release has no fp16 flag
     weight_decay = 1e-6
     eval_steps = 100  # "validate every 100 steps"

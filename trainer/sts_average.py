@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
-STS_TASKS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness")
-TASK_NAMES = {"STS12": "STS12", "STS13": "STS13", "STS14": "STS14", "STS15": "STS15", "STS16": "STS16",
-              "STSBenchmark": "STS-B", "SICKRelatedness": "SICK-R"}
+from trainer.vocabulary import STS_TASK_LABELS as TASK_NAMES
+from trainer.vocabulary import STS_TASKS
+
 AVG = "avg"  # the key of the seven-task average in a summary's `test`, trials.csv and the Optuna attributes
 SEVEN_TASK_LABEL = ("seven STS tasks (STS12-16, STS-B, SICK-R) test Spearman x100; "
                     "avg = their mean, the papers' Avg")

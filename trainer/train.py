@@ -31,23 +31,19 @@ from trainer.config import RunConfig
 from trainer.corpus import load_corpus
 from trainer.data import corpus_path, data_dir
 from trainer.errors import UserError
-from trainer.evaluation import (
-    TASKS,
-    EmbeddingCache,
-    SentenceEncoder,
-    cosine_scores,
-    evaluate_sts,
-    load_task,
-    split_tasks,
-)
+from trainer.evaluation import TASKS, EmbeddingCache, cosine_scores, evaluate_sts, load_task, split_tasks
 from trainer.files import json_safe, write_text_atomic
 from trainer.methods import Method, method_class
 from trainer.models import load_encoder, pick_device
 from trainer.optim import build_optimizer
+from trainer.sentence_encoder import SentenceEncoder
 from trainer.sts_average import sts_test_label
-from trainer.transfer import evaluate_transfer, load_transfer_tasks
+from trainer.transfer import evaluate_transfer
+from trainer.transfer_data import load_transfer_tasks
+from trainer.vocabulary import COLLAPSED, DIVERGED, OK, STS_BENCHMARK
 
 Report = Callable[[dict[str, Any]], None]
+StepHook = Callable[[int], None]  # on_step(step): see `train`
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 TEST_SELECTED_LABEL = ("checkpoint with the best seven-task TEST average, as the released MoCoSE code selects; "
                        "the test data chose it, so it is not a held-out estimate")
@@ -84,7 +80,7 @@ class _DevEvaluator:
     """STS-B dev Spearman (model selection) and the collapse check, on one set of dev embeddings."""
 
     def __init__(self, root: Path):
-        self.pairs = load_task(root, "STSBenchmark", "dev")[0]
+        self.pairs = load_task(root, STS_BENCHMARK, "dev")[0]
 
     def __call__(self, encode) -> tuple[float, float]:
         cache = EmbeddingCache(encode, self.pairs.sent1 + self.pairs.sent2)
@@ -156,7 +152,7 @@ class _Run:
     params: list[torch.nn.Parameter]
     # updated by the loop
     step: int = 0
-    status: str = "ok"
+    status: str = OK
     reason: str | None = None
     best: dict[str, Any] = field(default_factory=lambda: {"dev": -math.inf, "step": 0, "state": None})
     best_test: dict[str, Any] = field(
@@ -167,11 +163,18 @@ class _Run:
     final_eval_seconds: float = 0.0
 
 
-def train(config: RunConfig, report: Report | None = None, host_reads: HostReadPolicy | None = None) -> dict[str, Any]:
+def train(config: RunConfig, report: Report | None = None, host_reads: HostReadPolicy | None = None,
+          on_step: StepHook | None = None) -> dict[str, Any]:
     """Train one model as `config` says; returns the summary (also written to config.output_dir if set).
-    `host_reads`: the NaN/inf check's policy; default the device's (`host_read_policy`)."""
+    `host_reads`: the NaN/inf check's policy; default the device's (`host_read_policy`).
+
+    `on_step(step)`, for instruments such as `sweep doctor --bench`: called by the loop with the step's number
+    (1-based) once that step is done, i.e. after its optimiser step and, on an evaluation step, after the
+    evaluation and the best-state selection; the next step's batch is built after it returns. Not called for a
+    step that ends the run early (diverged, collapsed). It runs on the loop's thread and its time counts as
+    training time; None (the default) changes nothing."""
     run = _set_up(config, host_reads)
-    _train_loop(run, report)
+    _train_loop(run, report, on_step)
     final = _final_evaluation(run)
     return _summary(run, final)
 
@@ -310,9 +313,10 @@ def _step(run: _Run, ids: torch.Tensor, mask: torch.Tensor):
     return out
 
 
-def _train_loop(run: _Run, report: Report | None) -> None:
+def _train_loop(run: _Run, report: Report | None, on_step: StepHook | None = None) -> None:
     """Steps until total_steps, evaluating every eval.eval_steps; ends early on a NaN/inf loss (diverged) or
-    a collapsed embedding space (collapsed). The running loss stays on the device between its reads."""
+    a collapsed embedding space (collapsed). The running loss stays on the device between its reads.
+    `on_step(run.step)` after each step that does not end the run (see `train`)."""
     config, batch, pad_id = run.config, run.config.batch_size, run.tokenizer.pad_token_id or 0
     eval_steps = config.eval.eval_steps
     loss_sum = torch.zeros((), device=run.device)
@@ -339,11 +343,13 @@ def _train_loop(run: _Run, report: Report | None) -> None:
             loss_sum.zero_()
             loss_window = 0
             if not math.isfinite(mean_loss):
-                run.status, run.reason = "diverged", f"loss became {mean_loss} by step {run.step}"
+                run.status, run.reason = DIVERGED, f"loss became {mean_loss} by step {run.step}"
                 break
             if (run.step % eval_steps == 0 or last) and not _evaluate_and_select(run, mean_loss, report):
                 break
             tick = time.perf_counter()
+        if on_step is not None:
+            on_step(run.step)
     if run.fgsm is not None:
         run.fgsm.detach()
 
@@ -375,7 +381,7 @@ def _evaluate_and_select(run: _Run, mean_loss: float, report: Report | None) -> 
         report(json_safe(metrics))
     if not math.isfinite(dev_rho) or mean_cos > config.collapse_threshold:
         # checked before the best-state update, so a collapsed state is never the one evaluated
-        run.status = "collapsed"
+        run.status = COLLAPSED
         run.reason = f"embeddings collapsed at step {step}: mean pairwise cosine {mean_cos:.4f} on STS-B dev"
         return False
     if dev_rho > run.best["dev"]:
@@ -395,7 +401,7 @@ def _final_evaluation(run: _Run) -> dict[str, Any]:
         _restore(run.method, selected["state"])
     final: dict[str, Any] = {"test": None, "transfer": None, "align": None, "uniform": None, "au_split": None}
     eval_started = time.perf_counter()
-    if run.status == "ok" or selected["state"] is not None:
+    if run.status == OK or selected["state"] is not None:
         if run.final_sts:
             result = evaluate_sts(run.encode_eval, run.root, run.final_sts, config.eval.align_uniform_split)
             final.update(test=result.test_scores(), align=result.align, uniform=result.uniform,

@@ -30,11 +30,10 @@ from sweep.spec.marks import Marks
 from sweep.spec.text import count_text, suggestion
 from trainer.config import path_text
 from trainer.errors import excerpt
+from trainer.sts_average import AVG
+from trainer.vocabulary import STS_TASKS
 
-METRIC_NAMES = (
-    "dev_stsb", "avg", "STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness",
-    "align", "uniform",
-)
+METRIC_NAMES = ("dev_stsb", AVG, *STS_TASKS, "align", "uniform")
 LOWER_IS_BETTER = ("align", "uniform")
 LOGGERS = ("tensorboard", "mlflow", "wandb")
 _NAMED_KEEP = {"best": 1, "all": None, "none": 0}

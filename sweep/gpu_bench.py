@@ -1,0 +1,310 @@
+"""`sweep doctor --bench`: the GPU self-check (the checklist is sweep.doctor's).
+
+    run_bench(tiny=False) -> dict     # each method x precision, ~20 trainer steps on a random-weight encoder
+                                      # (bert-base-sized on CUDA, tiny on the CPU or with --tiny)
+    bench_table(report) -> str        # the markdown table `sweep doctor --bench` prints
+
+The bench trains through `trainer.train.train` (the same loop as a trial), passing the precision in the run
+config and reporting the precision the run's summary.json says it used, so a device that does not honour a
+precision shows it. Per run: steps/s and sentences/s (the summary's: all steps, the first one included,
+evaluations excluded), peak memory (CUDA: torch.cuda.max_memory_allocated; not measured on the CPU), on
+CUDA a second run whose steps after the first evaluation run under torch.cuda.set_sync_debug_mode("error")
+(switched on through the trainer's `on_step` hook; the first synchronising operation raises: sync-free when
+that is the next evaluation's loss read-back, else the line that synced), the mean training loss over the
+steps against fp32's (same seed, same batches), and the aggregate throughput of two trials sharing the device
+(two processes) against one alone. It prints a markdown table and writes JSON; it stops starting runs after
+BENCH_BUDGET_S (10 minutes) and lists what it skipped. Without a GPU it says plainly that no GPU was measured.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import linecache
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from trainer.config import METHODS
+from trainer.errors import UserError
+from trainer.vocabulary import STS_BENCHMARK
+
+BENCH_BUDGET_S = 600.0  # the whole bench, sharing test included
+PRECISIONS = ("fp32", "bf16", "fp16")
+NO_GPU_NOTE = ("no GPU was measured: this ran on the CPU with a tiny random encoder, so the figures only show that "
+               "the bench runs; run `sweep doctor --bench` on a CUDA machine for GPU figures")
+# encoder configs (random weights: no network); bert-base-uncased's shape and a tiny one for the CPU / CI
+BERT_BASE = dict(vocab_size=30522, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                 intermediate_size=3072, max_position_embeddings=512)
+TINY = dict(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+            max_position_embeddings=128, initializer_range=0.2)
+
+
+def _write_encoder(folder: Path, shape: dict[str, Any]) -> Path:
+    """A random-weight BERT of `shape` with the embedded model's WordPiece tokenizer (no network)."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertModel
+    from transformers.utils import logging as hf_logging
+
+    from trainer.models import resolve_model_path
+
+    hf_logging.disable_progress_bar()  # "Writing model shards" on the terminal says nothing here
+    torch.manual_seed(0)
+    BertModel(BertConfig(**shape)).save_pretrained(folder)
+    AutoTokenizer.from_pretrained(resolve_model_path("embedded")).save_pretrained(folder)
+    return folder
+
+
+def _run_config(model: Path, method: str, precision: str, steps: int, batch: int, device: str,
+                data_dir: str | None, cache: Path) -> dict[str, Any]:
+    """A trainer config: `steps` training steps, one evaluation (STS-B dev) at the end, STS-B test."""
+    return {"model": str(model), "method": method, "precision": precision, "device": device, "batch_size": batch,
+            "max_steps": steps, "seed": 1, "pooler": "cls",
+            "eval": {"eval_steps": steps, "final_tasks": [STS_BENCHMARK]},
+            "data": {"data_dir": data_dir, "max_sentences": batch * steps, "cache_dir": str(cache)}}
+
+
+def _train(config: dict[str, Any], on_step: Callable[[int], None] | None = None) -> dict[str, Any]:
+    from trainer.config import RunConfig
+    from trainer.train import train
+
+    return train(RunConfig.from_dict(config), on_step=on_step)
+
+
+def _measure(config: dict[str, Any], cuda: bool) -> dict[str, Any]:
+    """One run: the precision it ran, steps/s, sentences/s, peak memory, the training loss over its steps."""
+    import torch
+
+    if cuda:
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    summary = _train(config)
+    history = summary.get("history") or [{}]
+    rate = summary.get("sentences_per_s")  # steps x batch / train_seconds (unrounded), evaluations excluded
+    return {
+        "precision_ran": summary.get("precision"), "device": summary.get("device"), "steps": summary.get("steps"),
+        "steps_per_s": round(rate / config["batch_size"], 3) if rate else None, "sentences_per_s": rate,
+        "peak_memory_mib": round(torch.cuda.max_memory_allocated() / 2**20, 1) if cuda else None,
+        "loss": history[0].get("loss"),
+    }
+
+
+def _sync_check(config: dict[str, Any], steps: int) -> dict[str, Any]:
+    """CUDA: the training steps after a first evaluation run under set_sync_debug_mode("error"), from the
+    step after it on (the evaluation copies the best state to the host: a sync of its own), so the first
+    synchronising call raises. Sync-free when that call is the next evaluation's loss read-back. The mode is
+    switched on through the trainer's `on_step` hook once the first evaluation's step is done (_SyncWindow),
+    which changes nothing else."""
+    import torch
+
+    from trainer.train import train
+
+    warm = 5
+    config = {**config, "max_steps": warm + steps, "eval": {**config["eval"], "eval_steps": warm}}
+    window = _SyncWindow(warm, entry=train)
+    try:
+        _train(config, on_step=window.on_step)
+    except RuntimeError as exc:
+        torch.cuda.set_sync_debug_mode(0)
+        if "synchroniz" not in str(exc):
+            raise
+        torch.cuda.synchronize()
+        seconds = time.perf_counter() - (window.start if window.start is not None else time.perf_counter())
+        where, step = window.site(exc.__traceback__)
+        free = step == warm + steps and "mean_loss" in where.split(" (via ")[0]
+        return {"sync_free": free, "first_sync": where, "at_step": step,
+                "steps_per_s": round(steps / seconds, 3) if free and seconds > 0 else None}
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    return {"sync_free": None, "first_sync": "no synchronising call was flagged (not expected: the evaluation "
+                                             "reads the loss back)", "at_step": None, "steps_per_s": None}
+
+
+class _SyncWindow:
+    """The sync check's view of a run, through the trainer's `on_step` hook: sync debug mode "error" is switched
+    on (and the clock started) once step `warm`, the first evaluation's, is done; and the step in progress is
+    known when a synchronising call raises. `entry` is the trainer's entry point (trainer.train.train): the
+    function it calls is the training loop."""
+
+    def __init__(self, warm: int, entry: Callable[..., Any]):
+        self.warm, self.entry = warm, entry
+        self.done = 0  # the last step done
+        self.start: float | None = None  # time.perf_counter() when the mode was switched on
+
+    def on_step(self, step: int) -> None:
+        self.done = step
+        if step == self.warm:
+            import torch
+
+            torch.cuda.synchronize()
+            self.start = time.perf_counter()
+            torch.cuda.set_sync_debug_mode("error")
+
+    def site(self, tb: Any) -> tuple[str, int | None]:
+        """Where a synchronising call came from: the line of the training loop that led to it, plus the
+        innermost project line when that is elsewhere ("trainer/train.py:227: <code> (via ...)"), and the
+        step in progress then (None when the call was not made in the loop)."""
+        root = str(Path(__file__).resolve().parents[1])
+        loop, inner, called_by_entry = "", "", False
+        while tb is not None:
+            frame = tb.tb_frame
+            filename = frame.f_code.co_filename
+            if filename.startswith(root):
+                code = linecache.getline(filename, tb.tb_lineno).strip()
+                inner = f"{os.path.relpath(filename, root)}:{tb.tb_lineno}: {code}"
+                if called_by_entry:
+                    loop = inner
+            called_by_entry = frame.f_code is self.entry.__code__
+            tb = tb.tb_next
+        step = self.done + 1 if loop else None
+        if loop and inner != loop:
+            return f"{loop} (via {inner})", step
+        return loop or inner, step
+
+
+def _sharing(config: dict[str, Any]) -> dict[str, Any]:
+    """Aggregate sentences/s of two trials (processes) sharing the device, against one alone."""
+    def start() -> subprocess.Popen:
+        env = dict(os.environ) if config["device"] != "cpu" else {**os.environ, "OMP_NUM_THREADS": "1"}
+        return subprocess.Popen([sys.executable, "-m", "sweep.gpu_bench", "--one-run", json.dumps(config)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+    def result(proc: subprocess.Popen) -> float:
+        out, err = proc.communicate(timeout=BENCH_BUDGET_S)
+        if proc.returncode != 0:
+            raise RuntimeError(f"a bench process failed: {err.strip().splitlines()[-1:] or proc.returncode}")
+        return float(json.loads(out.strip().splitlines()[-1])["sentences_per_s"])
+
+    alone = result(start())
+    pair = [start(), start()]
+    together = [result(p) for p in pair]
+    return {"method": config["method"], "precision": config["precision"], "alone_sentences_per_s": alone,
+            "shared_sentences_per_s": together, "aggregate_sentences_per_s": round(sum(together), 2),
+            "aggregate_vs_alone": round(sum(together) / alone, 3) if alone else None}
+
+
+def run_bench(tiny: bool = False, methods: tuple[str, ...] = METHODS, precisions: tuple[str, ...] = PRECISIONS,
+              steps: int = 20, data_dir: str | None = None, budget_s: float = BENCH_BUDGET_S,
+              say: Any = print) -> dict[str, Any]:
+    import torch
+
+    from trainer.data import data_dir as resolve_data_dir
+
+    started = time.monotonic()
+    cuda = torch.cuda.is_available()
+    tiny = tiny or not cuda
+    device = "cuda" if cuda else "cpu"
+    usable = list(precisions)  # on the CPU too: the run's summary says which precision it actually used
+    if cuda and "bf16" in usable and not torch.cuda.is_bf16_supported():
+        usable.remove("bf16")
+        report_skip = ["bf16: this GPU does not support it"]
+    else:
+        report_skip = []
+    batch = 16 if tiny else 64
+    root = str(resolve_data_dir(data_dir))
+    threads = torch.get_num_threads()
+    if not cuda:
+        # a tiny model's ops take microseconds: OpenMP's start-up and oversubscription on a shared CPU would be
+        # most of what is timed (one thread gives the same results)
+        torch.set_num_threads(1)
+    report: dict[str, Any] = {
+        "device": device, "gpu": torch.cuda.get_device_name(0) if cuda else None, "gpu_measured": cuda and not tiny,
+        "note": None if cuda and not tiny else (NO_GPU_NOTE if not cuda else
+                                                "--tiny: a tiny encoder, not bert-base; the figures are not "
+                                                "representative"),
+        "torch": torch.__version__, "torch_cuda": torch.version.cuda,
+        "encoder": {"shape": "tiny" if tiny else "bert-base", **(TINY if tiny else BERT_BASE)},
+        "batch_size": batch, "steps": steps, "budget_s": budget_s, "runs": [], "sharing": None, "skipped": [],
+        "not_supported": report_skip,
+    }
+    with tempfile.TemporaryDirectory(prefix="sweep-doctor-") as tmp:
+        model = _write_encoder(Path(tmp) / "encoder", TINY if tiny else BERT_BASE)
+        cache = Path(tmp) / "cache"
+        longest = 0.0  # the longest method x precision so far: no run starts that would end past the budget
+        for method in methods:
+            fp32_loss = None
+            for precision in usable:
+                if time.monotonic() - started + longest > budget_s:
+                    report["skipped"].append(f"{method} {precision}")
+                    continue
+                run_started = time.monotonic()
+                config = _run_config(model, method, precision, steps, batch, device, root, cache)
+                say(f"bench: {method} {precision} ...")
+                run = {"method": method, "precision_asked": precision}
+                try:
+                    run.update(_measure(config, cuda))
+                except UserError as exc:
+                    if "fgsm.eps" not in str(exc):
+                        raise
+                    # MoCoSE's FGSM eps (5e-9) is below half precision's resolution: the trainer refuses it
+                    # (README "Precision"); the half-precision rows run without FGSM, and say so
+                    config["fgsm"] = {"eps": 0.0}
+                    run["note"] = "fgsm.eps 0 (5e-9 is refused in half precision)"
+                    run.update(_measure(config, cuda))
+                if precision == "fp32":
+                    fp32_loss = run["loss"]
+                elif fp32_loss is not None and run["loss"] is not None and fp32_loss:
+                    run["loss_vs_fp32"] = round(abs(run["loss"] - fp32_loss) / abs(fp32_loss), 5)
+                run["sync"] = _sync_check(config, steps) if cuda else {
+                    "sync_free": None, "first_sync": "not checked: no GPU (sync debug mode is CUDA's)"}
+                report["runs"].append(run)
+                longest = max(longest, time.monotonic() - run_started)
+        if time.monotonic() - started + 2 * longest > budget_s:  # one alone, then two at once
+            report["skipped"].append("sharing")
+        else:
+            say("bench: two trials sharing one device ...")
+            shared = _run_config(model, "simcse", "auto", steps, batch, device, root, cache)
+            report["sharing"] = _sharing(shared)
+    torch.set_num_threads(threads)
+    report["elapsed_s"] = round(time.monotonic() - started, 1)
+    return report
+
+
+def bench_table(report: dict[str, Any]) -> str:
+    """The bench as a markdown table (and the sharing line)."""
+    def fmt(value: Any, unit: str = "") -> str:
+        return "n/a" if value is None else f"{value:g}{unit}" if isinstance(value, (int, float)) else str(value)
+
+    rows = ["| method | precision asked -> ran | steps/s | sentences/s | peak memory | sync-free steps | "
+            "loss vs fp32 |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    for run in report["runs"]:
+        sync = run["sync"]
+        free = {True: "yes", False: f"no: {sync['first_sync']} (step {sync.get('at_step')})",
+                None: sync["first_sync"]}[sync["sync_free"]]
+        memory = fmt(run["peak_memory_mib"], " MiB") if run["peak_memory_mib"] is not None else "n/a (CPU)"
+        agree = "-" if run["precision_asked"] == "fp32" else fmt(run.get("loss_vs_fp32"))
+        ran = run["precision_ran"] + (f" ({run['note']})" if run.get("note") else "")
+        rows.append(f"| {run['method']} | {run['precision_asked']} -> {ran} | "
+                    f"{fmt(run['steps_per_s'])} | {fmt(run['sentences_per_s'])} | {memory} | {free} | {agree} |")
+    lines = [f"sweep doctor --bench on {report['gpu'] or 'the CPU'} ({report['encoder']['shape']} encoder, batch "
+             f"{report['batch_size']}, {report['steps']} steps per run, {report['elapsed_s']} s)", "", *rows, ""]
+    share = report.get("sharing")
+    if share:
+        lines.append(f"two trials sharing one {report['device'].upper()} ({share['method']}, precision auto): "
+                     f"{share['aggregate_sentences_per_s']:g} sentences/s together "
+                     f"({' + '.join(f'{s:g}' for s in share['shared_sentences_per_s'])}) vs "
+                     f"{share['alone_sentences_per_s']:g} alone: x{share['aggregate_vs_alone']:g}")
+    if report["skipped"]:
+        lines.append(f"skipped (they would have ended past the {report['budget_s']:g} s budget): "
+                     f"{', '.join(report['skipped'])}")
+    if report["note"]:
+        lines.append(f"NOTE: {report['note']}")
+    return "\n".join(lines)
+
+
+def _one_run(config_json: str) -> None:
+    """`python -m sweep.gpu_bench --one-run CONFIG`: one bench run in this process; prints its measures as JSON."""
+    with contextlib.redirect_stdout(sys.stderr):
+        result = _measure(json.loads(config_json), cuda=False)
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--one-run":
+        _one_run(sys.argv[2])
+    else:
+        sys.exit("usage: python -m sweep.gpu_bench --one-run CONFIG_JSON (internal; run `sweep doctor`)")

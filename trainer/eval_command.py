@@ -1,0 +1,69 @@
+"""`sweep eval`: evaluate any HF id, local path or `embedded` on the STS and transfer tasks and print the
+tables (or one JSON object). The scoring is trainer.evaluation's and trainer.transfer's; this is the command's
+own part: checking the input before the model loads, choosing the device, and printing the results.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Sequence
+
+from trainer.data import data_dir as resolve_data_dir
+from trainer.errors import UserError
+from trainer.evaluation import STSResult, evaluate_sts, load_task, split_tasks
+from trainer.score_table import format_table
+from trainer.sentence_encoder import POOLERS, SentenceEncoder
+from trainer.vocabulary import STS_BENCHMARK
+
+
+def eval_command(model: str, pooler: str = "cls_before_pooler", data_dir: str | None = None,
+                 tasks: Sequence[str] | None = None, as_json: bool = False, batch_size: int = 64,
+                 device: str = "auto", fast: bool = True, transfer_mode: str = "test") -> int:
+    """`sweep eval`: evaluate any HF id, local path or `embedded` and print the tables or one JSON object.
+
+    `tasks` mixes STS and transfer task names (`transfer` = all seven transfer tasks); transfer tasks run
+    in `transfer_mode` (test or fasttest). `fast=False` (`--hf-forward`) runs the transformers forward
+    instead of trainer.fast_forward, to check that both give the same figures."""
+    from trainer import transfer as transfer_eval
+    from trainer.models import load_encoder, pick_device
+
+    if pooler not in POOLERS:
+        raise UserError(f"unknown pooler '{pooler}': choose from {', '.join(POOLERS)}")
+    sts_tasks, transfer_tasks = split_tasks(tasks)
+    if transfer_mode not in transfer_eval.MODES:
+        raise UserError(f"unknown --transfer-mode '{transfer_mode}': choose test (the papers' tables) or fasttest")
+    root = resolve_data_dir(data_dir)
+    for task in sts_tasks:  # fail on missing/altered data before the model loads
+        load_task(root, task, "test")
+    if sts_tasks:
+        load_task(root, STS_BENCHMARK, "dev")
+    transfer_eval.load_transfer_tasks(root, transfer_tasks)
+    torch_device = pick_device(device)
+    encoder_model, tokenizer = load_encoder(model)
+    encoder = SentenceEncoder(encoder_model.to(torch_device), tokenizer, pooler, torch_device, batch_size, fast=fast)
+    forward = "fast" if encoder.uses_fast_forward() else "transformers"
+    result = evaluate_sts(encoder.encode, root, sts_tasks) if sts_tasks else None
+    transfer = None
+    if transfer_tasks:
+        transfer = transfer_eval.evaluate_transfer(encoder.encode, root, transfer_tasks, transfer_mode,
+                                                   device=torch_device, progress=not as_json)
+    seconds = (result.seconds if result else 0.0) + (transfer.seconds if transfer else 0.0)
+    if as_json:
+        out = {"model": model, "pooler": pooler, **(result.to_json() if result else {}),
+               **(transfer.to_json() if transfer else {}), "forward": forward, "seconds": round(seconds, 1)}
+        print(json.dumps(out))
+        return 0
+    print(f"model: {model}   pooler: {pooler}   data: {root}   forward: {forward}   ({seconds:.1f} s)")
+    if result:
+        print(format_table(result))
+        if result.align is not None:
+            print(f"alignment {result.align:.4f}   uniformity {result.uniform:.4f}   "
+                  f"(STS-B {align_uniform_label(result)})")
+    if transfer:
+        print(f"transfer tasks ({transfer.mode} mode, test accuracy; {transfer.seconds:.1f} s)")
+        print(format_table(transfer))
+    return 0
+
+
+def align_uniform_label(result: STSResult) -> str:
+    return (result.align_uniform_split or "").replace("stsb-", "") + " split"

@@ -1,0 +1,96 @@
+"""The project's words, each written once: the STS and transfer task names, the poolers, the methods, and
+the trial statuses with what each one means to the sweep (final or not, a result or an error, the Optuna
+state it ends in).
+
+Every layer takes these names from here (trainer, analysis, sweep, in that order of imports), so two
+lists can no longer drift apart. Light on purpose: no torch, no Optuna and no other project module, so
+any module may import it. A status's Optuna state is kept as the state's name; the sweep maps it with
+`optuna.trial.TrialState[name]`.
+
+    >>> TRIAL_STATUSES[DIVERGED].optuna_state, TRIAL_STATUSES[DIVERGED].final
+    ('FAIL', True)
+    >>> optuna_state_name(None)  # a trial that ended without a known status
+    'FAIL'
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+# ---- STS tasks: SentEval's names, used as summary.json `test` keys, trials.csv columns, study metrics ----
+STS12, STS13, STS14, STS15, STS16 = "STS12", "STS13", "STS14", "STS15", "STS16"
+STS_BENCHMARK = "STSBenchmark"
+SICK_RELATEDNESS = "SICKRelatedness"
+STS_TASKS = (STS12, STS13, STS14, STS15, STS16, STS_BENCHMARK, SICK_RELATEDNESS)  # the papers' seven, in order
+STS_TASK_LABELS = {**{task: task for task in STS_TASKS}, STS_BENCHMARK: "STS-B", SICK_RELATEDNESS: "SICK-R"}
+
+# ---- SentEval transfer tasks: summary.json `transfer` keys and trials.csv columns ----
+TRANSFER_TASKS = ("MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC")
+TRANSFER_TASK_LABELS = {task: "SST-2" if task == "SST2" else task for task in TRANSFER_TASKS}
+
+# ---- the sentence embedding read off the encoder (trainer.sentence_encoder.SentenceEncoder) ----
+POOLERS = ("cls", "cls_before_pooler", "avg", "avg_first_last", "avg_top2")
+
+# ---- the methods (trainer.method_rules, trainer.methods), by their config name ----
+SIMCSE, MOCOSE, GS_INFONCE, MIXCSE = "simcse", "mocose", "gs", "mix"
+METHODS = (SIMCSE, MOCOSE, GS_INFONCE, MIXCSE)
+METHOD_LABELS = {SIMCSE: "SimCSE", MOCOSE: "MoCoSE", GS_INFONCE: "GS-InfoNCE", MIXCSE: "MixCSE"}
+
+
+# ---- trial statuses: a summary's `status` (and the Optuna user attr `status`) ----
+@dataclass(frozen=True)
+class TrialStatus:
+    """What one status means, decided here only (modelled on Optuna's TrialState)."""
+
+    name: str
+    optuna_state: str  # the name of the Optuna TrialState the trial ends in (ok without a metric value: FAIL)
+    final: bool  # the key is done for good: running the same config again would give the same answer
+    result: bool  # a result, not an error: a study whose trials all end so exits 0
+    trained: bool  # the trainer reached its own verdict, so it may have saved a best-dev state
+    meaning: str
+
+
+OK, DIVERGED, COLLAPSED, PRUNED = "ok", "diverged", "collapsed", "pruned"
+ERROR, FAILED, INTERRUPTED = "error", "failed", "interrupted"
+DROPPED, DUPLICATE = "dropped", "duplicate"
+
+TRIAL_STATUSES: dict[str, TrialStatus] = {status.name: status for status in (
+    TrialStatus(OK, "COMPLETE", final=True, result=True, trained=True,
+                meaning="the run finished; its value is the study metric from summary.json"),
+    TrialStatus(DIVERGED, "FAIL", final=True, result=True, trained=True,
+                meaning="the loss became NaN or infinite (reason says when)"),
+    TrialStatus(COLLAPSED, "FAIL", final=True, result=True, trained=True,
+                meaning="the dev embeddings collapsed (mean pairwise cosine above collapse_threshold)"),
+    TrialStatus(PRUNED, "PRUNED", final=True, result=True, trained=False,
+                meaning="stopped by the study's scheduler; its intermediate values are kept"),
+    TrialStatus(ERROR, "FAIL", final=False, result=False, trained=False,
+                meaning="an exception or a lost worker (reason names it); run again by the next `sweep run`"),
+    TrialStatus(FAILED, "FAIL", final=False, result=False, trained=False,
+                meaning="out of GPU memory (reason names batch_size and resources.gpu)"),
+    TrialStatus(INTERRUPTED, "FAIL", final=False, result=False, trained=False,
+                meaning="still running when the driver stopped or died"),
+    TrialStatus(DROPPED, "FAIL", final=False, result=True, trained=False,
+                meaning="a tpe ask that the study's constraints drop (no trial runs)"),
+    TrialStatus(DUPLICATE, "FAIL", final=False, result=True, trained=False,
+                meaning="a tpe ask repeating a configuration already in the study (no trial runs)"),
+)}
+FINAL_STATUSES = tuple(name for name, status in TRIAL_STATUSES.items() if status.final)
+# final although their Optuna trial is not COMPLETE or PRUNED (re-running would not help)
+FINAL_FAIL_STATUSES = tuple(name for name in FINAL_STATUSES if TRIAL_STATUSES[name].optuna_state == "FAIL")
+RESULT_STATUSES = tuple(name for name, status in TRIAL_STATUSES.items() if status.result)
+TRAINED_STATUSES = tuple(name for name, status in TRIAL_STATUSES.items() if status.trained)
+
+
+def optuna_state_name(status: Any) -> str:
+    """The name of the Optuna state a trial with summary status `status` ends in (FAIL for an unknown one)."""
+    known = TRIAL_STATUSES.get(status) if isinstance(status, str) else None
+    return known.optuna_state if known is not None else "FAIL"
+
+
+def ends_for_good(state: str, status: Any) -> bool:
+    """Whether a trial in Optuna state `state` (its name, as trials.csv holds it) with summary status `status`
+    ended its key for good: COMPLETE, PRUNED, or FAIL with a final status (diverged, collapsed)."""
+    if state in ("COMPLETE", "PRUNED"):
+        return True
+    return state == "FAIL" and status in FINAL_FAIL_STATUSES
