@@ -3,7 +3,7 @@
     python bench/bookkeeping_scale.py [--sizes 100 1000 10000] [--json]
 
 For each size, a grid study of N `optim.lr` values (one seed, the embedded model, the corpus sample) gets
-a results folder written with the project's own writers (sweep.store.StudyFolder: study.yaml, each
+a results folder written with the project's own writers (sweep.records.store.StudyFolder: study.yaml, each
 trial's config.yaml, summary.json and metrics.jsonl, as a finished trial leaves them; no Optuna storage
 yet). Then, each as a fresh `sweep` process, timed wall-clock:
 
@@ -40,8 +40,8 @@ STEPS = {"dry-run": ["run", "--dry-run"], "record": ["run"], "status": ["status"
 def write_study(folder: Path, size: int, data_dir: Path) -> Path:
     import yaml
 
+    from sweep.records.store import StudyFolder
     from sweep.spec import expand, load_study
-    from sweep.store import StudyFolder
 
     spec = {
         "name": f"scale{size}", "description": "bench/bookkeeping_scale.py",

@@ -1,4 +1,4 @@
-"""What moving a trial's folder to the driver costs (sweep.trial_files): seconds and memory for a bert-base-sized
+"""What moving a trial's folder to the driver costs (sweep.run.trial_files): seconds and memory for a bert-base-sized
 `model/` (a random-weight bert-base config: ~440 MB of safetensors), sent through Ray to the receiver actor.
 
     python bench/trial_files.py [--runs 3] [--keep DIR]
@@ -74,7 +74,7 @@ def main() -> None:
 
     import ray
 
-    from sweep.trial_files import CHUNK_BYTES, IN_FLIGHT, send_trial_folder, start_receiver
+    from sweep.run.trial_files import CHUNK_BYTES, IN_FLIGHT, send_trial_folder, start_receiver
 
     work = Path(tempfile.mkdtemp(prefix="bench-trial-files-"))
     source = work / "source"

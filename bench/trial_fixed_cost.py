@@ -5,14 +5,14 @@
 On a 2-core CPU machine it takes about 15-25 minutes (the seven-task final evaluation of the probe
 dominates); use --json to record the numbers.
 
-Runs two studies through `sweep.runner.run_study` on a local Ray instance (one trial at a time, each
+Runs two studies through `sweep.run.runner.run_study` on a local Ray instance (one trial at a time, each
 trial given every CPU, as a one-GPU-per-trial sweep would run them), with the embedded model
 (all-MiniLM-L6-v2, RunConfig defaults: MoCoSE, batch 64, max length 32):
 
 1. `--trials` minimal trials (1 optimiser step, 1 STS-B dev evaluation, STS-B test only). Per trial:
      schedule  previous trial's end (the driver's Optuna tell) -> the trainable runs in its fresh worker
                process (log.txt "t="): Tune stops the old actor and starts a new one, the process starts,
-               imports Ray and sweep.runner (Tune calls on_trial_start only once the actor runs)
+               imports Ray and sweep.run.runner (Tune calls on_trial_start only once the actor runs)
      imports   -> the train function is imported (torch, transformers, trainer)
      setup     train() start -> first evaluation minus that step and that evaluation: model load,
                corpus load/tokenise (cached), data checks, STS-B dev load
@@ -72,7 +72,7 @@ def study_yaml(folder: Path, name: str, data_dir: Path, seeds: list[int], max_st
 def run(path: Path) -> tuple[list, Path]:
     import optuna
 
-    from sweep.runner import run_study
+    from sweep.run.runner import run_study
     from sweep.spec import load_study
 
     spec = load_study(path)

@@ -15,11 +15,11 @@ import signal
 import sys
 
 from sweep import signal_latch
-from sweep.progress import stdout_to_devnull
+from sweep.run.progress import stdout_to_devnull
 
 
 def _cmd_data_fetch(args: argparse.Namespace) -> int:
-    from sweep.fetch import fetch_data
+    from sweep.commands.fetch import fetch_data
 
     fetch_data(source=args.source, dest=args.dest, corpus=args.corpus)
     return 0
@@ -36,7 +36,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from sweep.preflight import preflight_paths
+    from sweep.run.preflight import preflight_paths
     from sweep.spec import load_study
     from sweep.spec.limits import MAX_TRIALS
 
@@ -44,8 +44,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     preflight_paths(spec)  # the dry run refuses the folders `sweep run` could not write, before it writes
     signal_latch.honour()  # a stop signal an import swallowed
     if args.dry_run:
-        from sweep.history import check_same_study
-        from sweep.spec import print_dry_run
+        from sweep.commands.dry_run import print_dry_run
+        from sweep.records.history import check_same_study
 
         change = check_same_study(spec, extend=args.extend)  # refused here as `sweep run` would refuse it
         print_dry_run(spec)
@@ -53,10 +53,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
             print(f"would extend study {spec.name}: {', '.join(change.added + change.changed)}")
         return 0
     if not args.address:  # before Ray is even imported: a study asking for a missing GPU fails in seconds
-        from sweep.preflight import preflight_resources
+        from sweep.run.preflight import preflight_resources
 
         preflight_resources(spec.resources.cpu, spec.resources.gpu)
-    from sweep.runner import run_study
+    from sweep.run.runner import run_study
 
     signal_latch.honour()  # `import ray._raylet` swallows a KeyboardInterrupt (sweep.signal_latch)
     code = run_study(spec, address=args.address, max_concurrent=args.max_concurrent, extend=args.extend,
@@ -71,7 +71,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_slurm(args: argparse.Namespace) -> int:
-    from sweep.slurm import slurm_command
+    from sweep.commands.slurm import slurm_command
 
     return slurm_command(args.study, nodes=args.nodes, gpus_per_node=args.gpus_per_node,
                          cpus_per_node=args.cpus_per_node, time=args.time, partition=args.partition,
@@ -80,7 +80,7 @@ def _cmd_slurm(args: argparse.Namespace) -> int:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    from sweep.export import export_trial, push_to_hub
+    from sweep.commands.export import export_trial, push_to_hub
 
     dest = export_trial(args.study, args.dest, trial_key=args.trial, best=args.best)
     print(f"exported to {dest} (load it with SentenceTransformer({str(dest)!r}))")
@@ -90,25 +90,25 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
-    from sweep.status import show_status
+    from sweep.commands.status import show_status
 
     return show_status(args.study)
 
 
 def _cmd_dashboard(args: argparse.Namespace) -> int:
-    from sweep.dashboard import serve_dashboard
+    from sweep.commands.dashboard import serve_dashboard
 
     return serve_dashboard(args.study, host=args.host, port=args.port)
 
 
 def _cmd_analyze(args: argparse.Namespace) -> int:
-    from sweep.analyze import analyze_command
+    from sweep.commands.analyze import analyze_command
 
     return analyze_command(args.target, attach=not args.no_attach, mtd_source=args.mtd)
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
-    from sweep.doctor import doctor_command
+    from sweep.commands.doctor import doctor_command
 
     return doctor_command(bench=args.bench, tiny=args.tiny, json_path=args.json, data_dir=args.data_dir,
                           methods=args.methods, precisions=args.precisions, steps=args.steps)

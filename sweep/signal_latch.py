@@ -5,10 +5,10 @@ SIGTERM or SIGHUP is recorded here and raised in the main thread as a KeyboardIn
 which stops the command at once with "interrupted by SIG...; run the same command to go on" and 128 + N.
 
 Some code swallows that exception, and the signal was lost: `import ray._raylet` (imported with
-sweep.runner) probes the optional module `backports_abc` from Cython, which clears any error of the
+sweep.run.runner) probes the optional module `backports_abc` from Cython, which clears any error of the
 import, KeyboardInterrupt included; a Ctrl-C there went unseen and every trial ran. So the record
 stays until the command honours it: `sweep run` calls `honour()` after its imports (raising the signal
-again), and sweep.stopping.StopSignals `take()`s it when it is installed (the run then stops as if the
+again), and sweep.run.stopping.StopSignals `take()`s it when it is installed (the run then stops as if the
 signal had come to it).
 
     install()            # the handlers; the first stop signal is kept until taken

@@ -285,7 +285,7 @@ def test_sweep_analyze_command_attaches_figures_once(tmp_path, monkeypatch, caps
     import optuna
     from optuna.artifacts import get_all_artifact_meta
 
-    from sweep.analyze import analyze_command
+    from sweep.commands.analyze import analyze_command
     from trainer.errors import UserError
 
     monkeypatch.chdir(tmp_path)

@@ -21,11 +21,11 @@ import pytest
 import sqlalchemy
 import yaml
 
-import sweep.mirror
-from sweep.runner import _StudyRun
+import sweep.records.mirror
+from sweep.commands.status import show_status
+from sweep.records.store import StudyFolder
+from sweep.run.runner import StudyRun
 from sweep.spec import expand, load_study
-from sweep.status import show_status
-from sweep.store import StudyFolder
 
 SIZES = (10, 20, 40)
 _WATCHED: list[Path] = []  # the audit hook below counts opens under these folders
@@ -57,9 +57,9 @@ def counted(folder: Path):
             return function(*args, **kwargs)
         return wrapper
 
-    # every way to read all of a study's trials: Optuna's (cached or not) and sweep.mirror.read_trials
+    # every way to read all of a study's trials: Optuna's (cached or not) and sweep.records.mirror.read_trials
     readers = [(optuna.storages._cached_storage._CachedStorage, "get_all_trials"),
-               (optuna.storages.RDBStorage, "get_all_trials"), (sweep.mirror, "read_trials")]
+               (optuna.storages.RDBStorage, "get_all_trials"), (sweep.records.mirror, "read_trials")]
     originals = [getattr(owner, name) for owner, name in readers]
     for (owner, name), original in zip(readers, originals):
         setattr(owner, name, counting(original))
@@ -98,7 +98,7 @@ def finished_study(root: Path, size: int) -> Path:
 
 def plan(path: Path) -> int:
     """What `sweep run` does before Ray starts (no trial runs: Ray never starts); how many trials it would run."""
-    run = _StudyRun(load_study(path), "unused:train")
+    run = StudyRun(load_study(path), "unused:train")
     to_run = run.prepare()
     run.mirror.wait_for_note()  # the dashboard note is written by a thread: counted here, not by chance
     return to_run
@@ -158,7 +158,7 @@ def test_recording_costs_the_same_statements_per_trial_at_every_size(measured):
 
 
 def test_read_trials_gives_what_optunas_own_read_gives(tmp_path):
-    """sweep.mirror.read_trials (plain SELECTs) against RDBStorage.get_all_trials, field by field, on a study
+    """sweep.records.mirror.read_trials (plain SELECTs) against RDBStorage.get_all_trials, field by field, on a study
     with every state, infinite and NaN values, log/int/categorical parameters, and a second study beside it."""
     import math
 
@@ -196,7 +196,7 @@ def test_read_trials_gives_what_optunas_own_read_gives(tmp_path):
     optunas = sorted(storage.get_all_trials(study_id, deepcopy=False), key=lambda t: t.number)
     assert {t.state for t in optunas} == {TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL,
                                          TrialState.RUNNING, TrialState.WAITING}
-    assert [fields(t) for t in sweep.mirror.read_trials(storage, study_id)] == [fields(t) for t in optunas]
+    assert [fields(t) for t in sweep.records.mirror.read_trials(storage, study_id)] == [fields(t) for t in optunas]
     live = (TrialState.RUNNING, TrialState.WAITING)
-    assert ([fields(t) for t in sweep.mirror.read_trials(storage, study_id, states=live)]
+    assert ([fields(t) for t in sweep.records.mirror.read_trials(storage, study_id, states=live)]
             == [fields(t) for t in optunas if t.state in live])

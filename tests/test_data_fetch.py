@@ -104,7 +104,7 @@ def make_mirror(shared: Path, dest: Path, damage: str | None = None) -> Path:
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory, shared_data_dir) -> Path:
     """A data dir installed once (in-process) to copy from in tests that need a prior install."""
-    from sweep.fetch import fetch_data
+    from sweep.commands.fetch import fetch_data
 
     root = tmp_path_factory.mktemp("installed") / "data"
     fetch_data(source=str(shared_data_dir), dest=str(root), corpus="sample")
@@ -186,7 +186,7 @@ def test_damaged_mirror_never_replaces_an_installed_file(tmp_path, shared_data_d
 
 
 def test_install_file_keeps_the_good_file_when_the_source_is_bad(tmp_path, shared_data_dir, installed):
-    from sweep.fetch import _install_file
+    from sweep.commands.fetch import install_file
     from trainer.errors import UserError
 
     mirror = make_mirror(shared_data_dir, tmp_path / "mirror", "altered")
@@ -194,7 +194,7 @@ def test_install_file_keeps_the_good_file_when_the_source_is_bad(tmp_path, share
     shutil.copytree(installed, dest)
     before = (dest / DAMAGED).stat().st_mtime_ns
     with pytest.raises(UserError, match="sha256"):
-        _install_file(mirror / DAMAGED, dest, DAMAGED)
+        install_file(mirror / DAMAGED, dest, DAMAGED)
     assert sha256(dest / DAMAGED) == MANIFEST[DAMAGED][1]
     assert (dest / DAMAGED).stat().st_mtime_ns == before
     assert not part_files(dest)
@@ -211,7 +211,7 @@ def _offline_fetch(dest: Path, *extra: str) -> subprocess.CompletedProcess:
     """`sweep data fetch --dest DEST` with both download URLs pointed at a closed local port."""
     url = _closed_port_url()
     code = (
-        "import sys, sweep.fetch as f\n"
+        "import sys, sweep.commands.fetch as f\n"
         f"f.SENTEVAL_URL = f.WIKI1M_URL = {url!r}\n"
         "from sweep.cli import main\n"
         f"sys.exit(main(['data', 'fetch', '--dest', {str(dest)!r}] + {list(extra)!r}))\n"

@@ -87,7 +87,7 @@ def test_the_tiny_cpu_bench_measures_and_says_no_gpu_was_measured(tmp_path, shar
 
 
 def test_the_sync_check_names_the_loop_line_that_synchronised():
-    from sweep.gpu_bench import _SyncWindow
+    from sweep.commands.gpu_bench import SyncWindow
 
     def sync():
         raise RuntimeError("called a synchronizing CUDA operation")
@@ -105,7 +105,7 @@ def test_the_sync_check_names_the_loop_line_that_synchronised():
 
     sites = {}
     for at_eval in (True, False):
-        window = _SyncWindow(warm=5, entry=train)
+        window = SyncWindow(warm=5, entry=train)
         with pytest.raises(RuntimeError) as raised:
             train(at_eval, window.on_step)
         sites[at_eval] = window.site(raised.value.__traceback__)
@@ -116,7 +116,7 @@ def test_the_sync_check_names_the_loop_line_that_synchronised():
 
 
 def test_the_bench_starts_no_run_that_would_end_past_its_budget(tmp_path):
-    from sweep.gpu_bench import bench_table, run_bench
+    from sweep.commands.gpu_bench import bench_table, run_bench
 
     report = run_bench(tiny=True, budget_s=0.0, say=lambda text: None)
     assert report["runs"] == [] and report["sharing"] is None
@@ -133,7 +133,7 @@ def test_the_sync_check_runs_the_trainer_and_stops_at_the_first_flagged_read_bac
     where it was."""
     import torch
 
-    from sweep import gpu_bench
+    from sweep.commands import gpu_bench
 
     mode = {"now": 0}
 
@@ -156,9 +156,9 @@ def test_the_sync_check_runs_the_trainer_and_stops_at_the_first_flagged_read_bac
         return to(self, *args, **kwargs)
 
     monkeypatch.setattr(torch.Tensor, "to", to_host)
-    config = gpu_bench._run_config(tiny_model_dir, "simcse", "fp32", 6, 8, "cpu", str(shared_data_dir),
+    config = gpu_bench.bench_run_config(tiny_model_dir, "simcse", "fp32", 6, 8, "cpu", str(shared_data_dir),
                                    tmp_path / "cache")
-    result = gpu_bench._sync_check(config, steps=6)
+    result = gpu_bench.sync_check(config, steps=6)
     assert mode["now"] == 0  # left off
     warm = 5
     assert result["first_sync"].startswith("trainer/train.py:"), result

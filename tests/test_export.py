@@ -19,11 +19,11 @@ import pytest
 import yaml
 from scipy.stats import spearmanr
 
-from sweep.export import export_trial
-from sweep.feed import TrialFeed
-from sweep.runner import _StudyRun, run_study
+from sweep.commands.export import export_trial
+from sweep.records.store import TrialsTable
+from sweep.run.feed import TrialFeed
+from sweep.run.runner import StudyRun, run_study
 from sweep.spec import expand, load_study
-from sweep.store import TrialsTable
 from tests.test_runner import read_csv, run_sweep, write_study
 
 REPO = Path(__file__).resolve().parents[1]
@@ -89,7 +89,7 @@ def test_keep_weights_keeps_the_top_k_as_trials_end(tmp_path, keep, kept_after):
                                     "parameters": {"ema.decay": [0.1, 0.2, 0.3, 0.4]},
                                     "results_dir": str(tmp_path / "results")}))
     spec = load_study(path)
-    run = _StudyRun(spec, "x:y")
+    run = StudyRun(spec, "x:y")
     run.table = TrialsTable(run.folder, spec.parameters)
     trials = dict(zip("abcd", expand(spec)))
     keys = {name: trial.key for name, trial in trials.items()}
@@ -119,12 +119,12 @@ def test_keep_weights_none_saves_nothing(tmp_path):
     path = tmp_path / "k.yaml"
     path.write_text(yaml.safe_dump({"name": "k", "base": {"model": "embedded"}, "keep_weights": "none",
                                     "results_dir": str(tmp_path / "results")}))
-    run = _StudyRun(load_study(path), "x:y")
+    run = StudyRun(load_study(path), "x:y")
     run.to_run = list(expand(run.spec))
     job = TrialFeed(run).next_job()
     assert "save_model" not in job["config"] or job["config"]["save_model"] is False
     path.write_text(path.read_text().replace("keep_weights: none", "keep_weights: 2"))
-    run = _StudyRun(load_study(path), "x:y")
+    run = StudyRun(load_study(path), "x:y")
     run.to_run = list(expand(run.spec))
     trial = run.to_run[0]
     job = TrialFeed(run).next_job()
@@ -254,7 +254,7 @@ def test_layer_averaging_poolers_match_a_hand_written_reference(tmp_path, three_
     from sentence_transformers import SentenceTransformer
     from transformers import AutoModel, AutoTokenizer
 
-    from sweep.export import write_sentence_transformer
+    from sweep.commands.export import write_sentence_transformer
 
     tiny_model_dir = three_layer_model
     write_sentence_transformer(tiny_model_dir, pooler, tmp_path / "st")

@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from trainer.fast_forward import FastEncoderForward, PackedLinear, _onednn_usable, unsupported_reason
+from trainer.fast_forward import FastEncoderForward, PackedLinear, onednn_usable, unsupported_reason
 from trainer.sentence_encoder import POOLERS, SentenceEncoder
 
 SENTENCES = [
@@ -21,7 +21,7 @@ SENTENCES = [
     "children are playing football in a park near the river",
     "a dog runs .",
 ]
-ONEDNN = [True, False] if _onednn_usable() else [False]
+ONEDNN = [True, False] if onednn_usable() else [False]
 
 
 def random_model(kind: str = "bert", layers: int = 3, **overrides):

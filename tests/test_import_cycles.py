@@ -9,6 +9,8 @@ Read from the source with `ast` (nothing is imported), so it costs milliseconds.
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -92,7 +94,7 @@ def test_the_cycle_finder_finds_a_function_local_cycle():
 def test_no_import_cycles_in_the_project():
     graph = import_graph()
     assert "sweep.spec.expand" in graph["sweep.spec.load"]  # the graph is read (imports seen)
-    assert "trainer.models" in graph["sweep.preflight"]  # function-local imports are seen (in preflight_inputs)
+    assert "trainer.models" in graph["sweep.run.preflight"]  # function-local imports are seen (in preflight_inputs)
     assert cycles(graph) == []
 
 
@@ -110,9 +112,9 @@ def test_dependencies_point_one_way_between_the_packages():
 
 
 def study_run_modules() -> set[str]:
-    """sweep.runner and every sweep module it reaches: the modules a study run is made of."""
+    """sweep.run.runner and every sweep module it reaches: the modules a study run is made of."""
     graph = import_graph()
-    seen, todo = set(), ["sweep.runner"]
+    seen, todo = set(), ["sweep.run.runner"]
     while todo:
         name = todo.pop()
         if name not in seen and name.startswith("sweep"):
@@ -124,7 +126,8 @@ def study_run_modules() -> set[str]:
 def test_the_study_run_is_split_into_modules_of_at_most_400_lines_each_saying_what_it_owns():
     paths = {module_name(p): p for p in (REPO / "sweep").rglob("*.py")}
     modules = study_run_modules()
-    assert {"sweep.stopping", "sweep.ray_session", "sweep.feed", "sweep.trial_events", "sweep.mirror"} <= modules
+    assert {"sweep.run.stopping", "sweep.run.ray_session", "sweep.run.feed", "sweep.run.trial_events",
+            "sweep.records.mirror"} <= modules
     too_long = {name: n for name in modules if (n := len(paths[name].read_text().splitlines())) > 400}
     assert too_long == {}
     assert [name for name in modules if ast.get_docstring(ast.parse(paths[name].read_text())) is None] == []
@@ -136,3 +139,41 @@ def test_train_reads_as_named_phases_of_at_most_80_lines():
                  if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
     assert {"_set_up", "_step", "_evaluate_and_select", "_final_evaluation", "_summary"} <= set(functions)
     assert {name: n for name, n in functions.items() if n > 80} == {}
+
+
+# sweep/'s layers, bottom first (sweep/__init__.py): a module imports its own layer and those below only.
+SWEEP_LAYERS = (("sweep.text", "sweep.signal_latch"), ("sweep.spec",), ("sweep.records",), ("sweep.run",),
+                ("sweep.commands",), ("sweep.cli", "sweep.__main__", "sweep"))
+
+
+def sweep_layer(name: str) -> int:
+    """The layer of a sweep module: the deepest layer prefix it falls under (the package `sweep` is the top)."""
+    for index, prefixes in enumerate(SWEEP_LAYERS):
+        if any(name == prefix or name.startswith(prefix + ".") for prefix in prefixes if prefix != "sweep"):
+            return index
+    assert name == "sweep", f"{name} is in no layer of sweep/: add its folder to SWEEP_LAYERS"
+    return len(SWEEP_LAYERS) - 1
+
+
+def test_sweep_layers_import_downwards_only():
+    graph = import_graph()
+    sweep_modules = [name for name in graph if name == "sweep" or name.startswith("sweep.")]
+    upward = sorted((name, target) for name in sweep_modules for target in graph[name]
+                    if (target == "sweep" or target.startswith("sweep.")) and sweep_layer(target) > sweep_layer(name))
+    assert upward == []
+
+
+def test_sweep_top_level_keeps_at_most_six_plain_modules():
+    plain = sorted(p.stem for p in (REPO / "sweep").glob("*.py") if p.stem not in ("__init__", "__main__", "cli"))
+    assert len(plain) <= 6, plain
+    assert [p.name for p in (REPO / "sweep").iterdir() if p.is_dir() and not (p / "__init__.py").exists()
+            and p.name != "__pycache__"] == []
+    for package in ("spec", "records", "run", "commands"):
+        assert ast.get_docstring(ast.parse((REPO / "sweep" / package / "__init__.py").read_text())), package
+
+
+def test_the_public_api_loads_lazily_and_names_real_objects():
+    code = ("import sys, sweep\nassert 'ray' not in sys.modules and 'sweep.run.runner' not in sys.modules\n"
+            "print(sorted(n for n in sweep.__all__ if getattr(sweep, n) is None))")
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and result.stdout.strip() == "[]", result.stderr

@@ -14,7 +14,7 @@ import pytest
 from pydantic import Field
 
 import trainer.config
-from sweep.runner import _StudyRun, run_study
+from sweep.run.runner import StudyRun, run_study
 from sweep.spec import expand, load_study, trial_key
 from trainer.config import Bool, Float, RunConfig
 
@@ -49,7 +49,7 @@ def write_study(tmp_path: Path) -> Path:
 def finish_every_trial(path: Path, config_in_summary: bool = True) -> list[str]:
     """Run the study's plan and record every trial as the driver does when a trial ends ok (a summary
     without its config when `config_in_summary` is False, as a stand-in trainer might write)."""
-    run = _StudyRun(load_study(path), "unused:train")
+    run = StudyRun(load_study(path), "unused:train")
     assert run.prepare() == 8
     for trial in list(run.to_run):
         number = run.mirror.start(trial)
@@ -94,8 +94,8 @@ def test_rerun_changed_plans_exactly_the_changed_trials(tmp_path, monkeypatch, c
     path = write_study(tmp_path)
     finish_every_trial(path, config_in_summary)
     monkeypatch.setattr(trainer.config, "RunConfig", WithOtherDefault)
-    assert _StudyRun(load_study(path), "unused:train").prepare() == 0
-    run = _StudyRun(load_study(path), "unused:train", rerun_changed=True)
+    assert StudyRun(load_study(path), "unused:train").prepare() == 0
+    run = StudyRun(load_study(path), "unused:train", rerun_changed=True)
     assert run.prepare() == 8
     assert all(fields == ["collapse_threshold"] for fields in run.changed.values())
 
@@ -118,7 +118,7 @@ def test_a_finished_study_that_keeps_weights_resolves_the_same(tmp_path, capsys,
     # and --rerun-changed re-runs none.
     path = tmp_path / "keys.yaml"
     path.write_text(STUDY + f"keep_weights: {keep}\nresults_dir: {tmp_path / 'results'}\n")
-    run = _StudyRun(load_study(path), "unused:train")
+    run = StudyRun(load_study(path), "unused:train")
     assert run.prepare() == 8
     for trial in list(run.to_run):
         number = run.mirror.start(trial)
@@ -133,4 +133,4 @@ def test_a_finished_study_that_keeps_weights_resolves_the_same(tmp_path, capsys,
     assert code == 0
     assert "8 already ended (skipped), 0 to run" in out
     assert "resolve differently" not in out
-    assert _StudyRun(load_study(path), "unused:train", rerun_changed=True).prepare() == 0
+    assert StudyRun(load_study(path), "unused:train", rerun_changed=True).prepare() == 0

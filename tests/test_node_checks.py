@@ -1,8 +1,8 @@
-"""A node's verdict against the driver (sweep.node_checks): what makes a node unfit, said in one line."""
+"""A node's verdict against the driver (sweep.run.node_checks): what makes a node unfit, said in one line."""
 
 from __future__ import annotations
 
-from sweep.node_checks import code_fingerprint, node_problem, software_versions
+from sweep.run.node_checks import code_fingerprint, node_problem, software_versions
 
 DRIVER = {"python": "3.11.7", "code": "a" * 12, "contrastive-sweep": "0.1.0", "torch": "2.13.0",
           "transformers": "5.24.0", "ray": "2.60.0"}

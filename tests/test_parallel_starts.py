@@ -2,7 +2,7 @@
 
 Without a limit, Ray Tune lets a custom searcher have one trial pending at a time, so a grid started its
 trials one after another however many fit; the driver now sets max_concurrent_trials from the room the
-cluster has (sweep.ray_session.trial_room).
+cluster has (sweep.run.ray_session.trial_room).
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def test_a_grid_at_a_quarter_cpu_runs_eight_trials_at_once(tmp_path, shared_data
 def test_room_is_what_the_cluster_holds(monkeypatch, cpu, gpu, cluster, address, method, to_run, room):
     import ray
 
-    from sweep.ray_session import PENDING_CAP, trial_room
+    from sweep.run.ray_session import PENDING_CAP, trial_room
 
     assert PENDING_CAP == 64
     monkeypatch.setattr(ray, "cluster_resources", lambda: cluster)
@@ -74,9 +74,9 @@ def worker_pid(trial_dir) -> str:
 
 
 def test_short_trials_keep_every_worker_that_is_starting(tmp_path, shared_data_dir):
-    # Worker processes start a few at a time (sweep.ray_session), so some trials end while others' workers
+    # Worker processes start a few at a time (sweep.run.ray_session), so some trials end while others' workers
     # are still starting. Tune's own FIFO order then handed a freed worker to a trial whose worker was
-    # starting and killed that one: 1 s trials ran on 2 workers, 2 at once. sweep.schedulers keeps them.
+    # starting and killed that one: 1 s trials ran on 2 workers, 2 at once. sweep.run.schedulers keeps them.
     # 64 trials: on a loaded machine a worker takes 2-3 s to start, and of 32 the first seven workers had
     # run nearly all by the time the eighth came up (6-7 at once).
     path = fake_study(tmp_path, "short", shared_data_dir, decays=[round(0.01 * i, 2) for i in range(1, 65)],
@@ -98,7 +98,7 @@ def test_short_trials_keep_every_worker_that_is_starting(tmp_path, shared_data_d
     assert len(summaries) == 64 and all(s["status"] == "ok" for s in summaries)
     fits = min(8, int((os.cpu_count() or 1) / 0.25))
     assert len({worker_pid(d) for d in trial_dirs}) == fits  # every worker that started ran trials
-    # including the workers Ray starts for the driver when it connects (sweep.ray_session): none now
+    # including the workers Ray starts for the driver when it connects (sweep.run.ray_session): none now
     assert ray_workers == {worker_pid(d) for d in trial_dirs}
     # most of them at once (the fault left 2); all 8 only if the last worker came up before the trials ran out
     assert most_at_once([(s["started_at"], s["ended_at"]) for s in summaries]) > fits // 2
@@ -127,13 +127,13 @@ def test_asha_stops_the_trials_below_its_rung_cutoff(tmp_path, shared_data_dir):
 
 def test_tune_does_not_import_wandb_or_mlflow_for_its_usage_tag_unless_a_study_uses_them():
     """Ray Tune's callback usage tag imports its tracker integrations (and so wandb and mlflow, installed by
-    the README's set-up) before the first trial: ~2 s of a study's start. sweep.ray_session skips the tag
+    the README's set-up) before the first trial: ~2 s of a study's start. sweep.run.ray_session skips the tag
     while that would import them, and lets Ray record it once they are imported (a study logging to them)."""
     code = """
 import sys
 from ray.air._internal import usage
 from ray.tune import Callback
-from sweep.ray_session import skip_tracker_imports_in_tune_usage_tag
+from sweep.run.ray_session import skip_tracker_imports_in_tune_usage_tag
 tagged = []
 usage.record_extra_usage_tag = lambda key, value, *a, **k: tagged.append(value)
 original = usage.tag_callbacks

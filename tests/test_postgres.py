@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from test_runner import assert_complete_study, query_dashboard, run_sweep, write_study
 
-from sweep.runner import run_study
+from sweep.run.runner import run_study
 from sweep.spec import load_study
 
 pytestmark = pytest.mark.slow

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from sweep.preflight import preflight_resources
-from sweep.runner import run_study
+from sweep.run.preflight import preflight_resources
+from sweep.run.runner import run_study
 from sweep.spec import load_study
 from trainer.errors import UserError
 

@@ -24,7 +24,7 @@ import optuna
 import pytest
 import yaml
 
-from sweep.runner import run_study
+from sweep.run.runner import run_study
 from sweep.spec import load_study
 
 REPO = Path(__file__).resolve().parents[1]

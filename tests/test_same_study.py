@@ -18,7 +18,7 @@ def sweep(args, cwd):
 
 
 def test_compare_specs_tells_extensions_from_other_studies():
-    from sweep.history import compare_specs
+    from sweep.records.history import compare_specs
 
     old = {"name": "s", "method": "grid", "seeds": [1, 2], "budget": None, "storage": None,
            "metric": {"name": "dev_stsb", "goal": "maximize"}, "base": {"optim": {"lr": 3e-5}, "pooler": "cls"},

@@ -43,7 +43,7 @@ def test_the_first_signal_is_the_one_kept(latch):
 
 
 def test_the_run_takes_a_signal_that_came_before_its_handlers(latch):
-    from sweep.stopping import StopSignals
+    from sweep.run.stopping import StopSignals
 
     try:
         os.kill(os.getpid(), signal.SIGTERM)

@@ -14,13 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sweep.preflight import preflight_paths
+from sweep.commands.dry_run import format_trial_table, print_dry_run, read_trial_states
+from sweep.run.preflight import preflight_paths
 from sweep.spec import (
     expand,
-    format_trial_table,
     load_study,
-    print_dry_run,
-    read_trial_states,
     search_space,
     trial_from_params,
     trial_key,
@@ -198,7 +196,7 @@ def test_queue_init_dry_run_from_the_command_line(tmp_path):
 def test_planning_a_study_does_not_import_torch(tmp_path):
     """The dry run, `sweep status` and a resume plan every trial (queue_init's MTD counts the corpus for
     its cosine EMA schedule) without training: torch's import was 1.2-1.8 s of each."""
-    code = ("import sys\nfrom sweep.spec import load_study, print_dry_run\n"
+    code = ("import sys\nfrom sweep.commands.dry_run import print_dry_run\nfrom sweep.spec import load_study\n"
             f"print_dry_run(load_study({str(REPO / 'studies' / 'queue_init.yaml')!r}))\n"
             "print('torch imported:', 'torch' in sys.modules)")
     result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
@@ -290,21 +288,21 @@ def test_libyaml_reads_a_study_exactly_as_the_pure_python_parser(text):
 
     def read(loader):
         try:
-            data, where = marks._load(loader, text, "f.yaml")
+            data, where = marks.load_with(loader, text, "f.yaml")
             return data, where.lines
-        except (marks.yaml.YAMLError, marks._DuplicateKey) as exc:
+        except (marks.yaml.YAMLError, marks.DuplicateKey) as exc:
             return "error", type(exc).__name__
-        except (marks._Refused, RecursionError):  # too deep: libyaml's walk refuses it, Python's parser overflows
+        except (marks.Refused, RecursionError):  # too deep: libyaml's walk refuses it, Python's parser overflows
             return "error", "refused"
-    assert issubclass(marks._FastStudyLoader, marks.yaml.CSafeLoader)  # PyYAML's wheels ship libyaml
-    assert read(marks._FastStudyLoader) == read(marks._StudyLoader)
+    assert issubclass(marks.FastStudyLoader, marks.yaml.CSafeLoader)  # PyYAML's wheels ship libyaml
+    assert read(marks.FastStudyLoader) == read(marks.StudyLoader)
     try:
         parsed: object = marks.parse_yaml(text, "f.yaml")
     except UserError as exc:
         parsed = str(exc)
     try:
-        expected: object = marks._load(marks._StudyLoader, text, "f.yaml")
-    except (marks.yaml.YAMLError, marks._DuplicateKey, marks._Refused, RecursionError):
+        expected: object = marks.load_with(marks.StudyLoader, text, "f.yaml")
+    except (marks.yaml.YAMLError, marks.DuplicateKey, marks.Refused, RecursionError):
         expected = None  # parse_yaml words it; the bad-study tests check the wording
     if expected is not None:
         assert (parsed[0], parsed[1].lines) == (expected[0], expected[1].lines)

@@ -233,7 +233,7 @@ def test_exit_status_1_when_a_trial_raised_and_0_for_a_diverged_trial(tmp_path, 
 
 
 def test_kill_9_of_the_driver_leaves_no_ray_agent_behind(tmp_path, shared_data_dir):
-    """kill -9 runs no handler: sweep.reaper (started before Ray) kills the agents the raylet leaves."""
+    """kill -9 runs no handler: sweep.run.reaper (started before Ray) kills the agents the raylet leaves."""
     path = fake_study(tmp_path, "killed", shared_data_dir)
     study_dir = tmp_path / "results" / "killed"
     driver = Driver(["run", str(path)], tmp_path, fake_env(steps=100, step_s=0.2))
@@ -260,7 +260,7 @@ def signalled_driver(tmp_path: Path, shared_data_dir: Path, setup: str) -> subpr
 
 @pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
 def test_a_signal_during_the_start_up_import_is_not_lost(tmp_path, shared_data_dir, signame):
-    # `import ray._raylet` (by sweep.runner) probes backports_abc from Cython, which clears the exception of
+    # `import ray._raylet` (by sweep.run.runner) probes backports_abc from Cython, which clears the exception of
     # that import: the KeyboardInterrupt a signal raised there vanished, and every trial ran (exit 0).
     setup = f"import tests.signal_at_import as hook; hook.arm('backports_abc', signal.{signame})"
     result = signalled_driver(tmp_path, shared_data_dir, setup)
@@ -292,11 +292,11 @@ def test_a_signal_swallowed_before_the_run_stops_the_run(tmp_path, shared_data_d
 ])
 def test_a_signal_during_the_last_writes_is_honoured(tmp_path, shared_data_dir, moment, signame):
     hooks = {
-        "after_summary": ("import sweep.runner as r\norig = r._StudyRun._print_summary\n"
+        "after_summary": ("import sweep.run.runner as r\norig = r.StudyRun.print_summary\n"
                           "def hooked(self):\n    orig(self)\n    os.kill(os.getpid(), signal.{sig}); time.sleep(0.1)\n"
-                          "r._StudyRun._print_summary = hooked"),
+                          "r.StudyRun.print_summary = hooked"),
         # kill_leftovers runs right after ray.shutdown, which left SIGTERM at its default action
-        "after_ray_shutdown": ("import sweep.stopping as st\norig = st.kill_all\n"
+        "after_ray_shutdown": ("import sweep.run.stopping as st\norig = st.kill_all\n"
                                "def hooked(*a, **k):\n    os.kill(os.getpid(), signal.{sig}); time.sleep(0.1)\n"
                                "    return orig(*a, **k)\nst.kill_all = hooked"),
         # ray.shutdown stops the local GCS, raylet and agents (~1 s) after the driver's core worker is gone,

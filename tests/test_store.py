@@ -13,12 +13,12 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from sweep.feed import TrialFeed
-from sweep.mirror import OptunaMirror, infer_distributions, optuna_value
-from sweep.runner import _StudyRun
+from sweep.commands.status import show_status
+from sweep.records.mirror import OptunaMirror, infer_distributions, optuna_value
+from sweep.records.store import StudyFolder, TrialsTable, locate_study, metric_value, write_text_atomic
+from sweep.run.feed import TrialFeed
+from sweep.run.runner import StudyRun
 from sweep.spec import Metric, Resources, StudySpec, Trial, load_study
-from sweep.status import show_status
-from sweep.store import StudyFolder, TrialsTable, locate_study, metric_value, write_text_atomic
 from trainer.errors import UserError
 
 TASKS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness")
@@ -165,7 +165,7 @@ def write_study_file(tmp_path: Path) -> Path:
 
 def test_resume_plan_skips_finished_recovers_from_disk_and_reruns_the_rest(tmp_path, capsys):
     spec = load_study(write_study_file(tmp_path))
-    first = _StudyRun(spec, "unused:train")
+    first = StudyRun(spec, "unused:train")
     assert first.prepare() == 4
     done, stale, on_disk, never = (t.key for t in first.to_run)
     # 1) finished in Optuna and on disk; 2) left RUNNING by a driver that died; 3) finished on disk
@@ -178,7 +178,7 @@ def test_resume_plan_skips_finished_recovers_from_disk_and_reruns_the_rest(tmp_p
     first.folder.write_metrics(on_disk, [{"step": 3, "dev_stsb": 40.0}])
     mtime = os.stat(first.folder.summary_path(done)).st_mtime_ns
 
-    second = _StudyRun(spec, "unused:train")
+    second = StudyRun(spec, "unused:train")
     assert second.prepare() == 2
     assert [t.key for t in second.to_run] == [stale, never]
     by_key = second.mirror.trials_by_key()
@@ -192,7 +192,7 @@ def test_resume_plan_skips_finished_recovers_from_disk_and_reruns_the_rest(tmp_p
     assert rows[stale]["state"] == "PENDING" and rows[never]["state"] == "PENDING"
     assert os.stat(first.folder.summary_path(done)).st_mtime_ns == mtime
 
-    third = _StudyRun(spec, "unused:train")  # nothing new: the same plan, no new Optuna trials
+    third = StudyRun(spec, "unused:train")  # nothing new: the same plan, no new Optuna trials
     assert third.prepare() == 2
     assert len(third.mirror.study.trials) == len(second.mirror.study.trials)
 
@@ -205,12 +205,12 @@ def test_resume_plan_skips_finished_recovers_from_disk_and_reruns_the_rest(tmp_p
 
 def test_a_second_driver_on_the_same_study_is_refused(tmp_path):
     spec = load_study(write_study_file(tmp_path))
-    run = _StudyRun(spec, "unused:train")
+    run = StudyRun(spec, "unused:train")
     with run.locked():
         with pytest.raises(UserError, match="already running"):
-            with _StudyRun(spec, "unused:train").locked():
+            with StudyRun(spec, "unused:train").locked():
                 pass
-    with _StudyRun(spec, "unused:train").locked():  # released on exit
+    with StudyRun(spec, "unused:train").locked():  # released on exit
         pass
 
 
@@ -235,7 +235,7 @@ def test_tpe_asks_optuna_per_configuration_runs_every_seed_and_resumes(tmp_path)
         f"results_dir: {tmp_path / 'results'}\n"
     )
     spec = load_study(path)
-    run = _StudyRun(spec, "unused:train")
+    run = StudyRun(spec, "unused:train")
     assert run.prepare() == 4  # two configurations x two seeds
     feed, events = TrialFeed(run), run.events
     first = feed.next_job()
@@ -251,7 +251,7 @@ def test_tpe_asks_optuna_per_configuration_runs_every_seed_and_resumes(tmp_path)
     events.trial_started(second["key"], "tune-2")
     # the driver dies here: second is left RUNNING, the second configuration was never asked
 
-    again = _StudyRun(spec, "unused:train")
+    again = StudyRun(spec, "unused:train")
     assert again.prepare() == 3  # second (again) + one new configuration x two seeds
     assert [t.key for t in again.to_run] == [second["key"]] and again.asks_left == 1
     rows = {r["key"]: r["state"] for r in again.folder.read_trials_csv()}
@@ -259,12 +259,12 @@ def test_tpe_asks_optuna_per_configuration_runs_every_seed_and_resumes(tmp_path)
 
 
 def test_callback_records_pruned_and_crashed_trials(tmp_path):
+    from sweep.run.trial_events import TrialEvents
     from sweep.spec import Scheduler
-    from sweep.trial_events import TrialEvents
 
     spec = load_study(write_study_file(tmp_path))
     spec.scheduler = Scheduler()
-    run = _StudyRun(spec, "unused:train")
+    run = StudyRun(spec, "unused:train")
     run.prepare()
     callback, feed = TrialEvents(run), TrialFeed(run)
     pruned = StubTuneTrial("t1", feed.next_job())
@@ -286,7 +286,7 @@ def test_callback_records_pruned_and_crashed_trials(tmp_path):
     rows = {r["key"]: r for r in run.folder.read_trials_csv()}
     assert rows[pruned.config["key"]]["state"] == "PRUNED" and rows[crashed.config["key"]]["status"] == "error"
     # a pruned trial is final: not run again
-    again = _StudyRun(spec, "unused:train")
+    again = StudyRun(spec, "unused:train")
     assert again.prepare() == 3 and pruned.config["key"] not in {t.key for t in again.to_run}
 
 
@@ -306,7 +306,7 @@ def test_changed_categorical_choices_fail_before_anything_runs(tmp_path):
 def test_trials_csv_is_rewritten_at_most_once_per_interval_while_trials_run(tmp_path, monkeypatch):
     # One rewrite per trial event would cost O(study size) each, O(n^2) for a study of n trials.
     spec = load_study(write_study_file(tmp_path))
-    run = _StudyRun(spec, "unused:train")
+    run = StudyRun(spec, "unused:train")
     run.prepare()  # writes trials.csv: every trial PENDING
     feed = TrialFeed(run)
     key = feed.next_job()["key"]
@@ -326,7 +326,7 @@ def test_the_sqlite_mirror_commits_without_fsync(tmp_path):
     # Optuna commits once per user attribute; with an fsync each, recording a trial's scores cost ~0.2 s.
     import sqlalchemy
 
-    from sweep.mirror import open_storage
+    from sweep.records.mirror import open_storage
 
     storage = open_storage(f"sqlite:///{tmp_path / 'optuna.db'}")
     with storage.engine.connect() as connection:
@@ -353,7 +353,7 @@ def _event_costs(folder: Path, trials: int, monkeypatch) -> list[tuple[int, int,
     path.write_text("name: many\nbase: {model: embedded, method: simcse}\nkeep_weights: 2\n"
                     f"parameters:\n  optim.lr: {[round(1e-6 * (i + 1), 9) for i in range(trials)]}\n"
                     f"results_dir: {folder / 'results'}\n")
-    run = _StudyRun(load_study(path), "unused:train")
+    run = StudyRun(load_study(path), "unused:train")
     run.prepare()
     monkeypatch.setattr(TrialsTable, "REWRITE_EVERY_S", 1e9)  # rewrites within the interval: the test above
     rewrites = []

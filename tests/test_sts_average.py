@@ -20,9 +20,9 @@ import pytest
 import analysis_fixtures as fx
 from analysis import figures, report, tables
 from analysis.load import load_results
-from sweep.mirror import summary_attrs, summary_from_attrs
-from sweep.status import _seven_task_average
-from sweep.store import metric_value, summary_columns
+from sweep.commands.status import seven_task_average
+from sweep.records.mirror import summary_attrs, summary_from_attrs
+from sweep.records.store import metric_value, summary_columns
 from trainer.config import RunConfig
 from trainer.sts_average import SEVEN_TASK_LABEL
 
@@ -73,7 +73,7 @@ def test_one_task_summary_row_and_optuna_attributes_name_the_task(written):
     assert attrs["STSBenchmark"] == stsb
     assert [name for name in attrs if NAMES_THE_AVERAGE.search(name)] == []
     assert "avg" not in summary_from_attrs({**attrs, "avg": stsb})["test"]  # an Optuna record from before
-    assert _seven_task_average({"STSBenchmark": str(stsb), "avg": str(stsb)}) == ""  # sweep status
+    assert seven_task_average({"STSBenchmark": str(stsb), "avg": str(stsb)}) == ""  # sweep status
 
 
 def test_seven_task_summary_keeps_its_average_everywhere():
@@ -83,7 +83,7 @@ def test_seven_task_summary_keeps_its_average_everywhere():
     assert summary_columns(summary)["avg"] == avg and metric_value(summary, "avg") == avg
     assert summary_attrs(summary)["avg"] == avg
     assert summary_from_attrs(summary_attrs(summary))["test"]["avg"] == avg
-    assert _seven_task_average({**{t: "1.0" for t in fx.TASKS}, "avg": "2.0"}) == "2.0"
+    assert seven_task_average({**{t: "1.0" for t in fx.TASKS}, "avg": "2.0"}) == "2.0"
 
 
 def test_a_subset_of_tasks_has_no_average():

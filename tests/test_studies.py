@@ -49,7 +49,7 @@ def test_every_study_file_is_covered():
 @pytest.mark.parametrize("study_file", STUDIES, ids=lambda path: path.stem)
 def test_study_runs_and_its_analysis_has_one_row_per_configuration(study_file, tmp_path, shared_data_dir,
                                                                    monkeypatch):
-    from sweep.analyze import analyze_command
+    from sweep.commands.analyze import analyze_command
 
     spec = shrink(yaml.safe_load(study_file.read_text()), tmp_path, shared_data_dir)
     path = tmp_path / study_file.name

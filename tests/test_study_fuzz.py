@@ -51,7 +51,7 @@ MEMORY_HEADROOM = 2 << 30
 TRAIN_CALLS: list[Any] = []  # SWEEP_TRAIN_FN points here: it must stay empty
 OUTCOMES: collections.Counter = collections.Counter()  # what the cases came to, printed at the end (-s)
 
-# Refusals of the real run that the dry run cannot know: what this machine has (sweep.preflight), and a
+# Refusals of the real run that the dry run cannot know: what this machine has (sweep.run.preflight), and a
 # database server it reaches (the dry run shows the trials with "note: trial states unknown").
 MACHINE_REFUSALS = ("resources: a trial asks for", "cannot load model", "model folder", "model path",
                     "data directory", "data file", "corpus", "cannot look at", "loggers: ",
@@ -488,13 +488,13 @@ def _planned(text: str) -> tuple[int | str, str, str]:
 def fuzz_process(monkeypatch):
     """The process set up for the cases: offline, the spy as the train function, the run stopped at its
     first write, and (after Ray and the checks are imported) an address-space limit."""
-    import sweep.runner
+    import sweep.run.runner
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("SWEEP_TRAIN_FN", f"{__name__}:train_spy")
     monkeypatch.setenv("SWEEP_DATA_DIR", os.environ.get("SWEEP_DATA_DIR") or str(REPO / ".data"))
 
-    locked = sweep.runner._StudyRun.locked
+    locked = sweep.run.runner.StudyRun.locked
 
     def lock_or_stop(self):
         if STOP_AT["where"] == "lock":
@@ -509,8 +509,8 @@ def fuzz_process(monkeypatch):
                 self.mirror.wait_for_note(timeout=60)  # its thread writes into the folder about to go
         raise _Planned()
 
-    monkeypatch.setattr(sweep.runner._StudyRun, "locked", lock_or_stop)
-    monkeypatch.setattr(sweep.runner._StudyRun, "execute", plan_only)
+    monkeypatch.setattr(sweep.run.runner.StudyRun, "locked", lock_or_stop)
+    monkeypatch.setattr(sweep.run.runner.StudyRun, "execute", plan_only)
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     STOP_AT["home"] = os.getcwd()
     check_one_study(_dump(SEED_STUDIES[0]))  # warm up: imports, the data's checksums, the model check

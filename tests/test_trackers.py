@@ -1,4 +1,4 @@
-"""Experiment trackers (study key `loggers: [mlflow, wandb]`, sweep/trackers.py), each read back.
+"""Experiment trackers (study key `loggers: [mlflow, wandb]`, sweep/run/trackers.py), each read back.
 
 End to end (slow): a real MLflow tracking server on loopback (SQLite backend in a temporary folder) and W&B in
 offline mode record one tiny real study; MLflow is read back with MlflowClient, W&B from the offline run's
@@ -22,11 +22,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sweep.export import export_trial
-from sweep.history import compare_specs
-from sweep.runner import run_study
+from sweep.commands.export import export_trial
+from sweep.records.history import compare_specs
+from sweep.run.runner import run_study
+from sweep.run.trackers import StudyResults, logger_callbacks, mlflow_problem
 from sweep.spec import load_study
-from sweep.trackers import _StudyResults, logger_callbacks, mlflow_problem
 from tests.test_runner import read_csv, write_study
 
 REPO = Path(__file__).resolve().parents[1]
@@ -274,7 +274,7 @@ def test_unreachable_or_refused_mlflow_is_one_warning_before_tune(tmp_path, uri,
 
 
 def test_a_password_in_the_uri_is_not_shown(tmp_path, monkeypatch):
-    from sweep.trackers import hide_password
+    from sweep.run.trackers import hide_password
 
     assert hide_password("https://me:s3cret@mlflow.lab:5000/x") == "https://me:***@mlflow.lab:5000/x"
     assert hide_password("sqlite:///m.db") == "sqlite:///m.db"
@@ -339,7 +339,7 @@ def test_a_failing_tracker_is_one_warning_then_off():
             calls.append("end")
 
     said: list[str] = []
-    tracked = type("Tracked", (_StudyResults, Flaky), {"tracker": "mlflow", "warn": staticmethod(said.append)})()
+    tracked = type("Tracked", (StudyResults, Flaky), {"tracker": "mlflow", "warn": staticmethod(said.append)})()
     for step in (3, 6):
         tracked.log_trial_result(step // 3, None, {"step": step, "dev_stsb": 1.0})
     tracked.log_trial_end(None)
@@ -397,7 +397,7 @@ def test_what_a_tracker_is_given():
         def __init__(self, trial_id):
             self.trial_id = trial_id
 
-    tracked = type("Tracked", (_StudyResults, Recorder), {"tracker": "mlflow"})()
+    tracked = type("Tracked", (StudyResults, Recorder), {"tracker": "mlflow"})()
     ok, broken = Trial("a"), Trial("b")
     tracked.log_trial_result(1, ok, {"step": 3, "dev_stsb": 70.5, "config": {"key": "a"}, TRAINING_ITERATION: 1})
     summary = {"status": "ok", "steps": 6, "best_step": 3, "best_dev_stsb": 70.5, "align": None, "variant": "paper",
@@ -415,8 +415,8 @@ def test_what_a_tracker_is_given():
 
 
 def test_model_card_names_the_trial_tracker_runs(tmp_path):
-    from sweep.export import model_card
-    from sweep.store import StudyFolder
+    from sweep.commands.export import model_card
+    from sweep.records.store import StudyFolder
     from tests.test_export import hand_made_study
 
     folder = StudyFolder(hand_made_study(tmp_path, {"k1": {"dev": 70.0, "state": "COMPLETE", "weights": True},

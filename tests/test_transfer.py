@@ -158,7 +158,7 @@ def test_inner_kfold_protocol_matches_reference(workers):
     dev, test, chosen = senteval_inner_kfold(X, y, 2, s)
     assert (result["devacc"], result["acc"], result["l2_by_fold"]) == (dev, test, chosen)
     # the fold assignment is sklearn's StratifiedKFold(shuffle, 1111) on SentEval's row order
-    folds = transfer._folds(y, s.kfold)
+    folds = transfer.stratified_folds(y, s.kfold)
     expected = StratifiedKFold(n_splits=3, shuffle=True, random_state=1111).split(X, y)
     assert all((a == c).all() and (b == d).all() for (a, b), (c, d) in zip(folds, expected))
 
@@ -298,8 +298,8 @@ TRANSFER = {"MR": 80.1, "CR": 85.2, "SUBJ": 94.3, "MPQA": 88.4, "SST2": 85.5, "T
 
 
 def test_summary_transfer_reaches_csv_columns_attrs_and_metric():
-    from sweep.mirror import summary_attrs
-    from sweep.store import RESULT_COLUMNS, metric_value, summary_columns
+    from sweep.records.mirror import summary_attrs
+    from sweep.records.store import RESULT_COLUMNS, metric_value, summary_columns
 
     summary = {"status": "ok", "test": {"avg": 76.0}, "transfer": TRANSFER, "transfer_mode": "test"}
     columns = summary_columns(summary)

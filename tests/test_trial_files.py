@@ -1,4 +1,4 @@
-"""A trial's files reach the driver's folder whole, or not at all (sweep.trial_files)."""
+"""A trial's files reach the driver's folder whole, or not at all (sweep.run.trial_files)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from sweep import trial_files
-from sweep.trial_files import TOKEN_FILE, TrialFolderReceiver, output_place, send_trial_folder
+from sweep.run import trial_files
+from sweep.run.trial_files import TOKEN_FILE, TrialFolderReceiver, output_place, send_trial_folder
 
 
 def sha(data: bytes) -> str:
@@ -118,7 +118,7 @@ def test_files_that_cannot_be_sent_stay_on_the_node_and_say_where(tmp_path, monk
 
 
 def test_the_weights_column_says_when_files_never_arrived(tmp_path):
-    from sweep.store import StudyFolder, weights_state
+    from sweep.records.store import StudyFolder, weights_state
 
     folder = StudyFolder(tmp_path)
     lost = {"status": "error", "files": {"arrived": False, "from": "gpu2", "lost": True}}

@@ -75,7 +75,7 @@ def unsupported_reason(model) -> str | None:
 
 
 @functools.lru_cache(maxsize=1)
-def _onednn_usable() -> bool:
+def onednn_usable() -> bool:
     """oneDNN's packed linear ops exist and run here (any CPU torch build with mkldnn)."""
     if not torch.backends.mkldnn.is_available():
         return False
@@ -172,7 +172,7 @@ class FastEncoderForward:
             raise ValueError(f"FastEncoderForward does not support this model: {reason}")
         self.model = model
         self.heads = model.config.num_attention_heads
-        self.onednn = _onednn_usable() if onednn is None else onednn
+        self.onednn = onednn_usable() if onednn is None else onednn
         self.layers = [_Layer(layer, model.config.hidden_act, self.onednn) for layer in model.encoder.layer]
 
     @torch.inference_mode()

@@ -1,6 +1,6 @@
 """Writing results safely: one atomic-write helper and one JSON-safe conversion, for the whole project.
 
-The trainer (summary.json, metrics.jsonl), the orchestrator (`sweep.store`, `sweep.mirror`) and the
+The trainer (summary.json, metrics.jsonl), the orchestrator (`sweep.records.store`, `sweep.records.mirror`) and the
 analysis (figures, tables) all write through `write_atomic` / `write_text_atomic`: a reader (or a
 process killed mid-write) never sees a half-written file. `json_safe` makes any result plain JSON.
 """

@@ -1,9 +1,9 @@
-"""One trial's summary.json as a table row: the one conversion behind trials.csv (sweep.store) and the
+"""One trial's summary.json as a table row: the one conversion behind trials.csv (sweep.records.store) and the
 analysis table (analysis.load), so a new summary field is added in one place.
 
 The two views differ on purpose, and `view` names which is wanted:
 
-- "trials.csv": the result columns of trials.csv (sweep.store.RESULT_COLUMNS): every STS task, `avg` and
+- "trials.csv": the result columns of trials.csv (sweep.records.store.RESULT_COLUMNS): every STS task, `avg` and
   transfer column (None when not scored), `mtd_measured`, `precision` as the trainer recorded it, and `mtd`
   only when the trainer recorded a formula value (otherwise the row keeps the MTD planned for the trial).
 - "analysis": the resolved config flattened to dotted columns after status and reason, what ran (`variant`,

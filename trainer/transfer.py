@@ -81,7 +81,7 @@ MODES = {
 
 
 # ---- the protocols, their fits as independent jobs ----------------------------------------------
-def _folds(y: np.ndarray, k: int) -> list[tuple[np.ndarray, np.ndarray]]:
+def stratified_folds(y: np.ndarray, k: int) -> list[tuple[np.ndarray, np.ndarray]]:
     # SentEval passes X too; StratifiedKFold only uses its length
     return list(StratifiedKFold(n_splits=k, shuffle=True, random_state=SEED).split(np.zeros(len(y)), y))
 
@@ -102,11 +102,11 @@ class _Protocol:
         if self.task in ("TREC", "MRPC"):  # KFoldClassifier on train
             train = self.rows["train"]
             return [FitJob((self.task, "fold", f), self.task, train[a], regs, train[b])
-                    for f, (a, b) in enumerate(_folds(self.y[train], k))]
+                    for f, (a, b) in enumerate(stratified_folds(self.y[train], k))]
         jobs = []  # InnerKFoldClassifier
-        self.outer = _folds(self.y, k)
+        self.outer = stratified_folds(self.y, k)
         for o, (train, _) in enumerate(self.outer):
-            for f, (a, b) in enumerate(_folds(self.y[train], k)):
+            for f, (a, b) in enumerate(stratified_folds(self.y[train], k)):
                 jobs.append(FitJob((self.task, "inner", o, f), self.task, train[a], regs, train[b]))
         return jobs
 

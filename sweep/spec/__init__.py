@@ -10,18 +10,18 @@ INTERFACE CONTRACT (the runner consumes it):
 
 Modules: marks (YAML with line marks, and the file's shape: depth, aliases, characters), schema (pydantic
 models), load (load_study), values (base and parameters against the trainer config), expressions (the safe
-evaluator), limits (a study's size before it is built: trials, a budget's space), expand (trials, keys),
-dry_run (the table).
+evaluator), limits (a study's size before it is built: trials, a budget's space), expand (trials, keys).
+The dry run's table, which reads the study's records, is a command: sweep.commands.dry_run.
 
 and beside it: `search_space(spec)` (Optuna distributions for random/tpe), `trial_from_params(spec,
 params, seed)` (one Trial from values a sampler chose), `planning_config(spec)` (the config a tpe study is
-planned with before its first ask), `read_trial_states(spec)`,
-`format_trial_table(spec, trials, states)` and `print_dry_run(spec)`.
+planned with before its first ask).
+
+The bottom layer of sweep/ (above trainer/ and sweep.text): it imports no other part of sweep.
 
 The study file's keys, distributions, expressions, expansion order and trial keys: docs/study-file.md.
 """
 
-from sweep.spec.dry_run import format_trial_table, print_dry_run, read_trial_states
 from sweep.spec.expand import (
     expand,
     expansion,
@@ -33,10 +33,9 @@ from sweep.spec.expand import (
 )
 from sweep.spec.load import load_study
 from sweep.spec.schema import LOWER_IS_BETTER, Metric, Resources, Scheduler, StudySpec, Trial
-from sweep.spec.text import dotted_get
+from sweep.text import dotted_get
 
 __all__ = [
     "LOWER_IS_BETTER", "Metric", "Resources", "Scheduler", "StudySpec", "Trial", "dotted_get", "expand", "expansion",
-    "format_trial_table", "load_study", "planning_config", "print_dry_run", "read_trial_states", "requested_fields",
-    "search_space", "trial_from_params", "trial_key",
+    "load_study", "planning_config", "requested_fields", "search_space", "trial_from_params", "trial_key",
 ]

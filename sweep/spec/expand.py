@@ -18,7 +18,8 @@ from typing import Any, Iterator
 from sweep.spec.expressions import compile_expression, evaluate
 from sweep.spec.marks import Marks
 from sweep.spec.schema import StudySpec, Trial
-from sweep.spec.text import (
+from sweep.spec.values import default_config, flat_default_config, queue_overfull
+from sweep.text import (
     MISSING,
     copy_plain,
     dotted_get,
@@ -28,7 +29,6 @@ from sweep.spec.text import (
     overlay,
     shorten,
 )
-from sweep.spec.values import default_config, flat_default_config, queue_overfull
 from trainer import config as run_config
 from trainer.config import check_value, set_dotted
 from trainer.errors import ConfigError, UserError, excerpt

@@ -14,7 +14,7 @@ import functools
 import operator
 from typing import Any, Callable
 
-from sweep.spec.text import dotted_get, shorten, suggestion
+from sweep.text import dotted_get, shorten, suggestion
 from trainer.config import field_names
 from trainer.errors import excerpt
 

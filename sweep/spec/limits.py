@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from sweep.spec.text import is_expr
+from sweep.text import is_expr
 
 # A study of more trials than this is planned only with `sweep run --many-trials` (and `sweep slurm
 # --many-trials`): at ~0.4 ms of planning a trial, 100,000 trials are the most that plan within a minute.
@@ -73,7 +73,7 @@ def budget_problem(parameters: dict[str, Any], method: str, budget: int | None) 
     size = space_size(parameters)
     if size is None or budget <= size:
         return None
-    from sweep.spec.text import count_text
+    from sweep.text import count_text
 
     sizes = " x ".join(f"{key}: {_choices(values)}" for key, values in list(parameters.items())[:6])
     exprs = any(is_expr(v) for values in parameters.values() if isinstance(values, list) for v in values)

@@ -18,7 +18,7 @@ from sweep.spec.expand import check_expansion
 from sweep.spec.limits import MAX_TRIALS
 from sweep.spec.marks import Marks, parse_yaml, read_study_text
 from sweep.spec.schema import SECTION_MODELS, StudySpec, UserErrorAt
-from sweep.spec.text import suggestion, type_name
+from sweep.text import suggestion, type_name
 from trainer.errors import UserError, expected_text
 
 _MISSING_HELP = {

@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from sweep.spec.text import format_path, shorten
+from sweep.text import format_path, shorten
 from trainer.errors import MAX_MESSAGE_CHARS, UserError, bounded_message, excerpt
 
 MAX_FILE_BYTES = 1_000_000
@@ -28,13 +28,13 @@ _SCALAR_WORDS = {"int": "an integer", "float": "a number", "bool": "a boolean", 
                  "null": "null", "binary": "base64 data"}
 
 
-class _DuplicateKey(Exception):
+class DuplicateKey(Exception):
     def __init__(self, path: tuple, first_line: int, line: int):
         super().__init__(path)
         self.path, self.first_line, self.line = path, first_line, line
 
 
-class _Refused(Exception):
+class Refused(Exception):
     """A file whose shape is refused (too deep, aliases expanding too far, a NUL character): one message."""
 
     def __init__(self, path: tuple, line: int, message: str):
@@ -64,7 +64,7 @@ class _RefusesDuplicateKeys:
                 continue  # the base class reports unhashable keys
             line = key_node.start_mark.line + 1
             if key in first_lines:
-                raise _DuplicateKey(self.mapping_paths.get(id(node), ()) + (key,), first_lines[key], line)
+                raise DuplicateKey(self.mapping_paths.get(id(node), ()) + (key,), first_lines[key], line)
             first_lines[key] = line
         return super().construct_mapping(node, deep=deep)
 
@@ -83,17 +83,17 @@ class _RefusesDuplicateKeys:
                 + "; quote it to make it a string", node.start_mark) from None
 
 
-class _StudyLoader(_RefusesDuplicateKeys, yaml.SafeLoader):
+class StudyLoader(_RefusesDuplicateKeys, yaml.SafeLoader):
     """The pure-Python parser: it words every error a study file can have."""
 
 
-class _FastStudyLoader(_RefusesDuplicateKeys, getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
+class FastStudyLoader(_RefusesDuplicateKeys, getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
     """libyaml's parser (where PyYAML was built with it, as its wheels are): the same nodes and line marks,
     ~5x faster on the long value lists of a 10,000-trial grid (a quarter of `sweep status` there)."""
 
 
 # YAML 1.1 reads 5e-9 (no dot) as a string; studies are full of such epsilons, so read them as floats.
-for _loader in (_StudyLoader, _FastStudyLoader):
+for _loader in (StudyLoader, FastStudyLoader):
     _loader.add_implicit_resolver(
         "tag:yaml.org,2002:float",
         re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
@@ -122,16 +122,16 @@ def read_study_text(path: Path) -> str:
 def parse_yaml(text: str, file: str) -> tuple[Any, Marks]:
     """Safe-load one YAML document; the Marks map every key path to its 1-based line."""
     try:
-        return _load(_FastStudyLoader, text, file)
-    except _Refused as refused:
+        return load_with(FastStudyLoader, text, file)
+    except Refused as refused:
         raise _refusal(file, refused) from None
-    except (yaml.YAMLError, _DuplicateKey, RecursionError):
+    except (yaml.YAMLError, DuplicateKey, RecursionError):
         pass  # a file with a problem is read again by the pure-Python parser, which words the error
     try:
-        return _load(_StudyLoader, text, file)
-    except _Refused as refused:
+        return load_with(StudyLoader, text, file)
+    except Refused as refused:
         raise _refusal(file, refused) from None
-    except _DuplicateKey as dup:
+    except DuplicateKey as dup:
         key = format_path(dup.path)
         raise UserError(f"{file}:{dup.line}: key '{key}' is written twice (first on line {dup.first_line}); "
                         "expected each key once") from None
@@ -148,12 +148,12 @@ def parse_yaml(text: str, file: str) -> tuple[Any, Marks]:
         raise UserError(f"{file}:1: not valid YAML: nested too deeply") from None
 
 
-def _refusal(file: str, refused: _Refused) -> UserError:
+def _refusal(file: str, refused: Refused) -> UserError:
     key = f"key '{format_path(refused.path)}': " if refused.path else ""
     return UserError(bounded_message(f"{file}:{refused.line}: {key}{refused.message}"))
 
 
-def _load(loader_class: type, text: str, file: str) -> tuple[Any, Marks]:
+def load_with(loader_class: type, text: str, file: str) -> tuple[Any, Marks]:
     loader = loader_class(text)
     lines: dict[tuple, int] = {}
     try:
@@ -194,7 +194,7 @@ class _Walk:
             if isinstance(node.value, str) and _BAD_CHARACTERS.search(node.value):
                 bad = _BAD_CHARACTERS.search(node.value).group()
                 what = "a NUL character (\\0)" if bad == "\0" else f"half of a surrogate pair ({bad!a})"
-                raise _Refused(path, node.start_mark.line + 1, f"the text {excerpt(node.value, 40)} holds {what}, "
+                raise Refused(path, node.start_mark.line + 1, f"the text {excerpt(node.value, 40)} holds {what}, "
                                "which no path, terminal or file takes; remove it")
             return 1, 0
         if id(node) in self.sizes:  # an alias of a collection walked before
@@ -227,13 +227,13 @@ class _Walk:
     def _add(self, values: int, path: tuple, node: yaml.Node) -> None:
         self.added += values
         if self.added > MAX_ALIAS_VALUES:
-            raise _Refused(path, self._line(path, node), f"the aliases expand the file by more than "
+            raise Refused(path, self._line(path, node), f"the aliases expand the file by more than "
                            f"{MAX_ALIAS_VALUES:,} values (an alias of aliases grows exponentially); "
                            "write the values out, or use fewer levels of aliases")
 
     def _check_depth(self, path: tuple, height: int, node: yaml.Node) -> None:
         if len(path) + height > MAX_DEPTH:
-            raise _Refused(path[:MAX_DEPTH], self._line(path, node), f"nested more than {MAX_DEPTH} levels deep; "
+            raise Refused(path[:MAX_DEPTH], self._line(path, node), f"nested more than {MAX_DEPTH} levels deep; "
                            "expected a study file's few levels (its deepest key, a queue slice, is 4 deep)")
 
     def _line(self, path: tuple, node: yaml.Node) -> int:

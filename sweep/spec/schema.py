@@ -27,7 +27,7 @@ from pydantic import (
 from sweep.spec.expressions import check_expression
 from sweep.spec.limits import MANY_TRIALS_FLAG, budget_problem, planned_trials
 from sweep.spec.marks import Marks
-from sweep.spec.text import count_text, suggestion
+from sweep.text import count_text, suggestion
 from trainer.config import path_text
 from trainer.errors import excerpt
 from trainer.sts_average import AVG
@@ -212,7 +212,7 @@ class StudySpec(BaseModel):
     # best | all | none | <k>: whose best-dev weights stay (trials/<key>/model/; the top k by the metric)
     keep_weights: Annotated[int | None, BeforeValidator(_keep_weights)] = 1  # None: all; 0: none
     # a Ray worker process runs trial after trial (Tune's actor reuse) instead of one fresh process per trial:
-    # the imports and the loaded model, tokenizer and data are paid once per worker (sweep.worker)
+    # the imports and the loaded model, tokenizer and data are paid once per worker (sweep.run.worker)
     reuse_workers: Annotated[bool, Strict()] = True
     # training curves through Ray Tune's logger callbacks: tensorboard, mlflow, wandb (default: none)
     loggers: Annotated[list[Annotated[str, Strict()]], BeforeValidator(_none_is_default), AfterValidator(_loggers)] = []

@@ -16,7 +16,7 @@ from typing import Any
 
 from sweep.spec.expressions import check_expression
 from sweep.spec.marks import Marks
-from sweep.spec.text import (
+from sweep.text import (
     MISSING,
     dotted_get,
     flatten,
@@ -61,7 +61,7 @@ def _defaults_of(config_class: type) -> dict[str, Any]:
 
 
 def flat_default_config() -> dict[str, Any]:
-    """default_config() by dotted key (sweep.spec.text.flatten); never modified."""
+    """default_config() by dotted key (sweep.text.flatten); never modified."""
     return _flat_defaults_of(run_config.RunConfig)
 
 

@@ -25,7 +25,7 @@ from typing import Any, Callable
 from ray import tune
 
 from sweep import signal_latch
-from sweep.reaper import alive, descendants, kill_all
+from sweep.run.reaper import alive, descendants, kill_all
 
 # Signals that stop a sweep cleanly; the exit status is 128 + the signal number (the shell's convention).
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -174,7 +174,7 @@ class StopOnSignal(tune.Stopper):
         return self.stop.requested
 
     def __getstate__(self) -> dict[str, Any]:
-        return {}  # Tune pickles its config (see sweep.feed.TrialFeed.__getstate__)
+        return {}  # Tune pickles its config (see sweep.run.feed.TrialFeed.__getstate__)
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.stop = StopSignals()
@@ -195,10 +195,10 @@ def kill_leftovers(grace: float = 3.0, keep: set[int] | frozenset[int] = frozens
 
 @contextlib.contextmanager
 def reaper_process():
-    """sweep.reaper watching this driver: kills the Ray agents a local Ray would leave if the driver is
+    """sweep.run.reaper watching this driver: kills the Ray agents a local Ray would leave if the driver is
     killed with SIGKILL (no handler runs then). Ended when the driver ends normally."""
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "sweep.reaper", str(os.getpid())], stdin=subprocess.DEVNULL,
+        proc = subprocess.Popen([sys.executable, "-m", "sweep.run.reaper", str(os.getpid())], stdin=subprocess.DEVNULL,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     except OSError:
         proc = None

@@ -15,9 +15,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-# is_final lives in sweep.store, below both this module and sweep.mirror (which reads it too); which statuses
-# are final is trainer.vocabulary's.
-from sweep.store import StudyFolder, is_final
+# is_final lives in sweep.records.store, below both this module and sweep.records.mirror (which reads it
+# too); which statuses are final is trainer.vocabulary's.
+from sweep.records.store import StudyFolder, is_final
 from trainer.vocabulary import FINAL_FAIL_STATUSES, FINAL_STATUSES
 
 __all__ = ["FINAL_FAIL_STATUSES", "decide", "is_done", "is_final", "optuna_attempts", "trial_states"]
@@ -38,21 +38,21 @@ def optuna_attempts(name: str, storage_url: str) -> dict[str, list[Any]] | None:
     trials = optuna_trials(name, storage_url, "restore or remove the storage")
     if trials is None:
         return None
-    from sweep.mirror import group_by_key
+    from sweep.records.mirror import group_by_key
 
     return group_by_key(trials)
 
 
 def optuna_trials(name: str, storage_url: str, way_out: str) -> list[Any] | None:
-    """The study's Optuna trials in number order (sweep.mirror.read_trials); None when the storage or the
+    """The study's Optuna trials in number order (sweep.records.mirror.read_trials); None when the storage or the
     study does not exist (a missing SQLite file is not created). A storage that cannot be read is a
     UserError (one line, exit 2) ending with `way_out`."""
     if storage_url.startswith("sqlite:///") and not Path(storage_url[len("sqlite:///"):]).is_file():
         return None
     import optuna
 
-    from sweep.mirror import open_storage, read_trials
-    from sweep.spec.text import hide_password
+    from sweep.records.mirror import open_storage, read_trials
+    from sweep.text import hide_password
     from trainer.errors import UserError
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)

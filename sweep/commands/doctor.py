@@ -2,7 +2,8 @@
 
     environment_checks() -> [Check]   # torch and its CUDA build, GPUs and their memory, Ray, Optuna,
                                       # transformers, the data directory, the model cache: ok / note / PROBLEM + fix
-    doctor_command(bench=False, ...)  # prints the checklist; `--bench` adds the GPU self-check (sweep.gpu_bench)
+    doctor_command(bench=False, ...)  # prints the checklist; `--bench` adds the GPU self-check
+                                      # (sweep.commands.gpu_bench)
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from sweep.gpu_bench import PRECISIONS, bench_table, run_bench
+from sweep.commands.gpu_bench import PRECISIONS, bench_table, run_bench
 from trainer.config import METHODS
 from trainer.errors import UserError
 

@@ -12,7 +12,9 @@ import math
 import os
 import sys
 import time
-from typing import Any, TextIO
+from typing import TextIO
+
+from sweep.text import shorten
 
 
 def clock(seconds: float | None) -> str:
@@ -67,7 +69,7 @@ class Progress:
         else:
             what = f"{state.lower():5s} {key} {status or ''}".rstrip()
             if reason:
-                what += f": {_short(reason)}"
+                what += f": {shorten(reason, 160)}"
         self._line(what)
 
     def trial_interrupted(self, key: str) -> None:
@@ -105,6 +107,3 @@ class Progress:
             stdout_to_devnull()
 
 
-def _short(text: Any, limit: int = 160) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -6,7 +6,7 @@ trial starts (the trial actor's address) or reports, and names it in every messa
 trial that fails (resources.host). When a trial's worker dies with its node (SIGKILL, a cut link, a power
 cut), Tune runs the trial again from its start as the same trial (FailureConfig, LOST_NODE_RETRIES times);
 this prints which node was lost and which trial runs again. An attempt that ended because its node failed
-the node check (sweep.node_checks.NodeUnfit) does not count against those retries. When trials are pending
+the node check (sweep.run.node_checks.NodeUnfit) does not count against those retries. When trials are pending
 and none runs, it says at most once a minute what a trial needs and what the cluster has, instead of
 silence (Tune's own warning goes to ray.log).
 
@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 from ray import tune
 
-from sweep.spec.text import shorten
+from sweep.text import shorten
 
 # Times Tune runs a trial again after its worker was lost (its node died, or the process was killed).
 LOST_NODE_RETRIES = 2
@@ -42,7 +42,7 @@ class NodeWatch(tune.Callback):
         self.last_note = 0.0
 
     def __getstate__(self) -> dict[str, Any]:
-        return {}  # see sweep.feed.TrialFeed.__getstate__
+        return {}  # see sweep.run.feed.TrialFeed.__getstate__
 
     # ---- where a trial runs ------------------------------------------------------------------------
     def on_trial_start(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
@@ -95,7 +95,7 @@ class NodeWatch(tune.Callback):
 
     # ---- a lost node ---------------------------------------------------------------------------------
     def on_trial_recover(self, iteration: int, trials: list, trial: Any, **info: Any) -> None:
-        from sweep.trial_events import trial_error
+        from sweep.run.trial_events import trial_error
 
         key = trial.config.get("key", trial.trial_id)
         error = trial_error(trial)

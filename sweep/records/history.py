@@ -22,8 +22,8 @@ from typing import Any
 
 import yaml
 
+from sweep.records.store import StudyFolder
 from sweep.spec import StudySpec
-from sweep.store import StudyFolder
 from trainer.errors import UserError
 
 # Fields that do not change what a trial computes: a change is neither an extension nor a new study.

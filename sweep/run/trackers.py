@@ -4,7 +4,7 @@
     logger_callbacks(spec, warn) -> list  # in the driver, before Tune starts: the callbacks to pass to Tune
     read_tracker_runs(trial_dir) -> dict  # trials/<key>/trackers.json: which tracker run each trial became
 
-What each callback receives (the mixin `_StudyResults`):
+What each callback receives (the mixin `StudyResults`):
 - every evaluation report of the trainer (dev_stsb, loss, lr, ...), with the trainer step as Tune's
   timesteps_total, which the TensorBoard and MLflow callbacks use as their x axis (W&B plots against the
   evaluation number, Tune's training_iteration);
@@ -39,8 +39,8 @@ from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import urlparse
 
-from sweep.spec.text import hide_password, shorten
-from sweep.worker import ERROR_KEY, STEP_KEY, SUMMARY_KEY
+from sweep.run.worker import ERROR_KEY, STEP_KEY, SUMMARY_KEY
+from sweep.text import hide_password, shorten
 from trainer.errors import UserError
 
 # study name -> (the Ray Tune callback class "module:name", the package it needs, the extra to install)
@@ -84,7 +84,7 @@ def logger_callbacks(spec: Any, warn: Callable[[str], None] = warn) -> list[Any]
     for name in spec.loggers:
         path, _, _ = LOGGER_CALLBACKS[name]
         base = _import(path)
-        cls = type(base.__name__, (_StudyResults, base), {"tracker": name, "warn": staticmethod(warn)})
+        cls = type(base.__name__, (StudyResults, base), {"tracker": name, "warn": staticmethod(warn)})
         if name == "mlflow":
             uri = (tracking and tracking.mlflow_uri) or os.environ.get("MLFLOW_TRACKING_URI") or None
             problem = mlflow_problem(uri)
@@ -115,7 +115,7 @@ def mlflow_problem(uri: str | None) -> str | None:
     """None when MLflow answers at `uri` (None: MLflow's default); else why not, in a few words.
 
     Also limits MLflow's HTTP retries and timeout for this process (unless set by the user), so that a server
-    that goes down later costs one short wait, then the tracker is off (see _StudyResults)."""
+    that goes down later costs one short wait, then the tracker is off (see StudyResults)."""
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(MLFLOW_TIMEOUT_S))
     if uri and urlparse(uri).scheme in ("http", "https"):
@@ -154,7 +154,7 @@ def _tcp_problem(url: str) -> str | None:
 
 
 # ---- the callbacks --------------------------------------------------------------------------------------
-class _StudyResults:
+class StudyResults:
     """Mixed into a Ray Tune LoggerCallback: log the trainer's evaluation reports (x axis: the trainer step)
     and, at the end, the trial's final scores; skip the nested sweep_summary / sweep_error reports. Any
     exception from the tracker is one warning line, and the tracker is off for the rest of the run."""
@@ -176,14 +176,14 @@ class _StudyResults:
             return None
 
     def setup(self, *args: Any, **kwargs: Any) -> None:
-        self._guarded(lambda: super(_StudyResults, self).setup(*args, **kwargs))
+        self._guarded(lambda: super(StudyResults, self).setup(*args, **kwargs))
 
     def log_trial_start(self, trial: Any) -> None:
         def start() -> None:
             if self.tracker == "mlflow":
                 self._start_mlflow_run(trial)
             else:
-                super(_StudyResults, self).log_trial_start(trial)
+                super(StudyResults, self).log_trial_start(trial)
             if self.tracker == "wandb":
                 _record(trial, "wandb", {"run_id": trial.trial_id, "project": self.project, "group": self.group,
                                          "mode": self.kwargs.get("mode") or "online", "dir": self.kwargs.get("dir")})
@@ -198,7 +198,7 @@ class _StudyResults:
         self.tags = {**shared_tags, "sweep.key": str(trial.config.get("key")),
                      "sweep.seed": str(trial.config.get("seed"))}
         try:
-            super(_StudyResults, self).log_trial_start(trial)
+            super(StudyResults, self).log_trial_start(trial)
         finally:
             self.tags = shared_tags
         if new:
@@ -221,14 +221,14 @@ class _StudyResults:
             if ERROR_KEY in result:  # the trainer raised: Tune saw a normal end, the tracker run is FAILED
                 self.__dict__.setdefault("errored", set()).add(getattr(trial, "trial_id", None))
             return
-        self._guarded(lambda: super(_StudyResults, self).log_trial_result(iteration, trial, logged))
+        self._guarded(lambda: super(StudyResults, self).log_trial_result(iteration, trial, logged))
 
     def log_trial_end(self, trial: Any, failed: bool = False) -> None:
         failed = failed or getattr(trial, "trial_id", None) in self.__dict__.get("errored", ())
-        self._guarded(lambda: super(_StudyResults, self).log_trial_end(trial, failed))
+        self._guarded(lambda: super(StudyResults, self).log_trial_end(trial, failed))
 
     def on_experiment_end(self, trials: list, **info: Any) -> None:
-        self._guarded(lambda: super(_StudyResults, self).on_experiment_end(trials, **info))
+        self._guarded(lambda: super(StudyResults, self).on_experiment_end(trials, **info))
 
 
 def final_scores(summary: dict[str, Any]) -> dict[str, Any]:
@@ -247,7 +247,7 @@ def final_scores(summary: dict[str, Any]) -> dict[str, Any]:
 # ---- trials/<key>/trackers.json ------------------------------------------------------------------------
 def _record(trial: Any, tracker: str, run: dict[str, Any]) -> None:
     """Add the tracker run of this trial to trials/<key>/trackers.json (the driver is its only writer)."""
-    from sweep.store import write_json_atomic
+    from sweep.records.store import write_json_atomic
 
     trial_dir = trial.config.get("trial_dir")
     if not trial_dir:

@@ -13,13 +13,13 @@ process never sees the data). The receiver writes each file under trials/<key>/.
 hashing it as it arrives, and moves it into place only when its size and sha256 equal what the sender
 read; a file that arrives damaged or partly is never used. Only once every file is in place does the
 sender delete its staging folder and report the trial's verdict, so a trial counts as ended only when its
-files are on the driver (sweep.worker).
+files are on the driver (sweep.run.worker).
 
 Whether the node sees the driver's folder (one machine, or a shared disk) is tested, not assumed: the
 driver writes a fresh token into results/<study>/.driver-token at each run, and a trial that reads the same
 token there writes in place, as on one machine.
 
-    receiver = start_receiver(study_dir)                  # driver (sweep.runner), with --address
+    receiver = start_receiver(study_dir)                  # driver (sweep.run.runner), with --address
     place = output_place(job)                             # worker: (folder to write, staged?)
     outcome = send_trial_folder(job["files"], key, folder)  # worker, after the trainer returned
 """
@@ -36,7 +36,7 @@ import uuid
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from sweep.node_checks import NAMESPACE, fence_node, node_problem
+from sweep.run.node_checks import NAMESPACE, fence_node, node_problem
 
 # Bytes a call; chunks under way at once (sender side): the memory a transfer holds is their product.
 CHUNK_BYTES = 8 * 1024 * 1024
@@ -62,7 +62,7 @@ def new_token(study_dir: Path) -> str:
 def start_receiver(study_dir: Path, reference: dict[str, str], verdicts: dict[str, str | None]
                    ) -> tuple[Any, dict[str, Any]]:
     """Start the receiver on the driver's node; (its handle, the `files` entry of every job). `reference`:
-    the driver's versions; `verdicts`: the nodes checked already (sweep.node_checks)."""
+    the driver's versions; `verdicts`: the nodes checked already (sweep.run.node_checks)."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -94,7 +94,7 @@ class TrialFolderReceiver:
                  verdicts: dict[str, str | None] | None = None):
         self.study_dir = Path(study_dir)
         self.open_files: dict[tuple[str, str, str], tuple[Any, Any, int]] = {}  # handle, sha256, bytes
-        # sweep.node_checks: the driver's versions, and each checked node's verdict (None: fit)
+        # sweep.run.node_checks: the driver's versions, and each checked node's verdict (None: fit)
         self.reference = reference or {}
         self.verdicts = dict(verdicts or {})
         self.fences: list[Any] = []

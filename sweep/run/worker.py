@@ -6,9 +6,9 @@ the driver through Tune, and writes the trial's log.txt and summary.json (with `
 trial asked for, the GPU ids Ray gave it, the node's host and address; the trainer does not import Ray).
 Also the report keys the driver reads (STEP_KEY, CURVE_KEY, SUMMARY_KEY, ERROR_KEY).
 
-On a Ray cluster (`sweep run --address`) a trial first has its node checked (sweep.node_checks), and a
+On a Ray cluster (`sweep run --address`) a trial first has its node checked (sweep.run.node_checks), and a
 node that does not see the driver's results folder gets the trial's files through Ray before the verdict
-is reported (sweep.trial_files): a trial ends only once its files are on the driver.
+is reported (sweep.run.trial_files): a trial ends only once its files are on the driver.
 
 A worker process may run several trials one after another (Ray Tune's actor reuse): everything a trial
 changes in the process (working directory, output redirection) is set again at its start, and the
@@ -29,10 +29,10 @@ from typing import Any, Callable
 
 from ray import tune
 
-from sweep.node_checks import check_this_node
-from sweep.spec.text import shorten
-from sweep.store import write_json_atomic
-from sweep.trial_files import output_place, send_trial_folder
+from sweep.records.store import write_json_atomic
+from sweep.run.node_checks import check_this_node
+from sweep.run.trial_files import output_place, send_trial_folder
+from sweep.text import shorten
 from trainer.files import json_safe
 from trainer.vocabulary import ERROR, FAILED, OK
 
@@ -105,7 +105,7 @@ def _run_one(job: dict[str, Any]) -> None:
 
 class _Finish:
     """The trial's last step: summary.json (with `resources`, and the driver's folder as output_dir), the
-    files sent to the driver when the trial wrote to a staging folder (sweep.trial_files), then the verdict
+    files sent to the driver when the trial wrote to a staging folder (sweep.run.trial_files), then the verdict
     reported to the driver. Files that did not reach the driver make the verdict an error naming the node:
     a result whose files live only on a worker node does not count (the next `sweep run` runs it again)."""
 

@@ -1,9 +1,9 @@
 """The trial feed: the Tune searcher that hands Tune the study's trials, one job at a time.
 
 Owns: TrialFeed, which gives Tune the next trial of the plan (grid and random: the expanded list; tpe:
-an Optuna ask, run once per seed), the job a worker receives (sweep.worker.run_trial), and the Optuna
+an Optuna ask, run once per seed), the job a worker receives (sweep.run.worker.run_trial), and the Optuna
 asks the study's constraints drop. Tune asks the feed for a trial whenever it has room
-(`max_concurrent_trials`, sized by sweep.ray_session.trial_room); the feed hands out nothing once a stop
+(`max_concurrent_trials`, sized by sweep.run.ray_session.trial_room); the feed hands out nothing once a stop
 signal came.
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 
 from ray.tune.search import Searcher
 
-from sweep.plan import StudyPlan, make_trial
+from sweep.run.plan import StudyPlan, make_trial
 from trainer.vocabulary import DROPPED, DUPLICATE
 
 # Optuna asks in a row that the constraints drop (or that repeat a configuration) before a tpe study
@@ -25,14 +25,14 @@ MAX_DROPPED_ASKS = 100
 class TrialFeed(Searcher):
     """A Tune searcher that hands out the study's trials (grid/random list, or Optuna asks for tpe).
 
-        feed = TrialFeed(plan)            # plan: a prepared sweep.plan.StudyPlan
+        feed = TrialFeed(plan)            # plan: a prepared sweep.run.plan.StudyPlan
         job = feed.next_job()             # the next trial's job, or None when there is none
     """
 
     def __init__(self, plan: StudyPlan, stopping: Any = None):
         super().__init__()
         self.plan = plan
-        self.stopping = stopping  # sweep.stopping.StopSignals: nothing new is handed out once it is requested
+        self.stopping = stopping  # sweep.run.stopping.StopSignals: nothing new is handed out once it is requested
 
     def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
         job = self.next_job()
@@ -42,7 +42,7 @@ class TrialFeed(Searcher):
         return bool(self.plan.to_run) or self.plan.asks_left > 0
 
     def next_job(self) -> dict[str, Any] | None:
-        """The next trial as the job its worker runs (sweep.worker.run_trial); None when there is none."""
+        """The next trial as the job its worker runs (sweep.run.worker.run_trial); None when there is none."""
         if self.stopping is not None and self.stopping.requested:
             return None  # stopping: launch nothing new
         plan = self.plan
@@ -104,7 +104,7 @@ class TrialFeed(Searcher):
         return {k: v for k, v in self.__dict__.items() if k not in ("plan", "stopping")}
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
-        pass  # the Optuna study is told by sweep.trial_events.TrialEvents
+        pass  # the Optuna study is told by sweep.run.trial_events.TrialEvents
 
     def save(self, checkpoint_path: str) -> None:
         pass  # resume does not use Tune's restore

@@ -10,7 +10,7 @@ from __future__ import annotations
 import errno
 from pathlib import Path
 
-from sweep.store import locate_study
+from sweep.records.store import locate_study
 from trainer.errors import UserError
 
 
@@ -24,18 +24,19 @@ def serve_dashboard(study: str, host: str = "127.0.0.1", port: int = 8080) -> in
     from optuna.artifacts import FileSystemArtifactStore
     from optuna_dashboard import run_server
 
-    from sweep.mirror import _hide_password, open_storage
+    from sweep.records.mirror import open_storage
+    from sweep.text import hide_password
 
     storage = open_storage(url)
     try:
         optuna.load_study(study_name=location.name, storage=storage)
     except KeyError:
-        raise UserError(f"no Optuna study named '{location.name}' in {_hide_password(url)}; "
+        raise UserError(f"no Optuna study named '{location.name}' in {hide_password(url)}; "
                         "start it with `sweep run`") from None
     artifacts = location.folder.artifacts_dir
     artifacts.mkdir(parents=True, exist_ok=True)
     shown_host = f"[{host}]" if ":" in host else host
-    print(f"optuna-dashboard for study '{location.name}' ({_hide_password(url)}): "
+    print(f"optuna-dashboard for study '{location.name}' ({hide_password(url)}): "
           f"http://{shown_host}:{port}/dashboard   (Ctrl-C to stop)", flush=True)
     if host not in ("127.0.0.1", "localhost", "::1"):
         print(f"warning: listening on {host}: anyone who can reach this address can read and edit the study",

@@ -12,7 +12,7 @@ a node with other code or other torch/transformers versions silently changes the
 fails is left out with one line naming it (host and address) and the fix; the study goes on on the others,
 and refuses (exit 2) only when no node is left (README "On a Ray cluster"). A trial whose node fails the
 check when the trial starts there ends that attempt at once (NodeUnfit); Tune runs it again elsewhere, and
-that attempt does not count against the trial's retries (sweep.trial_events).
+that attempt does not count against the trial's retries (sweep.run.trial_events).
 
     bad = check_nodes(configs, cpu=1, gpu=0, say=print)   # driver, before Tune; fences the bad nodes
 """
@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 from trainer.errors import UserError
 
-# The Ray namespace of the study's named actors (the receiver of trial files: sweep.trial_files).
+# The Ray namespace of the study's named actors (the receiver of trial files: sweep.run.trial_files).
 NAMESPACE = "contrastive-sweep"
 # Distributions whose versions must be the driver's on every node (different versions change the science).
 VERSIONED = ("contrastive-sweep", "torch", "transformers", "ray")
@@ -58,7 +58,7 @@ def software_versions() -> dict[str, str]:
 def code_fingerprint() -> str:
     """sha256 (12 hex digits) over the project's Python source: the same commit gives the same value."""
     digest = hashlib.sha256()
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     for package in CODE_PACKAGES:
         for path in sorted((root / package).rglob("*.py")):
             digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
@@ -69,7 +69,7 @@ def node_report(configs: list[dict[str, Any]]) -> dict[str, Any]:
     """Run on the node being checked: who it is, its versions, and what its inputs lack (a UserError's line)."""
     import ray
 
-    from sweep.preflight import preflight_inputs
+    from sweep.run.preflight import preflight_inputs
 
     problem = None
     try:

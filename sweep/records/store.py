@@ -24,7 +24,7 @@ from typing import Any, Iterable
 import yaml
 
 from sweep.spec.schema import StudySpec, Trial
-from sweep.spec.text import dotted_get
+from sweep.text import dotted_get
 from trainer.files import json_safe, write_text_atomic
 from trainer.sts_average import readable_test
 from trainer.summary_row import summary_row
@@ -273,7 +273,7 @@ def weights_state(folder: StudyFolder, key: str, summary: dict[str, Any]) -> str
     "lost with node <host>" / "not received from <host>" (the trial's files never reached the driver)."""
     if folder.model_dir(key).is_dir():
         return "kept"
-    files = summary.get("files")  # on a cluster: whether the trial's files reached the driver (sweep.trial_files)
+    files = summary.get("files")  # on a cluster: whether the trial's files reached the driver (sweep.run.trial_files)
     if isinstance(files, dict) and files.get("arrived") is False:
         return f"{'lost with node' if files.get('lost') else 'not received from'} {files.get('from') or '?'}"
     saved = ((summary.get("config") or {}).get("save_model") and summary.get("best_step") is not None
@@ -283,8 +283,8 @@ def weights_state(folder: StudyFolder, key: str, summary: dict[str, Any]) -> str
 
 def is_final(attempt: Any) -> bool:
     """True when this Optuna attempt (a FrozenTrial) ended its key for good: COMPLETE, PRUNED, or FAIL with a
-    final status (trainer.vocabulary.ends_for_good). Read by the resume decision (sweep.resume) and the mirror
-    (sweep.mirror)."""
+    final status (trainer.vocabulary.ends_for_good). Read by the resume decision (sweep.records.resume) and the mirror
+    (sweep.records.mirror)."""
     return ends_for_good(attempt.state.name, attempt.user_attrs.get("status"))
 
 

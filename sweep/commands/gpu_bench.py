@@ -1,4 +1,4 @@
-"""`sweep doctor --bench`: the GPU self-check (the checklist is sweep.doctor's).
+"""`sweep doctor --bench`: the GPU self-check (the checklist is sweep.commands.doctor's).
 
     run_bench(tiny=False) -> dict     # each method x precision, ~20 trainer steps on a random-weight encoder
                                       # (bert-base-sized on CUDA, tiny on the CPU or with --tiny)
@@ -59,7 +59,7 @@ def _write_encoder(folder: Path, shape: dict[str, Any]) -> Path:
     return folder
 
 
-def _run_config(model: Path, method: str, precision: str, steps: int, batch: int, device: str,
+def bench_run_config(model: Path, method: str, precision: str, steps: int, batch: int, device: str,
                 data_dir: str | None, cache: Path) -> dict[str, Any]:
     """A trainer config: `steps` training steps, one evaluation (STS-B dev) at the end, STS-B test."""
     return {"model": str(model), "method": method, "precision": precision, "device": device, "batch_size": batch,
@@ -93,11 +93,11 @@ def _measure(config: dict[str, Any], cuda: bool) -> dict[str, Any]:
     }
 
 
-def _sync_check(config: dict[str, Any], steps: int) -> dict[str, Any]:
+def sync_check(config: dict[str, Any], steps: int) -> dict[str, Any]:
     """CUDA: the training steps after a first evaluation run under set_sync_debug_mode("error"), from the
     step after it on (the evaluation copies the best state to the host: a sync of its own), so the first
     synchronising call raises. Sync-free when that call is the next evaluation's loss read-back. The mode is
-    switched on through the trainer's `on_step` hook once the first evaluation's step is done (_SyncWindow),
+    switched on through the trainer's `on_step` hook once the first evaluation's step is done (SyncWindow),
     which changes nothing else."""
     import torch
 
@@ -105,7 +105,7 @@ def _sync_check(config: dict[str, Any], steps: int) -> dict[str, Any]:
 
     warm = 5
     config = {**config, "max_steps": warm + steps, "eval": {**config["eval"], "eval_steps": warm}}
-    window = _SyncWindow(warm, entry=train)
+    window = SyncWindow(warm, entry=train)
     try:
         _train(config, on_step=window.on_step)
     except RuntimeError as exc:
@@ -124,7 +124,7 @@ def _sync_check(config: dict[str, Any], steps: int) -> dict[str, Any]:
                                              "reads the loss back)", "at_step": None, "steps_per_s": None}
 
 
-class _SyncWindow:
+class SyncWindow:
     """The sync check's view of a run, through the trainer's `on_step` hook: sync debug mode "error" is switched
     on (and the clock started) once step `warm`, the first evaluation's, is done; and the step in progress is
     known when a synchronising call raises. `entry` is the trainer's entry point (trainer.train.train): the
@@ -148,7 +148,7 @@ class _SyncWindow:
         """Where a synchronising call came from: the line of the training loop that led to it, plus the
         innermost project line when that is elsewhere ("trainer/train.py:227: <code> (via ...)"), and the
         step in progress then (None when the call was not made in the loop)."""
-        root = str(Path(__file__).resolve().parents[1])
+        root = str(Path(__file__).resolve().parents[2])
         loop, inner, called_by_entry = "", "", False
         while tb is not None:
             frame = tb.tb_frame
@@ -170,7 +170,7 @@ def _sharing(config: dict[str, Any]) -> dict[str, Any]:
     """Aggregate sentences/s of two trials (processes) sharing the device, against one alone."""
     def start() -> subprocess.Popen:
         env = dict(os.environ) if config["device"] != "cpu" else {**os.environ, "OMP_NUM_THREADS": "1"}
-        return subprocess.Popen([sys.executable, "-m", "sweep.gpu_bench", "--one-run", json.dumps(config)],
+        return subprocess.Popen([sys.executable, "-m", "sweep.commands.gpu_bench", "--one-run", json.dumps(config)],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
     def result(proc: subprocess.Popen) -> float:
@@ -232,7 +232,7 @@ def run_bench(tiny: bool = False, methods: tuple[str, ...] = METHODS, precisions
                     report["skipped"].append(f"{method} {precision}")
                     continue
                 run_started = time.monotonic()
-                config = _run_config(model, method, precision, steps, batch, device, root, cache)
+                config = bench_run_config(model, method, precision, steps, batch, device, root, cache)
                 say(f"bench: {method} {precision} ...")
                 run = {"method": method, "precision_asked": precision}
                 try:
@@ -249,7 +249,7 @@ def run_bench(tiny: bool = False, methods: tuple[str, ...] = METHODS, precisions
                     fp32_loss = run["loss"]
                 elif fp32_loss is not None and run["loss"] is not None and fp32_loss:
                     run["loss_vs_fp32"] = round(abs(run["loss"] - fp32_loss) / abs(fp32_loss), 5)
-                run["sync"] = _sync_check(config, steps) if cuda else {
+                run["sync"] = sync_check(config, steps) if cuda else {
                     "sync_free": None, "first_sync": "not checked: no GPU (sync debug mode is CUDA's)"}
                 report["runs"].append(run)
                 longest = max(longest, time.monotonic() - run_started)
@@ -257,7 +257,7 @@ def run_bench(tiny: bool = False, methods: tuple[str, ...] = METHODS, precisions
             report["skipped"].append("sharing")
         else:
             say("bench: two trials sharing one device ...")
-            shared = _run_config(model, "simcse", "auto", steps, batch, device, root, cache)
+            shared = bench_run_config(model, "simcse", "auto", steps, batch, device, root, cache)
             report["sharing"] = _sharing(shared)
     torch.set_num_threads(threads)
     report["elapsed_s"] = round(time.monotonic() - started, 1)
@@ -297,7 +297,8 @@ def bench_table(report: dict[str, Any]) -> str:
 
 
 def _one_run(config_json: str) -> None:
-    """`python -m sweep.gpu_bench --one-run CONFIG`: one bench run in this process; prints its measures as JSON."""
+    """`python -m sweep.commands.gpu_bench --one-run CONFIG`: one bench run in this process; prints its
+    measures as JSON."""
     with contextlib.redirect_stdout(sys.stderr):
         result = _measure(json.loads(config_json), cuda=False)
     print(json.dumps(result))
@@ -307,4 +308,4 @@ if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--one-run":
         _one_run(sys.argv[2])
     else:
-        sys.exit("usage: python -m sweep.gpu_bench --one-run CONFIG_JSON (internal; run `sweep doctor`)")
+        sys.exit("usage: python -m sweep.commands.gpu_bench --one-run CONFIG_JSON (internal; run `sweep doctor`)")

@@ -50,7 +50,7 @@ def fetch_data(source: str | None = None, dest: str | None = None, corpus: str =
         if not (mirror / "senteval").is_dir():
             raise UserError(f"--from {mirror}: no senteval/ folder there; pass a mirror laid out like shared/data")
         for i, relative in enumerate(todo, 1):
-            _install_file(mirror / relative, root, relative)
+            install_file(mirror / relative, root, relative)
             _progress(f"copied {i}/{len(todo)} files")
         if todo:
             _log("")
@@ -60,7 +60,7 @@ def fetch_data(source: str | None = None, dest: str | None = None, corpus: str =
         for relative in corpus_files:
             if (mirror / relative).is_file():
                 if file_problem(root / relative, relative) is not None:
-                    _install_file(mirror / relative, root, relative)
+                    install_file(mirror / relative, root, relative)
                 installed_corpus = True
         if corpus in ("sample", "full") and not installed_corpus:
             raise UserError(f"--from {mirror}: no {corpus_files[0]} there; choose --corpus with one the mirror has")
@@ -83,7 +83,7 @@ def fetch_data(source: str | None = None, dest: str | None = None, corpus: str =
 
 
 # ---- installing one file ----------------------------------------------------------------------
-def _install_file(src: Path, root: Path, relative: str) -> None:
+def install_file(src: Path, root: Path, relative: str) -> None:
     if not src.is_file():
         raise UserError(f"mirror file {src} is missing: the mirror is incomplete; fix it or fetch without --from")
     def copy_verified(tmp: Path) -> None:

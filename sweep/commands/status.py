@@ -11,7 +11,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from sweep.store import TASKS, StudyFolder, StudyLocation, locate_study
+from sweep.records.store import TASKS, StudyFolder, StudyLocation, locate_study
+from sweep.text import shorten
 from trainer.errors import UserError
 
 SHOWN_RESULTS = ("dev_stsb", "avg", "mtd")
@@ -34,12 +35,12 @@ def show_status(study: str) -> int:
     table = []
     for row in rows:
         cells = {name: row.get(name, "") for name in headers}
-        cells["avg"] = _seven_task_average(row)
+        cells["avg"] = seven_task_average(row)
         frozen = latest.get(row.get("key"))
         cells["optuna"] = row.get("optuna_trial") or (str(frozen.number) if frozen is not None else "")
         if frozen is not None and cells["optuna"] == str(frozen.number) and frozen.state.name != row.get("state"):
             cells["state"] = f"{row.get('state')} (optuna {frozen.state.name})"
-        cells["reason"] = _short(row.get("reason") or "", 60)
+        cells["reason"] = shorten(row.get("reason") or "", 60)
         table.append([_format(cells[name]) for name in headers])
     print(f"study {location.name}: {location.folder.path}")
     print(_render(headers, table))
@@ -69,17 +70,17 @@ def show_status(study: str) -> int:
 
 def _optuna_trials(location: StudyLocation) -> list[Any] | None:
     """The study's Optuna trials, or None when the storage or the study does not exist (yet)."""
-    from sweep.resume import optuna_trials
+    from sweep.records.resume import optuna_trials
 
     return optuna_trials(location.name, location.storage, "trials.csv is intact; restore or remove the storage file")
 
 
 def _next_run(location: StudyLocation, keys: list[str], optuna_trials: list[Any] | None,
               problems: dict[str, str]) -> str | None:
-    """What the next `sweep run` does, decided as it decides (sweep.resume); None without a valid study.yaml.
+    """What the next `sweep run` does, decided as it decides (sweep.records.resume); None without a valid study.yaml.
     Fills `problems` (key -> why its summary.json cannot be used) from the same read of the summaries."""
-    from sweep.mirror import group_by_key
-    from sweep.resume import is_done, trial_states
+    from sweep.records.mirror import group_by_key
+    from sweep.records.resume import is_done, trial_states
     from sweep.spec import load_study
 
     try:
@@ -117,7 +118,7 @@ def _latest_optuna_by_key(trials: list[Any]) -> dict[str, Any]:
     return latest
 
 
-def _seven_task_average(row: dict[str, Any]) -> Any:
+def seven_task_average(row: dict[str, Any]) -> Any:
     """The row's avg, shown only beside all seven task scores: a trials.csv or Optuna record written before
     the average needed them holds a one-task study's STS-B score as its avg."""
     if any(row.get(task) in (None, "") for task in TASKS):
@@ -183,12 +184,9 @@ def _render(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def _short(text: str, limit: int) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _display(url: str) -> str:
-    from sweep.mirror import _hide_password
+    from sweep.text import hide_password
 
-    return _hide_password(url)
+    return hide_password(url)

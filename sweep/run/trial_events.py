@@ -3,8 +3,8 @@
 Owns: TrialEvents, the Tune callback that mirrors each trial live into the Optuna study (start: a
 RUNNING trial with its parameters; each dev evaluation: an intermediate value; end: COMPLETE, PRUNED or
 FAIL with the summary's scores as user attributes), into trials.csv (rewritten at most every few
-seconds: sweep.store.TrialsTable.write_soon), into the kept weights (sweep.weights) and onto the
-terminal (sweep.progress). The driver is the only writer of the Optuna study and of trials.csv; a
+seconds: sweep.records.store.TrialsTable.write_soon), into the kept weights (sweep.records.weights) and onto the
+terminal (sweep.run.progress). The driver is the only writer of the Optuna study and of trials.csv; a
 worker writes only its trial's folder, and TrialEvents makes sure summary.json and metrics.jsonl exist
 for every ended trial (the worker may be on another node, or killed before writing them).
 
@@ -20,17 +20,17 @@ from typing import Any
 
 from ray import tune
 
-from sweep.plan import StudyPlan, number_or_none
-from sweep.spec.text import shorten
-from sweep.store import metric_value
-from sweep.worker import CURVE_KEY, ERROR_KEY, STEP_KEY, SUMMARY_KEY
+from sweep.records.store import metric_value
+from sweep.run.plan import StudyPlan, number_or_none
+from sweep.run.worker import CURVE_KEY, ERROR_KEY, STEP_KEY, SUMMARY_KEY
+from sweep.text import shorten
 from trainer.vocabulary import ERROR, INTERRUPTED, PRUNED
 
 
 class TrialEvents(tune.Callback):
     """Tune callback: trial start/result/end -> Optuna, trials.csv, summary.json, kept weights, terminal.
 
-        events = TrialEvents(plan, stopping)      # plan: a prepared sweep.plan.StudyPlan
+        events = TrialEvents(plan, stopping)      # plan: a prepared sweep.run.plan.StudyPlan
         number = events.trial_started(key, "tune-1")
         events.trial_result(key, number, {"step": 100, "dev_stsb": 81.2})
         events.trial_ended(key, number, summary)
@@ -38,11 +38,11 @@ class TrialEvents(tune.Callback):
 
     def __init__(self, plan: StudyPlan, stopping: Any = None):
         self.plan = plan
-        self.stopping = stopping  # sweep.stopping.StopSignals of the driver
+        self.stopping = stopping  # sweep.run.stopping.StopSignals of the driver
         self.live: dict[str, dict[str, Any]] = {}  # Tune trial id -> {key, number, metrics, summary}
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"live": {}}  # see sweep.feed.TrialFeed.__getstate__
+        return {"live": {}}  # see sweep.run.feed.TrialFeed.__getstate__
 
     def trial_started(self, key: str, tune_trial_id: str) -> int:
         """Tune started the trial: RUNNING in Optuna (the asked trial for tpe) and trials.csv; its number."""
@@ -183,7 +183,7 @@ class TrialEvents(tune.Callback):
         or killed before writing them)."""
         folder = self.plan.folder
         key = live["key"]
-        # A summary that says how its files travelled (sweep.trial_files) is newer than the copy that
+        # A summary that says how its files travelled (sweep.run.trial_files) is newer than the copy that
         # travelled with them: it is the record.
         if overwrite or "files" in summary or folder.read_summary(key) is None:
             if "config" not in summary:

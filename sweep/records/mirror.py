@@ -30,17 +30,17 @@ import sqlalchemy
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import FrozenTrial, TrialState
 
-from sweep.optuna_reads import first_distributions, group_by_key, read_trials  # noqa: F401 (re-exported)
+from sweep.records.optuna_reads import first_distributions, group_by_key, read_trials  # noqa: F401 (re-exported)
+from sweep.records.store import TASKS, TRANSFER_TASKS, metric_value
+from sweep.records.store import is_final as _is_final
 from sweep.spec.schema import StudySpec, Trial
-from sweep.spec.text import hide_password as _hide_password
-from sweep.store import TASKS, TRANSFER_TASKS, metric_value
-from sweep.store import is_final as _is_final
+from sweep.text import hide_password
 from trainer.errors import UserError
 from trainer.files import json_safe
 from trainer.sts_average import readable_test
 from trainer.vocabulary import ERROR, INTERRUPTED, optuna_state_name
 
-# Which attempts are final (is_final) is decided in sweep.store, for this mirror and for sweep.resume.
+# Which attempts are final (is_final) is decided in sweep.records.store, for this mirror and for sweep.records.resume.
 
 
 def sqlite_problem(url: str) -> str | None:
@@ -62,11 +62,11 @@ def sqlite_problem(url: str) -> str | None:
 def rebuild_storage(url: str, rebuild: bool, study: str, method: str, set_aside: Callable[[Path], Path]) -> None:
     """An unreadable SQLite storage: one line naming `--rebuild-storage` (exit 2), or with `rebuild` the file
     kept aside, so the run that follows records every finished trial again from its summary.json (the
-    storage is a mirror of those records: sweep.resume's "record"). Nothing happens to a storage that reads."""
+    storage is a mirror of those records: sweep.records.resume's "record"). Nothing happens to a storage that reads."""
     problem = sqlite_problem(url)
     if problem is None:
         if rebuild:
-            print(f"Optuna storage {_hide_password(url)} reads fine: nothing to rebuild", flush=True)
+            print(f"Optuna storage {hide_password(url)} reads fine: nothing to rebuild", flush=True)
         return
     path = Path(url[len("sqlite:///"):])
     if not rebuild:
@@ -96,7 +96,7 @@ def open_storage(url: str) -> optuna.storages.RDBStorage:
         storage = optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs)
     except Exception as exc:  # sqlalchemy: bad URL, missing driver, server down
         reason = " ".join(str(exc).split())[:300]
-        raise UserError(f"cannot open Optuna storage {_hide_password(url)}: {reason}") from None
+        raise UserError(f"cannot open Optuna storage {hide_password(url)}: {reason}") from None
     if url.startswith("sqlite"):
         sqlalchemy.event.listen(storage.engine, "connect", _without_fsync)
         storage.engine.dispose()  # connections opened while Optuna set the schema up reconnect with the pragma

@@ -20,8 +20,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sweep.reaper import name as process_name
-from sweep.stopping import StopSignals, descendants_of_driver, kill_leftovers, reassert_handlers
+from sweep.run.reaper import name as process_name
+from sweep.run.stopping import StopSignals, descendants_of_driver, kill_leftovers, reassert_handlers
 from trainer.errors import UserError
 
 # Environment variables a trial needs where it runs (forwarded to the workers through runtime_env).
@@ -96,7 +96,7 @@ def start_ray(address: str | None, stop: StopSignals, folder_path: Path) -> bool
 def route_cluster_errors_to_log(logger: logging.Logger) -> None:
     """The cluster's error messages to the driver ("The node with node id ... has been marked dead ...",
     printed by Ray as `(raylet) ...` whatever log_to_driver says) go to ray.log: the terminal gets our one
-    line naming the node and the trials that run again (sweep.node_watch). Ray's printer is looked up by
+    line naming the node and the trials that run again (sweep.run.node_watch). Ray's printer is looked up by
     name at each message, so wrapping it is enough; nothing changes if Ray renames it."""
     try:
         from ray._private import worker as ray_worker

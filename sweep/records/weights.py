@@ -18,7 +18,7 @@ from __future__ import annotations
 import shutil
 from typing import Any
 
-from sweep.store import StudyFolder, metric_value, weights_state
+from sweep.records.store import StudyFolder, metric_value, weights_state
 from trainer.vocabulary import OK
 
 

@@ -5,7 +5,7 @@ folder, the Optuna mirror, trials.csv, the trials to run, the keeper of saved we
 line), and `prepare()`, which writes study.yaml, opens the Optuna study, sorts every planned trial into
 done and to run, and prints the plan.
 
-The resume rule (sweep.resume.decide, shared with `--dry-run` and `sweep status`):
+The resume rule (sweep.records.resume.decide, shared with `--dry-run` and `sweep status`):
 - Optuna trials left RUNNING/WAITING by a dead driver become FAIL with reason "interrupted".
 - A key is done, and skipped, when Optuna holds a final attempt for it: COMPLETE, PRUNED, or FAIL with
   status diverged/collapsed (a deterministic verdict that a re-run would repeat).
@@ -22,14 +22,14 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from sweep.history import record_change
-from sweep.mirror import OptunaMirror, infer_distributions, rebuild_storage, summary_from_attrs
-from sweep.progress import Progress
-from sweep.resume import decide, is_final
+from sweep.records.history import record_change
+from sweep.records.mirror import OptunaMirror, infer_distributions, rebuild_storage, summary_from_attrs
+from sweep.records.resume import decide, is_final
+from sweep.records.store import StudyFolder, TrialsTable
+from sweep.records.weights import WeightKeeper
+from sweep.run.progress import Progress
 from sweep.spec import StudySpec, Trial, expansion, planning_config, search_space, trial_from_params
-from sweep.spec.text import flatten, hide_password
-from sweep.store import StudyFolder, TrialsTable
-from sweep.weights import WeightKeeper
+from sweep.text import flatten, hide_password
 
 
 class StudyPlan:
@@ -48,15 +48,15 @@ class StudyPlan:
         self.asks_left = 0  # tpe: Optuna asks still to make (each runs once per seed)
         self.asked: dict[str, int] = {}  # tpe: key -> number of the asked Optuna trial it starts as
         self.handed_out: set[str] = set()  # keys given to Tune and not ended yet
-        self.mirror: Any = None  # sweep.mirror.OptunaMirror, opened by prepare()
+        self.mirror: Any = None  # sweep.records.mirror.OptunaMirror, opened by prepare()
         self.table: TrialsTable | None = None
         self.progress: Progress | None = None
         self.keeper = WeightKeeper(self.folder, spec.keep_weights, spec.metric.name, spec.metric.goal)
-        self.change: Any = None  # sweep.history.StudyChange when this run extends the recorded study
+        self.change: Any = None  # sweep.records.history.StudyChange when this run extends the recorded study
         self.progress_note = ""
         self.rebuild_storage = rebuild_storage  # an unreadable SQLite storage is rebuilt from the records
-        # On a Ray cluster (--address): the `files` entry of each job (sweep.trial_files) and the node watch
-        # (sweep.node_watch); None on one machine.
+        # On a Ray cluster (--address): the `files` entry of each job (sweep.run.trial_files) and the node watch
+        # (sweep.run.node_watch); None on one machine.
         self.files: dict[str, Any] | None = None
         self.node_watch: Any = None
 
@@ -242,7 +242,7 @@ _GIT_COMMIT: list[str | None] = []
 def git_commit() -> str | None:
     """The project's git commit (with "-dirty" for uncommitted changes), or None outside a checkout."""
     if not _GIT_COMMIT:
-        repo = Path(__file__).resolve().parents[1]
+        repo = Path(__file__).resolve().parents[2]
         try:
             out = subprocess.run(["git", "-C", str(repo), "describe", "--always", "--dirty", "--abbrev=40"],
                                  capture_output=True, text=True, timeout=10)
@@ -261,7 +261,7 @@ def number_or_none(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
-# Config fields the trial feed sets for the run (sweep.feed.TrialFeed.next_job), not part of what the trial
+# Config fields the trial feed sets for the run (sweep.run.feed.TrialFeed.next_job), not part of what the trial
 # computes: where its files go and whether it saves its encoder (the study's keep_weights). A change of
 # either never makes a finished trial "resolve differently".
 RUN_FIELDS = ("output_dir", "save_model")

@@ -11,7 +11,7 @@ the script and submits nothing). The script, in each allocation:
    fresh token per allocation);
 2. runs `sweep run STUDY --address HEAD` (the driver runs in the batch step, on the first node);
 3. gets SIGTERM from Slurm `margin` seconds before the time limit (`#SBATCH --signal=B:TERM@margin`: to
-   the batch shell only, which forwards it to the driver); the driver stops cleanly (sweep.stopping);
+   the batch shell only, which forwards it to the driver); the driver stops cleanly (sweep.run.stopping);
 4. when the study is unfinished, requeues the job (`scontrol requeue`, `#SBATCH --requeue`); the next
    allocation resumes. After MAX_IDLE_ALLOCATIONS allocations in a row that finished no trial it stops
    with the reason in the log instead of requeueing forever.
@@ -48,7 +48,7 @@ def slurm_command(study: str, nodes: int = 1, gpus_per_node: int = 0, cpus_per_n
                   margin: int = SIGNAL_MARGIN_S, dry_run: bool = False, many_trials: bool = False) -> int:
     """Write the sbatch script for `study` and submit it (module docstring); return 0. `many_trials`: the
     study may plan more than sweep.spec.limits.MAX_TRIALS trials (passed on to `sweep run`)."""
-    from sweep.preflight import preflight_paths
+    from sweep.run.preflight import preflight_paths
     from sweep.spec import load_study
     from sweep.spec.limits import MAX_TRIALS
 
@@ -165,7 +165,7 @@ def sbatch_script(study_file: Path, name: str, folder: Path, *, nodes: int, gpus
     resources = (f" --num-cpus={cpus_per_node}" if cpus_per_node else "") + f" --num-gpus={gpus_per_node}"
     q = shlex.quote
     body = f"""
-# Written by `sweep slurm` (sweep/slurm.py); resubmit with `sweep slurm`, not by editing this file.
+# Written by `sweep slurm` (sweep/commands/slurm.py); resubmit with `sweep slurm`, not by editing this file.
 set -u
 STUDY={q(str(study_file))}
 LOGS={q(str(folder))}
@@ -185,7 +185,7 @@ head=${{nodes[0]}}
 head_ip=$(srun --overlap --nodes=1 --ntasks=1 -w "$head" hostname --ip-address | awk '{{print $1}}')
 port=$((20000 + SLURM_JOB_ID % 20000))
 address="$head_ip:$port"
-done_before=$("$PYTHON" -m sweep.slurm progress "$STUDY")
+done_before=$("$PYTHON" -m sweep.commands.slurm progress "$STUDY")
 say "allocation ${{SLURM_RESTART_COUNT:-0}} of job $SLURM_JOB_ID on ${{nodes[*]}}: study at $done_before trials done"
 
 srun --overlap --nodes=1 --ntasks=1 -w "$head" "$RAY" start --head --node-ip-address="$head_ip" --port="$port" \\
@@ -207,7 +207,7 @@ wait $driver 2>/dev/null; status=${{status:-$?}}
 trap - TERM
 kill -TERM "${{ray_steps[@]}}" 2>/dev/null; wait "${{ray_steps[@]}}" 2>/dev/null
 
-done_after=$("$PYTHON" -m sweep.slurm progress "$STUDY")
+done_after=$("$PYTHON" -m sweep.commands.slurm progress "$STUDY")
 say "driver exited with status $status; study at $done_after trials done"
 read -r after total <<<"${{done_after/ of / }}"
 read -r before _ <<<"${{done_before/ of / }}"
@@ -232,8 +232,8 @@ scontrol requeue "$SLURM_JOB_ID"
 
 
 def progress(study: str) -> str:
-    """"DONE of TOTAL" trials of the study, as `sweep run` decides (sweep.resume); for the batch script."""
-    from sweep.resume import is_done, trial_states
+    """"DONE of TOTAL" trials of the study, as `sweep run` decides (sweep.records.resume); for the batch script."""
+    from sweep.records.resume import is_done, trial_states
     from sweep.spec import expansion, load_study
 
     spec = load_study(study, max_trials=None)  # `sweep slurm` accepted its size (--many-trials) when it submitted
@@ -244,7 +244,7 @@ def progress(study: str) -> str:
     return f"{done} of {total}"
 
 
-if __name__ == "__main__":  # python -m sweep.slurm progress STUDY (used by the batch script)
+if __name__ == "__main__":  # python -m sweep.commands.slurm progress STUDY (used by the batch script)
     if len(sys.argv) == 3 and sys.argv[1] == "progress":
         try:
             print(progress(sys.argv[2]))
@@ -252,5 +252,5 @@ if __name__ == "__main__":  # python -m sweep.slurm progress STUDY (used by the 
             print(f"sweep: error: {exc}", file=sys.stderr)
             sys.exit(2)
     else:
-        print("usage: python -m sweep.slurm progress STUDY", file=sys.stderr)
+        print("usage: python -m sweep.commands.slurm progress STUDY", file=sys.stderr)
         sys.exit(2)

@@ -5,13 +5,13 @@
         error or was interrupted; 130/143/129 stopped by SIGINT (Ctrl-C) / SIGTERM / SIGHUP.
 
 Owns: the study run that ties the other modules together, top to bottom: check the spec against the
-recorded study, take the study's lock, plan and resume (sweep.plan), start Ray (sweep.ray_session), run
-the trials under Tune with the trial feed (sweep.feed) and the trial events (sweep.trial_events), stop
-cleanly on a signal (sweep.stopping), print the summary and return the exit code. A trial runs in a
-Ray worker process (sweep.worker); the driver is the only writer of the Optuna study and of trials.csv.
+recorded study, take the study's lock, plan and resume (sweep.run.plan), start Ray (sweep.run.ray_session), run
+the trials under Tune with the trial feed (sweep.run.feed) and the trial events (sweep.run.trial_events), stop
+cleanly on a signal (sweep.run.stopping), print the summary and return the exit code. A trial runs in a
+Ray worker process (sweep.run.worker); the driver is the only writer of the Optuna study and of trials.csv.
 
 Resume needs no Ray restore: the same command again after Ctrl-C, kill -9 or a crashed node plans the
-study afresh from Optuna and the trials' summary.json files (sweep.plan). A lock file (flock on
+study afresh from Optuna and the trials' summary.json files (sweep.run.plan). A lock file (flock on
 results/<study>/.driver.lock) stops two drivers from running one study at once.
 
 Stopping (SIGTERM from Slurm's time limit or `scancel`, SIGINT from Ctrl-C, SIGHUP from a closed
@@ -36,17 +36,15 @@ from typing import Any
 
 from ray import tune
 
-from sweep.feed import TrialFeed
-from sweep.history import check_same_study
-from sweep.node_checks import check_nodes, software_versions
-from sweep.node_watch import LOST_NODE_RETRIES, NodeWatch
-from sweep.plan import StudyPlan
-from sweep.preflight import cluster_nodes, preflight_inputs, preflight_resources
-from sweep.ray_session import shutdown_ray, skip_tracker_imports_in_tune_usage_tag, start_ray, trial_room
-from sweep.schedulers import trial_scheduler
-from sweep.spec import StudySpec, planning_config
-from sweep.spec.text import hide_password, shorten
-from sweep.stopping import (
+from sweep.records.history import check_same_study
+from sweep.run.feed import TrialFeed
+from sweep.run.node_checks import check_nodes, software_versions
+from sweep.run.node_watch import LOST_NODE_RETRIES, NodeWatch
+from sweep.run.plan import StudyPlan
+from sweep.run.preflight import cluster_nodes, preflight_inputs, preflight_resources
+from sweep.run.ray_session import shutdown_ray, skip_tracker_imports_in_tune_usage_tag, start_ray, trial_room
+from sweep.run.schedulers import trial_scheduler
+from sweep.run.stopping import (
     StopNow,
     StopOnSignal,
     StopSignals,
@@ -57,10 +55,12 @@ from sweep.stopping import (
     raised_by_stop,
     reaper_process,
 )
-from sweep.trackers import check_loggers, logger_callbacks
-from sweep.trial_events import TrialEvents
-from sweep.trial_files import start_receiver
-from sweep.worker import CURVE_KEY, run_trial
+from sweep.run.trackers import check_loggers, logger_callbacks
+from sweep.run.trial_events import TrialEvents
+from sweep.run.trial_files import start_receiver
+from sweep.run.worker import CURVE_KEY, run_trial
+from sweep.spec import StudySpec, planning_config
+from sweep.text import hide_password, shorten
 from trainer.errors import UserError
 from trainer.vocabulary import ERROR, RESULT_STATUSES, ends_for_good
 
@@ -75,7 +75,7 @@ def run_study(spec: StudySpec, address: str | None = None, max_concurrent: int |
 
     `address`: an existing Ray cluster ("host:port" or "auto"); None starts Ray on this machine.
     `extend`: accept a spec that differs from the one recorded in results/<name>/ by more than added
-    values or seeds (sweep.history); the change is recorded in the study's history.
+    values or seeds (sweep.records.history); the change is recorded in the study's history.
     `rerun_changed`: also re-run finished trials whose config now resolves differently (a default changed).
     `rebuild_storage`: an unreadable SQLite storage is kept aside and rebuilt from the trials' records.
     `_train_fn` ("module:function", also $SWEEP_TRAIN_FN) replaces trainer.train, for development.
@@ -85,7 +85,7 @@ def run_study(spec: StudySpec, address: str | None = None, max_concurrent: int |
     train_fn = _train_fn or os.environ.get("SWEEP_TRAIN_FN") or DEFAULT_TRAIN_FN
     change = check_same_study(spec, extend=extend)  # before anything is written
     check_loggers(spec.loggers)  # before Ray starts
-    run = _StudyRun(spec, train_fn, rerun_changed=rerun_changed, rebuild_storage=rebuild_storage)
+    run = StudyRun(spec, train_fn, rerun_changed=rerun_changed, rebuild_storage=rebuild_storage)
     run.change = change
     if not run.folder.study_yaml.exists():
         # A new study: check every model and data path before its folder exists. A folder left by a
@@ -109,7 +109,7 @@ _NO_WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno
 _NO_WRITE_DB = ("database or disk is full", "readonly database", "unable to open database file", "disk i/o error")
 
 
-def _storage_problem(exc: BaseException, run: "_StudyRun") -> str | None:
+def _storage_problem(exc: BaseException, run: "StudyRun") -> str | None:
     """One line naming the path when `exc` (or what it was raised from) is a full disk or a read-only
     folder / database; None for anything else."""
     seen: set[int] = set()
@@ -127,7 +127,7 @@ def _storage_problem(exc: BaseException, run: "_StudyRun") -> str | None:
 
 
 
-class _StudyRun(StudyPlan):
+class StudyRun(StudyPlan):
     """Everything one `sweep run` does: plan, resume (StudyPlan), run under Tune, stop, finish."""
 
     def __init__(self, spec: StudySpec, train_fn: str, rerun_changed: bool = False, rebuild_storage: bool = False):
@@ -138,8 +138,8 @@ class _StudyRun(StudyPlan):
         self.events = TrialEvents(self, self.stop)
         self.children_before: set[int] = set()  # processes below the driver before Ray started (not Ray's)
         self.inputs_checked = False  # preflight_inputs already passed for every planned config
-        self.fences: list[Any] = []  # actors holding the nodes left out (sweep.node_checks)
-        self.receiver: Any = None  # the receiver of trial files on a cluster (sweep.trial_files)
+        self.fences: list[Any] = []  # actors holding the nodes left out (sweep.run.node_checks)
+        self.receiver: Any = None  # the receiver of trial files on a cluster (sweep.run.trial_files)
 
     # ---- lock -----------------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -220,7 +220,7 @@ class _StudyRun(StudyPlan):
             self.interrupted = True
         if self.mirror is not None:
             self.mirror.wait_for_note(timeout=5.0 if self.stop.requested else 60.0)
-        self._print_summary()
+        self.print_summary()
         if self.stop.requested:
             return self.stop.exit_code
         errors = [r for r in self.table.rows.values()
@@ -244,8 +244,8 @@ class _StudyRun(StudyPlan):
 
     # ---- a Ray cluster ----------------------------------------------------------------------------
     def _prepare_cluster(self, address: str) -> None:
-        """Check every node from the node itself (bad ones are named and left out: sweep.node_checks), then
-        start the receiver of trial files on this node (sweep.trial_files) and the node watch."""
+        """Check every node from the node itself (bad ones are named and left out: sweep.run.node_checks), then
+        start the receiver of trial files on this node (sweep.run.trial_files) and the node watch."""
         cpu, gpu = float(self.spec.resources.cpu), float(self.spec.resources.gpu)
         verdicts, self.fences = check_nodes(self._configs_to_run(), cpu, gpu, self.progress.say,
                                             f"the Ray cluster at {address}")
@@ -270,7 +270,7 @@ class _StudyRun(StudyPlan):
             run_config=tune.RunConfig(
                 name=time.strftime("run-%Y%m%d-%H%M%S"), storage_path=str(self.folder.ray_dir),
                 verbose=0, callbacks=[self.events, *watch, *logger_callbacks(self.spec)],
-                # on a cluster a trial lost with its node runs again (sweep.node_watch); on one machine a
+                # on a cluster a trial lost with its node runs again (sweep.run.node_watch); on one machine a
                 # trial's worker that dies is an error of that trial
                 failure_config=tune.FailureConfig(max_failures=LOST_NODE_RETRIES if watch else 0),
                 stop=StopOnSignal(self.stop),
@@ -291,7 +291,7 @@ class _StudyRun(StudyPlan):
         return trial_scheduler(self.spec.scheduler, configs, CURVE_KEY)
 
     # ---- the end --------------------------------------------------------------------------------
-    def _print_summary(self) -> None:
+    def print_summary(self) -> None:
         rows = list(self.table.rows.values())
         counts: dict[str, int] = {}
         for row in rows:

@@ -2,7 +2,7 @@
 (kill -9, OOM killer): Ray's GCS and raylet die with the driver (Ray starts them with a parent-death
 signal) but ray::DashboardAgent and ray::RuntimeEnvAgent, started by the raylet, do not.
 
-    python -m sweep.reaper DRIVER_PID     (sweep.stopping.reaper_process starts it before ray.init)
+    python -m sweep.run.reaper DRIVER_PID     (sweep.run.stopping.reaper_process starts it before ray.init)
 
 Every second it notes the driver's descendants (pid + start time, from /proc: no Ray import, no psutil);
 when the driver is gone it sends SIGTERM, then SIGKILL, to those still alive. A driver that ends

@@ -8,14 +8,14 @@ from typing import Any
 
 from sweep.spec.expand import expansion
 from sweep.spec.schema import StudySpec, Trial
-from sweep.spec.text import format_value, is_expr, one_line, plural
+from sweep.text import format_value, is_expr, one_line, plural
 from trainer.errors import UserError
 
 
 def read_trial_states(spec: StudySpec) -> dict[str, str] | None:
-    """key -> what `sweep run` would do with it (sweep.resume.trial_states: the trial folders and the
+    """key -> what `sweep run` would do with it (sweep.records.resume.trial_states: the trial folders and the
     Optuna study, as the run decides); None when the study has not run here."""
-    from sweep.resume import trial_states
+    from sweep.records.resume import trial_states
 
     try:
         return trial_states(spec)

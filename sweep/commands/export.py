@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from sweep.store import TASKS, StudyFolder, locate_study, metric_value, weights_state
+from sweep.records.store import TASKS, StudyFolder, locate_study, metric_value, weights_state
 from trainer.errors import UserError
 
 EXPORTABLE_POOLERS = ("cls_before_pooler", "avg", "avg_top2", "avg_first_last")
@@ -251,7 +251,7 @@ def model_card(study: str, folder: StudyFolder, key: str, summary: dict[str, Any
 def tracker_runs(trial_dir: Path) -> list[tuple[str, str]]:
     """(label, text) for each tracker run the trial was logged to (trials/<key>/trackers.json, written by
     the study's MLflow / W&B callback when it created the run); [] when it had none."""
-    from sweep.trackers import read_tracker_runs
+    from sweep.run.trackers import read_tracker_runs
 
     rows = []
     runs = read_tracker_runs(trial_dir)
