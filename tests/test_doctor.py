@@ -160,9 +160,39 @@ def test_the_sync_check_runs_the_trainer_and_stops_at_the_first_flagged_read_bac
                                    tmp_path / "cache")
     result = gpu_bench.sync_check(config, steps=6)
     assert mode["now"] == 0  # left off
-    warm = 5
+    warm = 6  # the window: the 6 steps after the first evaluation
     assert result["first_sync"].startswith("trainer/train.py:"), result
     if result["sync_free"]:
         assert result["at_step"] == warm + 6 and result["steps_per_s"] > 0
-    else:  # e.g. the CPU's every-step NaN check, which reads the loss back
+    else:  # on the CPU transformers' own .to(device) calls look like blocking copies to this stand-in
         assert warm < result["at_step"] <= warm + 6 and result["steps_per_s"] is None
+
+
+def test_the_sync_check_window_ends_at_the_next_evaluation(tmp_path, tiny_model_dir, shared_data_dir, monkeypatch):
+    """The trainer's own read-backs (.item(), bool() called from trainer/ code) flagged, nothing else (on the
+    CPU torch's Adam reads its step count with .item(), which on CUDA stays on the host): the first one after
+    the window opens must be the evaluation at its end, so a loop that reads nothing else back is sync-free.
+    With an evaluation every 5 steps the check stopped at step 10 of 25 and could never say sync-free."""
+    import torch
+
+    from sweep.commands import gpu_bench
+
+    mode = {"now": 0}
+    trainer_dir = str(Path(gpu_bench.__file__).resolve().parents[2] / "trainer")
+
+    def flagged(original):
+        def call(self, *args):
+            if mode["now"] == "error" and sys._getframe(1).f_code.co_filename.startswith(trainer_dir):
+                raise RuntimeError("called a synchronizing CUDA operation")
+            return original(self, *args)
+        return call
+
+    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", lambda value: mode.update(now=value))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(torch.Tensor, "item", flagged(torch.Tensor.item))
+    monkeypatch.setattr(torch.Tensor, "__bool__", flagged(torch.Tensor.__bool__))
+    config = gpu_bench.bench_run_config(tiny_model_dir, "simcse", "fp32", 6, 8, "cpu", str(shared_data_dir),
+                                        tmp_path / "cache")
+    result = gpu_bench.sync_check(config, steps=6)
+    assert "mean_loss" in result["first_sync"].split(" (via ")[0], result
+    assert result["sync_free"] is True and result["at_step"] == 12 and result["steps_per_s"] > 0, result

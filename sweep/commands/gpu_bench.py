@@ -68,11 +68,14 @@ def bench_run_config(model: Path, method: str, precision: str, steps: int, batch
             "data": {"data_dir": data_dir, "max_sentences": batch * steps, "cache_dir": str(cache)}}
 
 
-def _train(config: dict[str, Any], on_step: Callable[[int], None] | None = None) -> dict[str, Any]:
+def _train(config: dict[str, Any], on_step: Callable[[int], None] | None = None,
+           check_every: int | None = None) -> dict[str, Any]:
+    """One training run; `check_every`: steps between the loop's NaN/inf read-backs (None: the device's)."""
     from trainer.config import RunConfig
-    from trainer.train import train
+    from trainer.train import HostReadPolicy, train
 
-    return train(RunConfig.from_dict(config), on_step=on_step)
+    host_reads = HostReadPolicy("sync check", check_every) if check_every else None
+    return train(RunConfig.from_dict(config), host_reads=host_reads, on_step=on_step)
 
 
 def _measure(config: dict[str, Any], cuda: bool) -> dict[str, Any]:
@@ -94,20 +97,22 @@ def _measure(config: dict[str, Any], cuda: bool) -> dict[str, Any]:
 
 
 def sync_check(config: dict[str, Any], steps: int) -> dict[str, Any]:
-    """CUDA: the training steps after a first evaluation run under set_sync_debug_mode("error"), from the
-    step after it on (the evaluation copies the best state to the host: a sync of its own), so the first
-    synchronising call raises. Sync-free when that call is the next evaluation's loss read-back. The mode is
-    switched on through the trainer's `on_step` hook once the first evaluation's step is done (SyncWindow),
-    which changes nothing else."""
+    """CUDA: the `steps` training steps after a first evaluation run under set_sync_debug_mode("error"), from
+    the step after it on (the evaluation copies the best state to the host: a sync of its own), so the first
+    synchronising call raises. Sync-free when that call is the next evaluation's loss read-back, at the end of
+    the window. So the run evaluates at steps `steps` and 2 x `steps` only, and its NaN/inf read-back comes
+    with that evaluation (it is deliberate, every 25 steps in a real run, and would otherwise fall inside the
+    window). The mode is switched on through the trainer's `on_step` hook once the first evaluation's step is
+    done (SyncWindow), which changes nothing else."""
     import torch
 
     from trainer.train import train
 
-    warm = 5
+    warm = steps
     config = {**config, "max_steps": warm + steps, "eval": {**config["eval"], "eval_steps": warm}}
     window = SyncWindow(warm, entry=train)
     try:
-        _train(config, on_step=window.on_step)
+        _train(config, on_step=window.on_step, check_every=warm + steps)
     except RuntimeError as exc:
         torch.cuda.set_sync_debug_mode(0)
         if "synchroniz" not in str(exc):
