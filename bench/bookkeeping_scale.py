@@ -38,10 +38,9 @@ STEPS = {"dry-run": ["run", "--dry-run"], "record": ["run"], "status": ["status"
 
 
 def write_study(folder: Path, size: int, data_dir: Path) -> Path:
-    import yaml
-
     from sweep.records.store import StudyFolder
     from sweep.spec import expand, load_study
+    from tests.helpers import study_file
 
     spec = {
         "name": f"scale{size}", "description": "bench/bookkeeping_scale.py",
@@ -52,8 +51,7 @@ def write_study(folder: Path, size: int, data_dir: Path) -> Path:
         "parameters": {"optim.lr": [round(1e-7 * (i + 1), 12) for i in range(size)]},
         "seeds": [1], "resources": {"cpu": 1}, "results_dir": str(folder / "results"),
     }
-    path = folder / f"scale{size}.yaml"
-    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    path = study_file(folder, spec)
     study = load_study(path)
     store = StudyFolder(study.study_dir)
     store.write_study_yaml(study)

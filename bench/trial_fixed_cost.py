@@ -48,7 +48,7 @@ TASKS = ["STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelat
 
 def study_yaml(folder: Path, name: str, data_dir: Path, seeds: list[int], max_steps: int, eval_steps: int,
                final_tasks: list[str], cpus: int) -> Path:
-    import yaml
+    from tests.helpers import study_file
 
     spec = {
         "name": name,
@@ -64,9 +64,7 @@ def study_yaml(folder: Path, name: str, data_dir: Path, seeds: list[int], max_st
         "resources": {"cpu": cpus, "gpu": 0},
         "results_dir": str(folder / "results"),
     }
-    path = folder / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(spec, sort_keys=False))
-    return path
+    return study_file(folder, spec)
 
 
 def run(path: Path) -> tuple[list, Path]:

@@ -34,10 +34,11 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # tests.helpers
 
 
 def write_study(folder: Path, name: str, trials: int, reuse: bool, data_dir: Path) -> Path:
-    import yaml
+    from tests.helpers import study_file
 
     spec = {
         "name": name, "description": "bench/trial_overhead.py",
@@ -49,9 +50,7 @@ def write_study(folder: Path, name: str, trials: int, reuse: bool, data_dir: Pat
         "seeds": [1], "resources": {"cpu": 0.25}, "reuse_workers": reuse, "keep_weights": "none",
         "results_dir": str(folder / "results"),
     }
-    path = folder / f"{name}.yaml"
-    path.write_text(yaml.safe_dump(spec, sort_keys=False))
-    return path
+    return study_file(folder, spec)
 
 
 def most_at_once(intervals: list[tuple[float, float]]) -> int:

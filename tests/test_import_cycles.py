@@ -13,7 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.helpers import REPO
+
 PACKAGES = ("sweep", "analysis", "trainer")
 
 

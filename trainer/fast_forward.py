@@ -19,7 +19,7 @@ changes in *how*, none in *what*:
    1.3-2x faster than the flash-attention CPU kernel, which took ~16% of the time.
 
 Results differ from the transformers forward only by float32 rounding (max abs difference ~2e-6 on
-the embedded model; tests/test_fast_forward.py checks every pooler against the transformers forward).
+the embedded model; tests/trainer/test_fast_forward.py checks every pooler against the transformers forward).
 `unsupported_reason(model)` says why a model falls back to the transformers forward (another
 architecture, relative positions, a decoder, a non-float32 or non-CPU model); the caller then uses
 the model's own forward. The packed weights are a snapshot: build a new `FastEncoderForward` after

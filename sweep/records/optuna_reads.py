@@ -4,7 +4,7 @@ read once per command (sweep.records.mirror re-exports these).
 Optuna's own read (`RDBStorage.get_all_trials`) builds one ORM object per row, ~0.8 ms per trial: 8 s for a
 10,000-trial study. `read_trials` returns the same FrozenTrials from five plain SELECTs over Optuna's own
 tables (~20x less); it falls back to Optuna's read if a later Optuna renames its table models, and
-tests/test_bookkeeping_scale.py checks it against Optuna's read field by field on the pinned version.
+tests/sweep/test_bookkeeping_scale.py checks it against Optuna's read field by field on the pinned version.
 """
 
 from __future__ import annotations

@@ -33,9 +33,9 @@ environment), then the veths, namespaces, bridge and temp dir are removed: on a 
 body raises, on SIGTERM of the process, and at the next start of any cluster after the owner died
 by SIGKILL (a registry file /tmp/sweep-netns-cluster/<id>.json names the owner pid).
 
-In tests (tests/ is on sys.path, so this is the package `cluster`):
+In tests:
 
-    from cluster.netns_cluster import NamespaceCluster, WorkerSpec, skip_reason
+    from tests.cluster.netns_cluster import NamespaceCluster, WorkerSpec, skip_reason
 
     def test_trials_write_nothing_on_the_workers(tmp_path):
         if (reason := skip_reason()) is not None:
@@ -233,8 +233,9 @@ def _subnet_in_use(net: ipaddress.IPv4Network) -> bool:
     return False
 
 
-def _free_port() -> int:
-    """A free port of the root namespace outside Ray's default worker port range (10002-19999)."""
+def free_port() -> int:
+    """A free port of the root namespace outside Ray's default worker port range (10002-19999): free on every
+    address, loopback included (tests.helpers re-exports it: the tests' one free-port finder)."""
     while True:
         with socket.socket() as s:
             s.bind(("0.0.0.0", 0))
@@ -734,13 +735,13 @@ class NamespaceCluster:
 
     def _start_head(self) -> None:
         Path(self.temp_dir).mkdir(mode=0o755)
-        self.port = _free_port()
+        self.port = free_port()
         cmd = [_ray_executable(), "start", "--head", "--block", "--num-cpus=0", "--num-gpus=0",
                f"--node-ip-address={self.head_ip}", f"--port={self.port}", "--include-dashboard=false",
                "--disable-usage-stats", f"--temp-dir={self.temp_dir}", f"--object-store-memory={OBJECT_STORE_BYTES}"]
         if importlib.util.find_spec("grpc") is not None:
             # Ray's client server would take port 10001, shared by every head on the machine
-            cmd.append(f"--ray-client-server-port={_free_port()}")
+            cmd.append(f"--ray-client-server-port={free_port()}")
         log = self.workdir / "head.log"
         with open(log, "w") as out:
             self._head = subprocess.Popen(cmd, env=self._node_env(), cwd=self.workdir, stdout=out,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A one-node Slurm on this machine for the tests (tests/test_slurm.py): munge, slurmctld and slurmd on
+# A one-node Slurm on this machine for the tests (tests/e2e/test_slurm.py): munge, slurmctld and slurmd on
 # localhost from Debian's packages, with ProctrackType=proctrack/linuxproc and TaskPlugin=task/none (no
 # cgroups needed). Root only. Idempotent: does nothing when the local Slurm already answers.
 #

@@ -1,0 +1,127 @@
+"""The analysis never pools configurations: tables group by every key the study sweeps,
+derived values never become groupings or figures, and single-seed points say they are single runs.
+
+Expected numbers are recomputed here with numpy from the trials written, not read back from the code.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from matplotlib.container import ErrorbarContainer
+
+from analysis import figures
+from analysis.load import load_results
+from analysis.report import analyze
+from tests import helpers as fx
+
+TRANSFER = ("MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC")
+# What each method's and variant's defaults make differ between trials (a side effect, not a knob).
+DEFAULTS = {
+    ("simcse", "paper"): {"fgsm": {"eps": 0.0}},
+    ("mocose", "paper"): {"fgsm": {"eps": 5e-9}},
+    ("mocose", "released"): {"fgsm": {"eps": 5e-9}, "ema": {"decay_end": 1.0}},
+    ("gs", "paper"): {"fgsm": {"eps": 0.0}, "gaussian": {"count_per_batch": 3.0}},
+    ("gs", "released"): {"fgsm": {"eps": 0.0}, "gaussian": {"count_per_batch": 3.0}, "dropout": 0.2},
+    ("mix", "paper"): {"fgsm": {"eps": 0.0}},
+    ("mix", "released"): {"fgsm": {"eps": 0.0}, "mix": {"lam": 0.2}},
+}
+SEEDS = (42, 43, 44, 45, 46)
+
+
+def methods_study(folder, seeds=SEEDS):
+    """studies/methods.yaml's grid: method x variant (SimCSE once), 5 seeds, STS and transfer scores."""
+    rng = np.random.default_rng(5)
+    trials = []
+    for i, ((method, variant), sections) in enumerate(DEFAULTS.items()):
+        config = fx.base_config(method=method, **sections)
+        config["variant"] = variant
+        for seed in seeds:
+            avg = 75.0 + i + rng.normal(0, 0.3)
+            transfer = {task: 80.0 + i + j + rng.normal(0, 0.5) for j, task in enumerate(TRANSFER)}
+            transfer["avg"] = float(np.mean(list(transfer.values())))
+            trials.append(fx.make_trial(config, seed, avg, variant=variant, transfer=transfer, transfer_mode="test"))
+    return fx.write_results(folder, trials, ["method", "variant"]), trials
+
+
+def test_methods_table_has_one_row_per_method_and_variant_with_n_5(tmp_path):
+    folder, trials = methods_study(tmp_path / "methods")
+    written = {p.name for p in analyze(folder, n_boot=10)}
+    for name, column, summary_key in (("scores.csv", "avg", "test"), ("transfer.csv", "transfer_avg", "transfer")):
+        rows = pd.read_csv(folder / "figures" / name)
+        assert list(rows.columns[:2]) == ["method", "variant"]
+        assert sorted(zip(rows["method"], rows["variant"])) == sorted(DEFAULTS)
+        assert (rows["n"] == 5).all()
+        for _, row in rows.iterrows():
+            values = [t[summary_key]["avg"] for t in trials
+                      if (t["config"]["method"], t["variant"]) == (row["method"], row["variant"])]
+            assert row[f"{column}_mean"] == pytest.approx(np.mean(values))
+            assert row[f"{column}_std"] == pytest.approx(np.std(values, ddof=1))
+    lines = (folder / "figures" / "scores.md").read_text().splitlines()
+    assert lines[0].startswith("| method | variant | STS12 |")
+    assert sum(line.startswith(("| gs | paper |", "| gs | released |")) for line in lines) == 2
+    assert "mean ± std over 5 seeds" in "\n".join(lines)
+    # fgsm.eps, gaussian M, dropout differ only through the methods' defaults: no figure, no grouping
+    assert not {n for n in written if n.endswith(".png")}, sorted(written)
+
+
+def test_a_derived_value_is_never_a_grouping_of_its_own(tmp_path):
+    trials = []
+    for method, eps in (("mocose", 5e-9), ("gs", 0.0)):
+        config = fx.base_config(method=method, fgsm={"eps": eps})
+        trials += [fx.make_trial(config, seed, 75.0 + seed) for seed in (0, 1)]
+    folder = fx.write_results(tmp_path / "m", trials, ["method"])
+    written = {p.name for p in analyze(folder, n_boot=10)}
+    rows = pd.read_csv(folder / "figures" / "scores.csv")
+    assert list(rows.columns[:1]) == ["method"] and "fgsm.eps" not in rows.columns
+    assert sorted(rows["method"]) == ["gs", "mocose"] and (rows["n"] == 2).all()
+    assert "fgsm_eps.png" not in written and "gaussian_m.png" not in written
+
+
+def test_a_knob_the_study_names_for_analysis_is_drawn(tmp_path):
+    folder = fx.mtd_study(tmp_path / "mtd")
+    (folder / "study.yaml").write_text("name: mtd\nparameters: {optim.lr: {expr: '1e-5'}}\n"
+                                       "analysis: {knobs: [mtd]}\n")
+    names = {p.name for p in analyze(folder, n_boot=10)}
+    assert {"score_vs_mtd.png", "align_uniform_vs_mtd.png"} <= names
+    assert "ema_decay.png" not in names  # ema.decay is not swept here and not named
+
+
+def _errorbars(ax) -> list[ErrorbarContainer]:
+    return [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
+
+
+def test_single_seed_points_have_no_error_bars_and_say_so(tmp_path):
+    trials = [fx.make_trial(fx.base_config(ema={"decay": eta}), 0, 75.0 + eta) for eta in (0.5, 0.8, 0.9)]
+    table = load_results(fx.write_results(tmp_path / "one", trials, ["ema.decay"]))
+    fig, data = figures.figure_ema_decay(table)
+    ax = fig.axes[0]
+    assert not _errorbars(ax)
+    assert ax.get_legend().get_title().get_text() == "single runs (one seed each, no error bars)"
+    assert "std over seeds" not in " ".join(t.get_text() for t in ax.get_legend().get_texts())
+    assert data.loc[data["series"] == "this study", "n"].tolist() == [1, 1, 1]
+    assert not [t for t in ax.texts if t.get_text().startswith("n=")]  # n is the same everywhere
+
+    fig, _ = figures.figure_score_vs_mtd(table.assign(mtd=[4.0, 7.0, 12.0]), n_boot=10)
+    assert not [c for c in _errorbars(fig.axes[0]) if c.has_yerr]  # the best-MTD star has an x interval only
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert any("single runs" in label for label in labels)
+
+
+def test_mixed_seed_counts_label_n_and_draw_bars_only_where_n_exceeds_one(tmp_path):
+    trials = [fx.make_trial(fx.base_config(ema={"decay": 0.5}), 0, 75.0)]
+    trials += [fx.make_trial(fx.base_config(ema={"decay": 0.9}), seed, 76.0 + seed) for seed in (0, 1, 2)]
+    table = load_results(fx.write_results(tmp_path / "mixed", trials, ["ema.decay"]))
+    fig, data = figures.figure_ema_decay(table)
+    ax = fig.axes[0]
+    bars = _errorbars(ax)
+    assert len(bars) == 1
+    (segments,) = bars[0].lines[2]
+    assert len(segments.get_segments()) == 1  # one bar: the three-seed point
+    (x, low), (_, high) = segments.get_segments()[0]
+    scores = [76.0 + seed for seed in (0, 1, 2)]
+    assert (high - low) / 2 == pytest.approx(np.std(table.loc[table["ema.decay"] == 0.9, "avg"], ddof=1))
+    assert np.mean(scores) - 1 < (high + low) / 2 < np.mean(scores) + 1
+    assert sorted(t.get_text() for t in ax.texts if t.get_text().startswith("n=")) == ["n=1", "n=3"]
+    assert "single run" in ax.get_legend().get_title().get_text()

@@ -1,0 +1,1 @@
+"""End-to-end tests (slow): `sweep run` drivers, Ray clusters, Slurm, PostgreSQL, trackers."""

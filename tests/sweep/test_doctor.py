@@ -1,0 +1,198 @@
+"""`sweep doctor`: the checklist, and `--bench --tiny` on the CPU, which must say that no
+GPU was measured. The bench's CUDA-only part (sync debug mode) cannot run here; the function that reads where
+the first synchronising call came from is checked on a traceback made here."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import REPO
+
+
+def doctor(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "CUDA_VISIBLE_DEVICES": ""}  # no GPU, also on a GPU machine
+    return subprocess.run([sys.executable, "-m", "sweep", "doctor", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_the_checklist_names_each_part_of_the_environment(tmp_path, shared_data_dir):
+    result = doctor("--data-dir", str(shared_data_dir), "--json", str(tmp_path / "checks.json"), cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    import optuna
+    import ray
+    import torch
+
+    out = result.stdout
+    assert f"torch {torch.__version__}" in out and f"ray {ray.__version__}" in out
+    assert f"optuna {optuna.__version__}" in out
+    assert "no GPU: trials run on the CPU" in out
+    assert f"data directory {shared_data_dir}: the" in out and "evaluation files verified" in out
+    assert "model cache" in out and "no problems found" in out
+    written = json.loads((tmp_path / "checks.json").read_text())
+    assert written["problems"] == 0 and "bench" not in written
+
+
+def test_a_missing_data_directory_is_one_problem_with_its_fix(tmp_path):
+    result = doctor("--data-dir", str(tmp_path / "nowhere"), cwd=tmp_path)
+    assert result.returncode == 1, result.stdout + result.stderr
+    problems = [line for line in result.stdout.splitlines() if line.strip().startswith("PROBLEM")]
+    assert len(problems) == 1 and "nowhere does not exist; fix: run `sweep data fetch`" in problems[0]
+    assert "1 problem(s)" in result.stdout
+
+
+def test_an_unknown_method_is_one_line_and_exit_2(tmp_path):
+    result = doctor("--bench", "--methods", "simcse,moco", cwd=tmp_path)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.strip().splitlines() == [
+        "sweep: error: --methods: unknown moco; expected a comma-separated list of simcse, mocose, gs, mix"]
+
+
+@pytest.mark.slow
+def test_the_tiny_cpu_bench_measures_and_says_no_gpu_was_measured(tmp_path, shared_data_dir):
+    path = tmp_path / "bench.json"
+    result = doctor("--bench", "--tiny", "--methods", "simcse,mocose", "--precisions", "fp32,bf16", "--steps", "10",
+                    "--data-dir", str(shared_data_dir), "--json", str(path), cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "NOTE: no GPU was measured" in result.stdout
+    assert "| method | precision asked -> ran | steps/s | sentences/s | peak memory |" in result.stdout
+    bench = json.loads(path.read_text())["bench"]
+    assert bench["device"] == "cpu" and bench["gpu"] is None and bench["gpu_measured"] is False
+    assert bench["note"].startswith("no GPU was measured")
+    assert bench["encoder"]["shape"] == "tiny" and bench["steps"] == 10 and bench["skipped"] == []
+    runs = {(r["method"], r["precision_asked"]): r for r in bench["runs"]}
+    assert set(runs) == {("simcse", "fp32"), ("simcse", "bf16"), ("mocose", "fp32"), ("mocose", "bf16")}
+    for (method, asked), run in runs.items():
+        # the precision the trainer's summary says it used: the one asked, or fp32 where the CPU does not honour it
+        assert run["precision_ran"] in ("fp32", asked) and run["device"] == "cpu" and run["steps"] == 10
+        assert run["sentences_per_s"] > 0 and run["peak_memory_mib"] is None
+        assert run["steps_per_s"] == pytest.approx(run["sentences_per_s"] / bench["batch_size"], abs=1e-3)
+        assert run["sync"]["sync_free"] is None and "no GPU" in run["sync"]["first_sync"]
+        if asked != "fp32":
+            fp32 = runs[(method, "fp32")]["loss"]
+            assert run["loss_vs_fp32"] == pytest.approx(abs(run["loss"] - fp32) / abs(fp32), abs=1e-5)
+            if run["precision_ran"] == "fp32":  # same seed, same batches, same precision: the same loss
+                assert run["loss"] == fp32
+    # the timed steps fit in the bench's own wall time (measured by a different clock)
+    assert sum(r["steps"] / r["steps_per_s"] for r in bench["runs"]) < bench["elapsed_s"]
+    share = bench["sharing"]
+    assert len(share["shared_sentences_per_s"]) == 2 and share["alone_sentences_per_s"] > 0
+    assert share["aggregate_sentences_per_s"] == pytest.approx(sum(share["shared_sentences_per_s"]), abs=0.01)
+    assert "two trials sharing one CPU" in result.stdout
+
+
+def test_the_sync_check_names_the_loop_line_that_synchronised():
+    from sweep.commands.gpu_bench import SyncWindow
+
+    def sync():
+        raise RuntimeError("called a synchronizing CUDA operation")
+
+    def train(sync_at_eval: bool, on_step):  # stands for trainer.train.train: the function it calls is the loop
+        return _train_loop(sync_at_eval, on_step)
+
+    def _train_loop(sync_at_eval: bool, on_step):  # the loop: step 24 done (on_step), then a sync in step 25
+        on_step(24)
+        if sync_at_eval:
+            mean_loss = sync()
+        else:
+            check = sync()  # noqa: F841
+        return mean_loss
+
+    sites = {}
+    for at_eval in (True, False):
+        window = SyncWindow(warm=5, entry=train)
+        with pytest.raises(RuntimeError) as raised:
+            train(at_eval, window.on_step)
+        sites[at_eval] = window.site(raised.value.__traceback__)
+    (loop, via), step = sites[True][0].split(" (via "), sites[True][1]
+    assert step == 25 and loop.startswith("tests/sweep/test_doctor.py:") and loop.endswith("mean_loss = sync()")
+    assert "raise RuntimeError" in via  # the innermost project line, where the call was
+    assert sites[False][0].split(" (via ")[0].endswith("check = sync()  # noqa: F841")
+
+
+def test_the_bench_starts_no_run_that_would_end_past_its_budget(tmp_path):
+    from sweep.commands.gpu_bench import bench_table, run_bench
+
+    report = run_bench(tiny=True, budget_s=0.0, say=lambda text: None)
+    assert report["runs"] == [] and report["sharing"] is None
+    assert report["skipped"] == [f"{m} {p}" for m in ("simcse", "mocose", "gs", "mix")
+                                 for p in ("fp32", "bf16", "fp16")] + ["sharing"]
+    assert "skipped (they would have ended past the 0 s budget): simcse fp32" in bench_table(report)
+
+
+def test_the_sync_check_runs_the_trainer_and_stops_at_the_first_flagged_read_back(tmp_path, tiny_model_dir,
+                                                                                  shared_data_dir, monkeypatch):
+    """The CUDA sync check, on the CPU: a stand-in for sync debug mode "error" flags every read-back of a
+    tensor to Python (.item(), bool()) and every blocking copy to the host, which is what synchronises on
+    CUDA. The check must run the trainer, stop at the first flagged call after the first evaluation and say
+    where it was."""
+    import torch
+
+    from sweep.commands import gpu_bench
+
+    mode = {"now": 0}
+
+    def flagged(original):
+        def call(self, *args):
+            if mode["now"] == "error":
+                raise RuntimeError("called a synchronizing CUDA operation")
+            return original(self, *args)
+        return call
+
+    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", lambda value: mode.update(now=value))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(torch.Tensor, "item", flagged(torch.Tensor.item))
+    monkeypatch.setattr(torch.Tensor, "__bool__", flagged(torch.Tensor.__bool__))
+    to = torch.Tensor.to
+
+    def to_host(self, *args, **kwargs):  # a blocking copy to the host (the best-state snapshot) syncs too
+        if mode["now"] == "error" and "cpu" in [str(a) for a in args] and not kwargs.get("non_blocking"):
+            raise RuntimeError("called a synchronizing CUDA operation")
+        return to(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "to", to_host)
+    config = gpu_bench.bench_run_config(tiny_model_dir, "simcse", "fp32", 6, 8, "cpu", str(shared_data_dir),
+                                   tmp_path / "cache")
+    result = gpu_bench.sync_check(config, steps=6)
+    assert mode["now"] == 0  # left off
+    warm = 6  # the window: the 6 steps after the first evaluation
+    assert result["first_sync"].startswith("trainer/train.py:"), result
+    if result["sync_free"]:
+        assert result["at_step"] == warm + 6 and result["steps_per_s"] > 0
+    else:  # on the CPU transformers' own .to(device) calls look like blocking copies to this stand-in
+        assert warm < result["at_step"] <= warm + 6 and result["steps_per_s"] is None
+
+
+def test_the_sync_check_window_ends_at_the_next_evaluation(tmp_path, tiny_model_dir, shared_data_dir, monkeypatch):
+    """The trainer's own read-backs (.item(), bool() called from trainer/ code) flagged, nothing else (on the
+    CPU torch's Adam reads its step count with .item(), which on CUDA stays on the host): the first one after
+    the window opens must be the evaluation at its end, so a loop that reads nothing else back is sync-free.
+    With an evaluation every 5 steps the check stopped at step 10 of 25 and could never say sync-free."""
+    import torch
+
+    from sweep.commands import gpu_bench
+
+    mode = {"now": 0}
+    trainer_dir = str(Path(gpu_bench.__file__).resolve().parents[2] / "trainer")
+
+    def flagged(original):
+        def call(self, *args):
+            if mode["now"] == "error" and sys._getframe(1).f_code.co_filename.startswith(trainer_dir):
+                raise RuntimeError("called a synchronizing CUDA operation")
+            return original(self, *args)
+        return call
+
+    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", lambda value: mode.update(now=value))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(torch.Tensor, "item", flagged(torch.Tensor.item))
+    monkeypatch.setattr(torch.Tensor, "__bool__", flagged(torch.Tensor.__bool__))
+    config = gpu_bench.bench_run_config(tiny_model_dir, "simcse", "fp32", 6, 8, "cpu", str(shared_data_dir),
+                                        tmp_path / "cache")
+    result = gpu_bench.sync_check(config, steps=6)
+    assert "mean_loss" in result["first_sync"].split(" (via ")[0], result
+    assert result["sync_free"] is True and result["at_step"] == 12 and result["steps_per_s"] > 0, result

@@ -1,0 +1,135 @@
+"""Trial keys survive upgrades: a new config field or a changed default keeps finished trials finished.
+
+The upgrade is played by swapping trainer.config.RunConfig for a subclass (a new field with a default,
+or another default) between a finished run and the re-run. The finished run is recorded the way the
+driver records it (config.yaml, summary.json, a COMPLETE Optuna trial), without Ray; the re-run is
+`run_study` itself, which plans, finds nothing to run and never starts Ray.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import Field
+
+import trainer.config
+from sweep.run.runner import StudyRun, run_study
+from sweep.spec import expand, load_study, trial_key
+from tests.helpers import study_file
+from trainer.config import Bool, Float, RunConfig
+
+STUDY = """\
+name: keys
+base: {model: embedded, method: mocose, batch_size: 16, queue: {size: 64, initial_size: 8}}
+parameters:
+  ema.decay: [0.5, 0.9]
+  queue.size: [32, 64]
+seeds: [1, 2]
+"""
+
+
+class WithNewField(RunConfig):
+    """A later release: one more field, whose default keeps the old behaviour."""
+
+    released_flag: Bool = False
+
+
+class WithOtherDefault(RunConfig):
+    """A later release: a default the study does not set changed (0.99 -> 0.98)."""
+
+    collapse_threshold: Float = Field(0.98, gt=0, le=1)
+
+
+def write_study(tmp_path: Path) -> Path:
+    return study_file(tmp_path, STUDY + f"results_dir: {tmp_path / 'results'}\n", "keys.yaml")
+
+
+def finish_every_trial(path: Path, config_in_summary: bool = True) -> list[str]:
+    """Run the study's plan and record every trial as the driver does when a trial ends ok (a summary
+    without its config when `config_in_summary` is False, as a stand-in trainer might write)."""
+    run = StudyRun(load_study(path), "unused:train")
+    assert run.prepare() == 8
+    for trial in list(run.to_run):
+        number = run.mirror.start(trial)
+        run.folder.write_trial_config(trial)
+        summary = {"status": "ok", "steps": 6, "best_step": 3, "best_dev_stsb": 70.0}
+        if config_in_summary:
+            summary["config"] = trial.config
+        run.folder.write_summary(trial.key, summary)
+        run.mirror.finish(number, summary)
+    run.mirror = None
+    return sorted(t.key for t in run.to_run)
+
+
+def rerun(path: Path, capsys, **options) -> tuple[int, str]:
+    capsys.readouterr()
+    code = run_study(load_study(path), _train_fn="unused:train", **options)
+    return code, capsys.readouterr().out
+
+
+@pytest.mark.parametrize("upgrade", [WithNewField, WithOtherDefault], ids=["new-field", "changed-default"])
+def test_an_upgrade_keeps_finished_trials_finished(tmp_path, monkeypatch, capsys, upgrade):
+    path = write_study(tmp_path)
+    keys = finish_every_trial(path)
+    monkeypatch.setattr(trainer.config, "RunConfig", upgrade)
+
+    assert sorted(t.key for t in expand(load_study(path))) == keys  # the same keys after the upgrade
+    code, out = rerun(path, capsys)
+    assert code == 0
+    assert "8 already ended (skipped), 0 to run" in out
+    changed = [line for line in out.splitlines() if "resolve differently" in line]
+    if upgrade is WithNewField:
+        assert changed == []  # a new field whose default keeps the old behaviour is no change
+    else:
+        assert changed == ["study keys: 8 finished trials would now resolve differently (collapse_threshold); "
+                           "their results are kept; add --rerun-changed to re-run them"]
+    assert (tmp_path / "results" / "keys" / "trials" / keys[0] / "summary.json").is_file()  # results kept
+
+
+@pytest.mark.parametrize("config_in_summary", [True, False], ids=["summary-config", "config-yaml"])
+def test_rerun_changed_plans_exactly_the_changed_trials(tmp_path, monkeypatch, config_in_summary):
+    # the config a trial ran with is read from its summary.json, or from config.yaml when the summary lacks it
+    path = write_study(tmp_path)
+    finish_every_trial(path, config_in_summary)
+    monkeypatch.setattr(trainer.config, "RunConfig", WithOtherDefault)
+    assert StudyRun(load_study(path), "unused:train").prepare() == 0
+    run = StudyRun(load_study(path), "unused:train", rerun_changed=True)
+    assert run.prepare() == 8
+    assert all(fields == ["collapse_threshold"] for fields in run.changed.values())
+
+
+def test_the_key_is_what_the_study_sets_not_how_it_resolves(tmp_path):
+    trials = expand(load_study(write_study(tmp_path)))
+    trial = trials[0]
+    assert trial.requested == {"batch_size": 16, "queue.size": 32, "queue.initial_size": 8, "ema.decay": 0.5}
+    assert trial.key == trial_key(trial.requested, trial.seed)
+    # Writing a default out, or resolving, gives the same key: both ask for the same run.
+    assert trial_key({**trial.requested, "temperature": 0.05}, 1) == trial.key
+    assert trial_key(trial.config, 1) != trial.key  # the resolved config holds method defaults (fgsm.eps ...)
+    assert trial_key(trial.requested, 2) != trial.key
+
+
+@pytest.mark.parametrize("keep", ["all", "best"])
+def test_a_finished_study_that_keeps_weights_resolves_the_same(tmp_path, capsys, keep):
+    # The feed adds save_model (and output_dir) to the job of a study that keeps weights; the trial records
+    # that config. Neither is a change of what the trial computes: the re-run skips every trial silently,
+    # and --rerun-changed re-runs none.
+    path = tmp_path / "keys.yaml"
+    path.write_text(STUDY + f"keep_weights: {keep}\nresults_dir: {tmp_path / 'results'}\n")
+    run = StudyRun(load_study(path), "unused:train")
+    assert run.prepare() == 8
+    for trial in list(run.to_run):
+        number = run.mirror.start(trial)
+        run.folder.write_trial_config(trial)
+        ran_with = {**trial.config, "save_model": True, "output_dir": str(run.folder.trial_dir(trial.key))}
+        summary = {"status": "ok", "steps": 6, "best_step": 3, "best_dev_stsb": 70.0, "config": ran_with}
+        run.folder.write_summary(trial.key, summary)
+        run.mirror.finish(number, summary)
+    run.mirror = None
+
+    code, out = rerun(path, capsys)
+    assert code == 0
+    assert "8 already ended (skipped), 0 to run" in out
+    assert "resolve differently" not in out
+    assert StudyRun(load_study(path), "unused:train", rerun_changed=True).prepare() == 0
