@@ -8,6 +8,8 @@ driver records it (config.yaml, summary.json, a COMPLETE Optuna trial), without 
 
 from __future__ import annotations
 
+import hashlib
+import json
 from pathlib import Path
 
 import pytest
@@ -108,6 +110,24 @@ def test_the_key_is_what_the_study_sets_not_how_it_resolves(tmp_path):
     assert trial_key({**trial.requested, "temperature": 0.05}, 1) == trial.key
     assert trial_key(trial.config, 1) != trial.key  # the resolved config holds method defaults (fgsm.eps ...)
     assert trial_key(trial.requested, 2) != trial.key
+
+
+# The keys of STUDY's trials as released: a change to how keys are computed (the hash, the canonical JSON, which
+# fields count) would make every finished trial of every user's study run again, so it must fail here first.
+PINNED_KEYS = [  # in the expansion's order: seed, then the grid's rows
+    ("11b6970e9036", 1), ("8b5e7b603ca5", 1), ("61e5f8ff187e", 1), ("0f2002c7f3d2", 1),
+    ("0bda9dc589af", 2), ("9913a401aaba", 2), ("fed3d8d8ceb9", 2), ("bd024665cd5e", 2),
+]
+
+
+def test_the_trial_keys_of_a_fixed_study_are_pinned(tmp_path):
+    trials = expand(load_study(write_study(tmp_path)))
+    assert [(t.key, t.seed) for t in trials] == PINNED_KEYS
+    # the first key, recomputed from the documented form (sha256 of the canonical JSON of the fields the
+    # study sets and the seed, first 12 hex digits) without the project's code
+    asked = {"batch_size": 16, "ema.decay": 0.5, "queue.initial_size": 8, "queue.size": 32}
+    canonical = json.dumps({"asked": asked, "seed": 1}, sort_keys=True, separators=(",", ":"))
+    assert hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:12] == PINNED_KEYS[0][0]
 
 
 @pytest.mark.parametrize("keep", ["all", "best"])

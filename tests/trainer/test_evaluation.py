@@ -648,3 +648,25 @@ def test_unknown_pooler_is_a_user_error(tiny_models):
     models, tokenizer = tiny_models
     with pytest.raises(UserError, match="unknown pooler 'bogus'"):
         SentenceEncoder(models["tiny2"], tokenizer, "bogus")
+
+
+# ---- 4. the embedded model's figures, pinned ---------------------------------------------------------
+# all-MiniLM-L6-v2 (the embedded model) with SimCSE's default unsupervised pooler, as SentEval prints them.
+# Checked once against bench/eval_speed.py's independent re-implementation of SentEval's procedure (every
+# figure equal; bench/RESULTS.md, "Seven-task STS evaluation"). As sentence-transformers pins the published
+# scores of known models: a change to the data reading, the tokenising, the forward, the pooling or the
+# scoring that moves any figure fails here.
+EMBEDDED_CLS_BEFORE_POOLER = {"STS12": 75.06, "STS13": 76.46, "STS14": 71.51, "STS15": 75.30, "STS16": 73.55,
+                              "STSBenchmark": 73.50, "SICKRelatedness": 70.47}
+
+
+@pytest.mark.slow
+def test_the_embedded_models_seven_sts_figures_are_pinned(embedded_model_dir, shared_data_dir):
+    from trainer.models import load_encoder
+
+    model, tokenizer = load_encoder(str(embedded_model_dir))
+    encoder = SentenceEncoder(model, tokenizer, "cls_before_pooler", torch.device("cpu"), 64)
+    result = evaluate_sts(encoder.encode, shared_data_dir)
+    assert result.scores == EMBEDDED_CLS_BEFORE_POOLER
+    assert result.avg == 73.69
+    assert round(result.align, 4) == 0.1017 and round(result.uniform, 4) == -1.7386
