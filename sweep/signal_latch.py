@@ -34,7 +34,8 @@ class Signalled(KeyboardInterrupt):
         self.signum = signum
 
 
-def _record_and_raise(signum: int, frame: Any) -> None:
+def record_and_raise(signum: int, frame: Any) -> None:
+    """The latch's handler for every stop signal (what `install` puts in place)."""
     global _recorded
     if _recorded is None:
         _recorded = signum
@@ -46,7 +47,7 @@ def install() -> None:
     if threading.current_thread() is not threading.main_thread():
         return
     for sig in STOP_SIGNALS:
-        signal.signal(sig, _record_and_raise)
+        signal.signal(sig, record_and_raise)
 
 
 def recorded() -> int | None:

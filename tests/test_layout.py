@@ -7,11 +7,13 @@ Read from the source with `ast` (nothing is imported).
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from tests.helpers import REPO
 
 TESTS = REPO / "tests"
+PROJECT_PACKAGES = ("trainer", "sweep", "analysis")
 # the modules under tests/ a test module may import: the helpers, the fake trainer, the import hook and the
 # namespace cluster (conftest.py's fixtures come by name, never by import)
 IMPORTABLE = {"tests.helpers", "tests.fake_train", "tests.signal_at_import", "tests.cluster.netns_cluster"}
@@ -78,3 +80,56 @@ def test_test_modules_live_in_the_package_folders():
         assert (TESTS / folder / "__init__.py").is_file(), folder  # distinct module names: tests.<folder>.test_x
     assert (TESTS / "__init__.py").is_file()
 
+
+
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def private_names_reached(path: Path) -> list[str]:
+    """The project's private names a test file reaches: imported (`from trainer.train import _x`), read or
+    patched through a module or object it imported from the project (`train._x`, `setattr(train, "_x", ...)`),
+    or named in a dotted string (`"sweep.cli._cmd_status"`)."""
+    source = path.read_text()
+    tree = ast.parse(source)
+    from_project: set[str] = set()  # local names bound to the project's modules and objects
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            from_project |= {alias.asname or alias.name.split(".")[0] for alias in node.names
+                             if alias.name.split(".")[0] in PROJECT_PACKAGES}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in PROJECT_PACKAGES:
+            from_project |= {alias.asname or alias.name for alias in node.names}
+            found += [f"{node.module}.{alias.name}" for alias in node.names if _is_private(alias.name)]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and _is_private(node.attr):
+            root = node.value
+            while isinstance(root, ast.Attribute):
+                root = root.value
+            if isinstance(root, ast.Name) and root.id in from_project:
+                found.append(ast.unparse(node))
+        elif isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "setattr" and len(node.args) >= 2:
+            target, name = node.args[0], node.args[1]
+            if (isinstance(name, ast.Constant) and isinstance(name.value, str) and _is_private(name.value)
+                    and isinstance(target, ast.Name) and target.id in from_project):
+                found.append(f"{target.id}.{name.value}")
+    dotted = r"[\'\"]((?:%s)\.[\w.]*\._[a-z]\w*)" % "|".join(PROJECT_PACKAGES)
+    found += [match.group(1) for match in re.finditer(dotted, source)]
+    return found
+
+
+def test_no_test_reaches_a_private_name_of_the_project():
+    # Tests use what the packages make public (sweep/__init__.py's API, the modules' public names): a
+    # private name may change or go without notice, and a test leaning on it pins the code's insides.
+    checked = [path for path in sorted(TESTS.rglob("*.py")) if path != Path(__file__)]  # not its own examples
+    found = {str(path.relative_to(REPO)): names for path in checked if (names := private_names_reached(path))}
+    assert found == {}
+
+
+def test_the_private_name_check_finds_each_kind_of_reach(tmp_path):
+    path = tmp_path / "test_x.py"
+    path.write_text("import trainer.train as train_mod\nfrom sweep import cli\nfrom sweep.spec import _hidden\n"
+                    "def test(monkeypatch):\n    train_mod._DevEvaluator\n    monkeypatch.setattr(cli, '_cmd', 1)\n"
+                    "    monkeypatch.setattr('sweep.cli._cmd_status', 1)\n    self._own = 1\n")
+    assert private_names_reached(path) == ["sweep.spec._hidden", "train_mod._DevEvaluator", "cli._cmd",
+                                           "sweep.cli._cmd_status"]

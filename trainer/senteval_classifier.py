@@ -164,7 +164,7 @@ def fit_candidates(X: np.ndarray, y: np.ndarray, l2_weights: Sequence[float], se
     if solver not in ("lockstep", "torch_optim"):
         raise ValueError(f"solver must be 'lockstep' or 'torch_optim', got {solver!r}")
     if solver == "torch_optim":
-        return [_fit_torch(X, y, l2, settings, nclasses, dev, device) for l2 in l2_weights]
+        return [fit_torch(X, y, l2, settings, nclasses, dev, device) for l2 in l2_weights]
     rng = np.random.RandomState(SEED)  # == np.random.seed(1111) then np.random.* (the legacy MT19937 stream)
     if dev is None:  # prepare_split with validation_split
         permutation = rng.permutation(len(X))
@@ -201,8 +201,8 @@ def fit_candidates(X: np.ndarray, y: np.ndarray, l2_weights: Sequence[float], se
             for r in range(len(fits.l2))]
 
 
-def _fit_torch(X: np.ndarray, y: np.ndarray, l2: float, settings: ClassifierSettings, nclasses: int,
-               dev: tuple[np.ndarray, np.ndarray] | None, device: str) -> dict:
+def fit_torch(X: np.ndarray, y: np.ndarray, l2: float, settings: ClassifierSettings, nclasses: int,
+              dev: tuple[np.ndarray, np.ndarray] | None, device: str) -> dict:
     """One fit with nn.Linear, autograd and torch.optim on `device`, the code path SentEval itself runs.
 
     Used on CUDA, where torch.optim picks its multi-tensor kernels: running torch.optim itself keeps the

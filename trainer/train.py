@@ -76,7 +76,7 @@ def seed_everything(seed: int) -> None:
         torch.cuda.manual_seed_all(seed)
 
 
-class _DevEvaluator:
+class DevEvaluator:
     """STS-B dev Spearman (model selection) and the collapse check, on one set of dev embeddings."""
 
     def __init__(self, root: Path):
@@ -92,19 +92,20 @@ class _DevEvaluator:
         return rho, mean_cos
 
 
-def _snapshot(method: Method) -> dict[str, dict[str, torch.Tensor]]:
+def snapshot_checkpoint(method: Method) -> dict[str, dict[str, torch.Tensor]]:
     """A CPU copy of the state that evaluation reads (the best checkpoint)."""
     return {name: {k: v.detach().to("cpu", copy=True) for k, v in module.state_dict().items()}
             for name, module in method.checkpoint_modules().items()}
 
 
-def _restore(method: Method, state: dict[str, dict[str, torch.Tensor]]) -> None:
+def restore_checkpoint(method: Method, state: dict[str, dict[str, torch.Tensor]]) -> None:
+    """Load a `snapshot_checkpoint` back into the method's modules."""
     modules = method.checkpoint_modules()
     for name, module_state in state.items():
         modules[name].load_state_dict(module_state)
 
 
-def _check_fgsm_precision(config: RunConfig, precision: str, word_embeddings: torch.Tensor) -> None:
+def check_fgsm_precision(config: RunConfig, precision: str, word_embeddings: torch.Tensor) -> None:
     """Refuse an FGSM eps that half-precision autocast would round away before the encoder sees it."""
     dtype = AUTOCAST_DTYPES.get(precision)
     if dtype is None or not config.fgsm.eps:
@@ -129,7 +130,7 @@ class _Run:
     host_reads: HostReadPolicy
     root: Path  # the data directory
     out_dir: Path | None
-    dev: _DevEvaluator
+    dev: DevEvaluator
     final_sts: list[str]
     final_transfer: list[str]
     encoder: Any
@@ -196,12 +197,12 @@ def _set_up(config: RunConfig, host_reads: HostReadPolicy | None) -> _Run:
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "metrics.jsonl").write_text("")  # a fresh run starts a fresh log
 
-    dev = _DevEvaluator(root)  # fails early on missing/altered data
+    dev = DevEvaluator(root)  # fails early on missing/altered data
     final_sts, final_transfer = split_tasks(config.eval.final_tasks)  # fails early on an unknown task name
     if final_transfer:
         load_transfer_tasks(root, final_transfer)  # ... and on missing/altered transfer data
     encoder, tokenizer = load_encoder(config.model, dropout=config.dropout)
-    _check_fgsm_precision(config, precision, encoder.get_input_embeddings().weight)
+    check_fgsm_precision(config, precision, encoder.get_input_embeddings().weight)
     cache_dir = Path(config.data.cache_dir) if config.data.cache_dir else root / "cache"
     corpus = load_corpus(corpus_path(root, config.data.corpus), tokenizer, config.data.max_length,
                          config.data.max_sentences, cache_dir)
@@ -385,10 +386,10 @@ def _evaluate_and_select(run: _Run, mean_loss: float, report: Report | None) -> 
         run.reason = f"embeddings collapsed at step {step}: mean pairwise cosine {mean_cos:.4f} on STS-B dev"
         return False
     if dev_rho > run.best["dev"]:
-        run.best = {"dev": dev_rho, "step": step, "state": _snapshot(method)}
+        run.best = {"dev": dev_rho, "step": step, "state": snapshot_checkpoint(method)}
     if test_now is not None and test_now["avg"] > run.best_test["avg"]:  # strictly better, as the release
         run.best_test = {"avg": test_now["avg"], "step": step, "test": test_now,
-                         "state": _snapshot(method) if config.eval.selection == "test_avg" else None}
+                         "state": snapshot_checkpoint(method) if config.eval.selection == "test_avg" else None}
     return True
 
 
@@ -398,7 +399,7 @@ def _final_evaluation(run: _Run) -> dict[str, Any]:
     config = run.config
     selected = run.best_test if config.eval.selection == "test_avg" else run.best
     if selected["state"] is not None:
-        _restore(run.method, selected["state"])
+        restore_checkpoint(run.method, selected["state"])
     final: dict[str, Any] = {"test": None, "transfer": None, "align": None, "uniform": None, "au_split": None}
     eval_started = time.perf_counter()
     if run.status == OK or selected["state"] is not None:

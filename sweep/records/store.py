@@ -212,7 +212,7 @@ class TrialsTable:
         self.rows: dict[str, dict[str, Any]] = {}
         self.unwritten = False  # rows changed since the last write
         self._written_at = -math.inf  # time.monotonic() of the last write
-        self._write_took = 0.0
+        self.last_write_seconds = 0.0  # how long the last rewrite took (the wait scales with it)
 
     def columns(self) -> list[str]:
         columns = list(HEAD_COLUMNS)
@@ -248,7 +248,7 @@ class TrialsTable:
         write_text_atomic(self.folder.trials_csv, buffer.getvalue())
         self.unwritten = False
         self._written_at = time.monotonic()
-        self._write_took = self._written_at - started
+        self.last_write_seconds = self._written_at - started
 
     def write_soon(self) -> None:
         """Note a change; rewrite trials.csv if the last rewrite is old enough (see the class docstring)."""
@@ -257,7 +257,7 @@ class TrialsTable:
 
     def write_if_due(self) -> None:
         """Rewrite trials.csv when it has unwritten changes and the last rewrite is old enough."""
-        wait = max(self.REWRITE_EVERY_S, 20 * self._write_took)
+        wait = max(self.REWRITE_EVERY_S, 20 * self.last_write_seconds)
         if self.unwritten and time.monotonic() - self._written_at >= wait:
             self.write()
 

@@ -53,15 +53,16 @@ def test_the_run_takes_a_signal_that_came_before_its_handlers(latch):
     with stop.installed():
         assert stop.requested and stop.exit_code == 143
         assert latch.recorded() is None  # the run owns it now: it prints the line and exits 143
-    assert signal.getsignal(signal.SIGTERM) == latch._record_and_raise  # the latch is back after the run
+    assert signal.getsignal(signal.SIGTERM) == latch.record_and_raise  # the latch is back after the run
 
 
 def test_the_cli_says_which_signal_stopped_it(latch, capsys, monkeypatch):
     from sweep import cli
+    from sweep.commands import status
 
-    def signalled_command(args):
+    def signalled_command(study):
         os.kill(os.getpid(), signal.SIGHUP)
 
-    monkeypatch.setattr(cli, "_cmd_status", signalled_command)
+    monkeypatch.setattr(status, "show_status", signalled_command)
     assert cli.main(["status", "x.yaml"]) == 128 + signal.SIGHUP
     assert capsys.readouterr().err == "sweep: interrupted by SIGHUP; run the same command to go on\n"

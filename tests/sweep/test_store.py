@@ -316,7 +316,7 @@ def test_trials_csv_is_rewritten_at_most_once_per_interval_while_trials_run(tmp_
     states = {r["key"]: r["state"] for r in run.folder.read_trials_csv()}
     assert states[key] == "PENDING" and run.table.unwritten  # not rewritten within the interval
     monkeypatch.setattr(TrialsTable, "REWRITE_EVERY_S", 0.0)
-    run.table._write_took = 0.0
+    run.table.last_write_seconds = 0.0
     run.events.on_step_end(0, [])  # Tune's loop: the change is written once the interval has passed
     rows = {r["key"]: r for r in run.folder.read_trials_csv()}
     assert rows[key]["state"] == "RUNNING" and rows[key]["dev_stsb"] == "50.0" and not run.table.unwritten

@@ -102,7 +102,7 @@ def counted_run(tiny_model_dir, shared_data_dir, tmp_path_factory, monkeypatch):
     monkeypatch.setattr(TokenizedCorpus, "batch", counting_batch)
     monkeypatch.setattr(train_mod, "split_tasks", lambda tasks: ([], []))  # no final evaluation
     # STS-B dev scoring is a constant: evaluation steps are not checked, and this keeps each run ~1 s
-    monkeypatch.setattr(train_mod._DevEvaluator, "__call__", lambda self, encode: (0.5, 0.1))
+    monkeypatch.setattr(train_mod.DevEvaluator, "__call__", lambda self, encode: (0.5, 0.1))
 
     def run(method: str, fgsm: str, precision: str = "fp32"):
         config = RunConfig.from_dict({

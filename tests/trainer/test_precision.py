@@ -56,7 +56,7 @@ class SpyScaler(torch.amp.GradScaler):
 @pytest.fixture
 def run(tiny_model_dir, shared_data_dir, tmp_path_factory, monkeypatch):
     cache = tmp_path_factory.getbasetemp() / "precision-corpus-cache"  # one tokenised corpus for the module
-    monkeypatch.setattr(train_mod._DevEvaluator, "__call__", lambda self, encode: (0.5, 0.1))
+    monkeypatch.setattr(train_mod.DevEvaluator, "__call__", lambda self, encode: (0.5, 0.1))
     monkeypatch.setattr(train_mod, "split_tasks", lambda tasks: ([], []))  # no final evaluation
     monkeypatch.setattr(torch.amp, "GradScaler", SpyScaler)
 

@@ -360,7 +360,7 @@ def test_huge_learning_rate_diverges_with_a_status_not_an_exception(make_config,
 
 # ---- the on_step hook (sweep doctor --bench) -------------------------------------------------------------
 def test_on_step_follows_each_optimiser_step_and_its_evaluation(make_config, monkeypatch):
-    monkeypatch.setattr(train_mod._DevEvaluator, "__call__", lambda self, encode: (0.5, 0.1))
+    monkeypatch.setattr(train_mod.DevEvaluator, "__call__", lambda self, encode: (0.5, 0.1))
     events: list = []
     handle = register_optimizer_step_post_hook(lambda optimizer, args, kwargs: events.append("optimiser step"))
     try:
@@ -389,7 +389,7 @@ def test_final_evaluation_uses_the_best_dev_state(make_config, monkeypatch):
         states.append({k: v.clone() for k, v in encode.__self__.model.state_dict().items()})
         return next(scripted), 0.5
 
-    monkeypatch.setattr(train_mod._DevEvaluator, "__call__", fake_dev)
+    monkeypatch.setattr(train_mod.DevEvaluator, "__call__", fake_dev)
     final_states: list[dict] = []
     real_evaluate = train_mod.evaluate_sts
 

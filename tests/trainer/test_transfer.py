@@ -133,7 +133,7 @@ def test_classifier_is_senteval_bit_for_bit(mode, dim, nclasses, with_dev):
         assert torch.equal(fit["model"][0], model.weight.detach())
         assert torch.equal(fit["model"][1], model.bias.detach())
         # the torch.optim path used on CUDA, run here on the CPU: the same fit
-        other = senteval_classifier._fit_torch(X, y, reg, s, nclasses, dev, "cpu")
+        other = senteval_classifier.fit_torch(X, y, reg, s, nclasses, dev, "cpu")
         assert (other["dev"], other["epochs"]) == (best, epochs) and torch.equal(other["model"][0], fit["model"][0])
     if (mode, dim, nclasses) == ("fasttest", 16, 6):  # one weight stops early while the others go on
         assert [f["epochs"] for f in ours] == [12, 12, 12, 10]
@@ -190,12 +190,12 @@ def test_cuda_in_process_path_on_cpu_gives_the_process_pool_accuracies():
               "TREC": (X, y, {"train": np.arange(110), "test": np.arange(110, 150)}, 6),
               "SST2": (X, y % 2, {"train": np.arange(90), "dev": np.arange(90, 120), "test": np.arange(120, 150)}, 2)}
     calls = []
-    original = senteval_classifier._fit_torch
+    original = senteval_classifier.fit_torch
     try:
-        senteval_classifier._fit_torch = lambda *args: calls.append(args[-1]) or original(*args)
+        senteval_classifier.fit_torch = lambda *args: calls.append(args[-1]) or original(*args)
         in_process = transfer.run_protocols_in_process(shared, s, "cpu", solver="torch_optim")
     finally:
-        senteval_classifier._fit_torch = original
+        senteval_classifier.fit_torch = original
     assert calls and set(calls) == {"cpu"}  # the torch.optim fits ran, on the CPU
     pool = transfer.run_protocols(shared, s, workers=2)
     for task in shared:

@@ -307,7 +307,7 @@ def test_test_selected_checkpoint_is_reported_labelled_and_used_only_on_request(
                                                                                  selection, restored_step):
     devs = iter([0.5, 0.7, 0.6])  # dev picks step 2
     tests = iter([70.0, 60.0, 80.0])  # the test average picks step 3
-    monkeypatch.setattr(train_mod._DevEvaluator, "__call__", lambda self, encode: (next(devs), 0.5))
+    monkeypatch.setattr(train_mod.DevEvaluator, "__call__", lambda self, encode: (next(devs), 0.5))
     real_evaluate = train_mod.evaluate_sts
     step = {"now": 0}
 
@@ -319,7 +319,7 @@ def test_test_selected_checkpoint_is_reported_labelled_and_used_only_on_request(
         return real_evaluate(encode, root, tasks, align_uniform_split)
 
     # Tag each snapshot with the step it was taken at, and record which one the final evaluation restores.
-    real_snapshot, real_restore = train_mod._snapshot, train_mod._restore
+    real_snapshot, real_restore = train_mod.snapshot_checkpoint, train_mod.restore_checkpoint
     taken, restored = {}, []
 
     def tagged_snapshot(method):
@@ -332,8 +332,8 @@ def test_test_selected_checkpoint_is_reported_labelled_and_used_only_on_request(
         real_restore(method, state)
 
     monkeypatch.setattr(train_mod, "evaluate_sts", fake_evaluate)
-    monkeypatch.setattr(train_mod, "_snapshot", tagged_snapshot)
-    monkeypatch.setattr(train_mod, "_restore", recorded_restore)
+    monkeypatch.setattr(train_mod, "snapshot_checkpoint", tagged_snapshot)
+    monkeypatch.setattr(train_mod, "restore_checkpoint", recorded_restore)
     summary = train_mod.train(make_config(max_steps=3, **{"eval.eval_steps": 1, "released.test_selected": True,
                                                           "eval.selection": selection}))
     assert summary["best_step"] == 2 and summary["selection"].split(":")[0] == selection
@@ -355,12 +355,12 @@ def test_fgsm_below_half_precision_resolution_is_refused():
     config = RunConfig.from_dict({"method": "mocose"}).resolved()  # eps 5e-9
     embeddings = torch.full((100, 8), 0.04)
     with pytest.raises(UserError, match="fgsm.eps.*precision: fp32"):
-        train_mod._check_fgsm_precision(config, "bf16", embeddings)
+        train_mod.check_fgsm_precision(config, "bf16", embeddings)
     with pytest.raises(UserError, match="fgsm.eps"):
-        train_mod._check_fgsm_precision(config, "fp16", embeddings)
-    train_mod._check_fgsm_precision(config, "fp32", embeddings)  # fp32: no refusal
+        train_mod.check_fgsm_precision(config, "fp16", embeddings)
+    train_mod.check_fgsm_precision(config, "fp32", embeddings)  # fp32: no refusal
     big = config.override({"fgsm.eps": 1e-3})
-    train_mod._check_fgsm_precision(big, "bf16", embeddings)
+    train_mod.check_fgsm_precision(big, "bf16", embeddings)
 
 
 def test_fgsm_norm_is_what_the_compute_dtype_receives():
