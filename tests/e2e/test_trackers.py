@@ -20,14 +20,13 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from sweep.commands.export import export_trial
 from sweep.records.history import compare_specs
 from sweep.run.runner import run_study
 from sweep.run.trackers import StudyResults, logger_callbacks, mlflow_problem
 from sweep.spec import load_study
-from tests.helpers import REPO, fake_env, fake_study, free_port, hand_made_study, read_csv, write_study
+from tests.helpers import REPO, fake_env, fake_study, free_port, hand_made_study, read_csv, study_file, write_study
 
 
 # ---- helpers --------------------------------------------------------------------------------------------
@@ -242,10 +241,8 @@ def test_mlflow_server_lost_mid_study_is_one_warning_and_the_study_completes(tmp
 
 # ---- before Tune starts (fast) --------------------------------------------------------------------------
 def spec_with(tmp_path: Path, **top) -> object:
-    path = tmp_path / "s.yaml"
-    path.write_text(yaml.safe_dump({"name": "s", "base": {"model": "embedded"}, "results_dir": str(tmp_path / "r"),
-                                    **top}))
-    return load_study(path)
+    return load_study(study_file(tmp_path, {"name": "s", "base": {"model": "embedded"},
+                                            "results_dir": str(tmp_path / "r"), **top}))
 
 
 @pytest.mark.parametrize("uri, fragment", [
@@ -342,9 +339,8 @@ def test_a_failing_tracker_is_one_warning_then_off():
 @pytest.mark.parametrize("logger, package", [("mlflow", "mlflow"), ("wandb", "wandb")])
 def test_missing_tracker_package_is_exit_2_before_anything_starts(tmp_path, logger, package):
     """The package is hidden from the driver (sys.modules[name] = None), installed or not."""
-    path = tmp_path / "l.yaml"
-    path.write_text(yaml.safe_dump({"name": "l", "base": {"model": "embedded"}, "loggers": [logger],
-                                    "results_dir": str(tmp_path / "results")}))
+    study_file(tmp_path, {"name": "l", "base": {"model": "embedded"}, "loggers": [logger],
+                          "results_dir": str(tmp_path / "results")})
     code = f"import sys; sys.modules[{package!r}] = None; from sweep.cli import main; sys.exit(main(['run', 'l.yaml']))"
     result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
                             env={**os.environ, "PYTHONPATH": str(REPO)}, start_new_session=True)

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.helpers import REPO
+from tests.helpers import REPO, study_file
 
 MEMORY_LIMIT = 1 << 30
 TIME_LIMIT_S = 30
@@ -138,8 +138,7 @@ def test_a_billion_planned_steps_run(tmp_path, shared_data_dir):
     spec = yaml.safe_load(CASES["a billion planned steps (cosine EMA)"][0])
     spec["base"]["data"] = {"corpus": str(shared_data_dir / "corpus" / "wiki1m_sample.txt"),
                             "data_dir": str(shared_data_dir)}
-    path = tmp_path / "study.yaml"
-    path.write_text(yaml.safe_dump(spec))
+    path = study_file(tmp_path, spec, "study.yaml")
     env = {**os.environ, "PYTHONPATH": str(REPO), "SWEEP_TRAIN_FN": "tests.fake_train:train",
            "FAKE_TRAIN_STEPS": "1", "FAKE_TRAIN_STEP_S": "0"}
     result = subprocess.run([sys.executable, "-m", "sweep", "run", str(path)], cwd=tmp_path, env=env,

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import yaml
 from scipy.stats import spearmanr
 
 from sweep.commands.export import export_trial
@@ -23,7 +22,7 @@ from sweep.records.store import TrialsTable
 from sweep.run.feed import TrialFeed
 from sweep.run.runner import StudyRun, run_study
 from sweep.spec import expand, load_study
-from tests.helpers import hand_made_study, read_csv, run_sweep, write_study
+from tests.helpers import hand_made_study, read_csv, run_sweep, study_file, write_study
 
 
 # ---- helpers ------------------------------------------------------------------------------------------
@@ -58,10 +57,9 @@ def one_line_exit_2(result) -> None:
     ("all", [{"a"}, {"a", "b"}, {"a", "b", "c"}, {"a", "b", "c", "d"}]),
 ])
 def test_keep_weights_keeps_the_top_k_as_trials_end(tmp_path, keep, kept_after):
-    path = tmp_path / "k.yaml"
-    path.write_text(yaml.safe_dump({"name": "k", "base": {"model": "embedded"}, "keep_weights": keep,
-                                    "parameters": {"ema.decay": [0.1, 0.2, 0.3, 0.4]},
-                                    "results_dir": str(tmp_path / "results")}))
+    path = study_file(tmp_path, {"name": "k", "base": {"model": "embedded"}, "keep_weights": keep,
+                                 "parameters": {"ema.decay": [0.1, 0.2, 0.3, 0.4]},
+                                 "results_dir": str(tmp_path / "results")})
     spec = load_study(path)
     run = StudyRun(spec, "x:y")
     run.table = TrialsTable(run.folder, spec.parameters)
@@ -90,9 +88,8 @@ def test_keep_weights_keeps_the_top_k_as_trials_end(tmp_path, keep, kept_after):
 
 
 def test_keep_weights_none_saves_nothing(tmp_path):
-    path = tmp_path / "k.yaml"
-    path.write_text(yaml.safe_dump({"name": "k", "base": {"model": "embedded"}, "keep_weights": "none",
-                                    "results_dir": str(tmp_path / "results")}))
+    path = study_file(tmp_path, {"name": "k", "base": {"model": "embedded"}, "keep_weights": "none",
+                                 "results_dir": str(tmp_path / "results")})
     run = StudyRun(load_study(path), "x:y")
     run.to_run = list(expand(run.spec))
     job = TrialFeed(run).next_job()
