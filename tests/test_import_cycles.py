@@ -134,6 +134,14 @@ def test_the_study_run_is_split_into_modules_of_at_most_400_lines_each_saying_wh
     assert [name for name in modules if ast.get_docstring(ast.parse(paths[name].read_text())) is None] == []
 
 
+def test_no_module_of_trainer_or_sweep_is_over_500_lines():
+    # one job per file: a module that grows past this has taken on a second job (split it by job)
+    lengths = {str(path.relative_to(REPO)): len(path.read_text().splitlines())
+               for package in ("trainer", "sweep") for path in (REPO / package).rglob("*.py")}
+    assert len(lengths) > 40
+    assert {name: n for name, n in lengths.items() if n > 500} == {}
+
+
 def test_train_reads_as_named_phases_of_at_most_80_lines():
     tree = ast.parse((REPO / "trainer" / "train.py").read_text())
     functions = {node.name: node.end_lineno - node.lineno + 1 for node in ast.walk(tree)
