@@ -4,6 +4,8 @@ Each trial "trains" for $FAKE_TRAIN_STEPS steps of $FAKE_TRAIN_STEP_S seconds, r
 each step, and returns a summary whose score is a function of the config (so results can be checked).
 A config with optim.lr >= 1 "diverges"; a model path containing "raise" raises; a batch_size of at least
 $FAKE_TRAIN_OOM_BATCH (when set) raises torch.OutOfMemoryError, as CUDA does when a batch does not fit.
+While the file $FAKE_TRAIN_GATE exists (when set), every trial waits before its first step, so a test can
+hold the study in a known state (a trial running, others pending) until it has set the scene.
 The summary records when the trial started and ended (`started_at`, `ended_at`: time.time()), so tests
 can read concurrency from the trials themselves.
 
@@ -24,6 +26,9 @@ def train(config: Any, report: Any = None) -> dict[str, Any]:
     steps = int(os.environ.get("FAKE_TRAIN_STEPS", "3"))
     step_s = float(os.environ.get("FAKE_TRAIN_STEP_S", "0.2"))
     started_at = time.time()
+    gate = os.environ.get("FAKE_TRAIN_GATE")
+    while gate and os.path.exists(gate):
+        time.sleep(0.1)
     data = config.to_dict()
     if "raise" in str(data.get("model")):
         raise RuntimeError("the fake trainer was asked to raise")

@@ -148,7 +148,9 @@ def test_a_lost_node_costs_a_retry_not_a_trial(tmp_path, netns_cluster, tiny_mod
 def test_a_node_without_the_data_is_left_out_and_one_joining_later_is_checked(tmp_path, netns_cluster,
                                                                              tiny_model_dir, shared_data_dir):
     results = tmp_path / "results"
-    env_nodes = fake_env(steps=4, step_s=1.0, FAKE_TRAIN_OOM_BATCH="64")
+    gate = tmp_path / "gate"  # the trials wait while it exists: the study cannot end before the late node joins
+    gate.touch()
+    env_nodes = fake_env(steps=4, step_s=1.0, FAKE_TRAIN_OOM_BATCH="64", FAKE_TRAIN_GATE=str(gate))
     cluster = netns_cluster([WorkerSpec(cpus=1, hidden=(results,)),
                              WorkerSpec(cpus=1, hidden=(results, shared_data_dir))], env=env_nodes)
     params = {"ema.decay": [0.1, 0.5, 0.9], "batch_size": [8, 64]}  # batch 64: out of memory, `failed`
@@ -158,6 +160,9 @@ def test_a_node_without_the_data_is_left_out_and_one_joining_later_is_checked(tm
         driver.wait_for(lambda: started(driver) >= 1, timeout=120)
         # a third node, also without the data, joins while the study runs
         late = cluster.add_worker(WorkerSpec(cpus=1, hidden=(results, shared_data_dir)))
+        # the good node is busy with the gated trial, so a pending trial is placed on the late node as it joins
+        driver.wait_for(lambda: "failed its check" in driver.out, timeout=180)
+        gate.unlink()
         wait_for(driver, 400)
     finally:
         if driver.proc.poll() is None:
