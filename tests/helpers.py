@@ -217,9 +217,8 @@ def kill_session(sid: int) -> None:
 
 
 def session_processes(sid: int) -> list[int]:
-    out = subprocess.run(["ps", "-e", "-o", "pid=,sid=,stat="], capture_output=True, text=True).stdout
-    rows = (line.split()[:3] for line in out.splitlines())
-    return [int(p) for p, s, stat in rows if int(s) == sid and "Z" not in stat]
+    """The pids of session_left(sid, wait=0)."""
+    return [int(line.split()[0]) for line in session_left(sid, wait=0)]
 
 
 def kill_session_until_gone(sid: int) -> None:
