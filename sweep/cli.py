@@ -104,7 +104,7 @@ def _cmd_dashboard(args: argparse.Namespace) -> int:
 def _cmd_analyze(args: argparse.Namespace) -> int:
     from sweep.commands.analyze import analyze_command
 
-    return analyze_command(args.target, attach=not args.no_attach, mtd_source=args.mtd)
+    return analyze_command(args.target, attach=not args.no_attach, mtd_source=args.mtd, size=args.figure_width)
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
@@ -223,7 +223,8 @@ def build_parser() -> argparse.ArgumentParser:
     doc.add_argument("--tiny", action="store_true",
                      help="bench a tiny encoder instead of bert-base (always so without a GPU)")
     doc.add_argument("--json", metavar="PATH",
-                     help="write the checklist (and the bench) as JSON here (default with --bench: sweep-doctor.json)")
+                     help="write the checklist (and the bench) as JSON here (default with --bench: the device's "
+                     "record, $SWEEP_BENCH_DIR or ~/.cache/contrastive-sweep/bench/<device>.json)")
     doc.add_argument("--data-dir", help="data directory (default: $SWEEP_DATA_DIR or the default data directory)")
     doc.add_argument("--methods", metavar="LIST", help="comma-separated methods to bench (default: all four)")
     doc.add_argument("--precisions", metavar="LIST", help="comma-separated precisions (default: fp32,bf16,fp16)")
@@ -234,7 +235,11 @@ def build_parser() -> argparse.ArgumentParser:
     an.add_argument("target", help="results folder, or the study YAML file")
     an.add_argument("--no-attach", action="store_true", help="do not attach figures to the Optuna study")
     an.add_argument("--mtd", choices=["formula", "measured"], default="formula",
-                    help="x of the MTD figures: eq. 4's formula (default) or the distance the trainer measured")
+                    help="x of the MTD figures: eq. 4's formula (default) or the distance the trainer measured "
+                         "(written and attached as <name>_measured.png)")
+    an.add_argument("--figure-width", choices=["single", "double"], default="single",
+                    help="figure width: one journal column, 3.5 in (default), or two, 7.2 in; PNG at 300 dpi, "
+                         "PDF with embedded (Type 42) fonts")
     an.set_defaults(func=_cmd_analyze)
     return parser
 

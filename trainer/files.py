@@ -32,6 +32,16 @@ def current_umask() -> int:
     return mask
 
 
+def apply_umask_modes(folder: str | Path) -> None:
+    """Give every file under `folder` the mode a plain open() gives (0666 less the umask). For folders that
+    libraries write with modes of their own: safetensors creates its weights file 0600, which would keep a
+    group sharing the results folder from reading a kept or exported model."""
+    mode = 0o666 & ~current_umask()
+    for path in Path(folder).rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            os.chmod(path, mode)
+
+
 def write_atomic(path: str | Path, write: Callable[[Path], Any], fsync: bool = True) -> Path:
     """Call `write(temporary_path)` for a temporary file beside `path`, then move it into place.
 

@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # torch is imported where a device is picked: checking a mode
     import torch
 
 EMBEDDED = "embedded"
+EMBEDDED_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"  # what `embedded` is a copy of, on the Hugging Face hub
 # Local model folders that loaded before (folder -> stamp of its files and the loader's versions).
 MODEL_CHECKS = Path("~/.cache/contrastive-sweep/model_checks.json")
 

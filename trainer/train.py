@@ -18,6 +18,7 @@ import json
 import math
 import random
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -32,7 +33,7 @@ from trainer.corpus import load_corpus
 from trainer.data import corpus_path, data_dir
 from trainer.errors import UserError
 from trainer.evaluation import TASKS, EmbeddingCache, cosine_scores, evaluate_sts, load_task, split_tasks
-from trainer.files import json_safe, write_text_atomic
+from trainer.files import apply_umask_modes, json_safe, write_text_atomic
 from trainer.methods import Method, method_class
 from trainer.models import load_encoder, pick_device
 from trainer.optim import build_optimizer
@@ -45,6 +46,7 @@ from trainer.vocabulary import COLLAPSED, DIVERGED, OK, STS_BENCHMARK
 Report = Callable[[dict[str, Any]], None]
 StepHook = Callable[[int], None]  # on_step(step): see `train`
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+SKIPPED_STEP_WARNING = r"Detected call of `lr_scheduler\.step\(\)` before `optimizer\.step\(\)`"  # torch's
 TEST_SELECTED_LABEL = ("checkpoint with the best seven-task TEST average, as the released MoCoSE code selects; "
                        "the test data chose it, so it is not a held-out estimate")
 
@@ -306,9 +308,15 @@ def _step(run: _Run, ids: torch.Tensor, mask: torch.Tensor):
     if scaler is not None:
         scaler.step(optimizer)
         scaler.update()
+        # fp16: the scaler skips the optimiser step whose gradients overflowed (the first steps, while it
+        # finds its scale), and torch then warns that the schedule stepped first. Expected, so not shown;
+        # the schedule advances on a skipped step too (knowing which were skipped would read the device).
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", SKIPPED_STEP_WARNING, UserWarning)
+            run.scheduler.step()
     else:
         optimizer.step()
-    run.scheduler.step()
+        run.scheduler.step()
     optimizer.zero_grad(set_to_none=True)
     run.method.after_step(run.step, out)
     return out
@@ -416,6 +424,7 @@ def _final_evaluation(run: _Run) -> dict[str, Any]:
     if config.save_model and run.out_dir and selected["state"] is not None:
         run.encoder.save_pretrained(run.out_dir / "model")
         run.tokenizer.save_pretrained(run.out_dir / "model")
+        apply_umask_modes(run.out_dir / "model")
     return final
 
 

