@@ -22,6 +22,7 @@ from sweep.spec import (
     trial_from_params,
     trial_key,
 )
+from tests.deadlines import scaled
 from tests.helpers import REPO, study_file
 from trainer.errors import UserError
 
@@ -134,7 +135,7 @@ def load_text(tmp_path: Path, text: str) -> object:
 
 def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run([*SWEEP, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
+    return subprocess.run([*SWEEP, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=scaled(60))
 
 
 # ---- the studies shipped in studies/ -------------------------------------------------------------
@@ -192,7 +193,8 @@ def test_planning_a_study_does_not_import_torch(tmp_path):
     code = ("import sys\nfrom sweep.commands.dry_run import print_dry_run\nfrom sweep.spec import load_study\n"
             f"print_dry_run(load_study({str(REPO / 'studies' / 'queue_init.yaml')!r}))\n"
             "print('torch imported:', 'torch' in sys.modules)")
-    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=scaled(120))
     assert result.returncode == 0, result.stderr
     assert re.search(r"^MTD:\s+\d", result.stdout, re.M)
     assert result.stdout.rstrip().endswith("torch imported: False")
@@ -206,7 +208,7 @@ def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path):
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     proc.stdout.close()
     err = proc.stderr.read().decode()
-    assert proc.wait(timeout=60) == 141 and err == "", err
+    assert proc.wait(timeout=scaled(60)) == 141 and err == "", err
 
 
 # ---- malformed studies ---------------------------------------------------------------------------
@@ -604,6 +606,9 @@ def test_dry_run_shows_the_states_sweep_run_acts_on(tmp_path, capsys):
     assert rows[trials[2].key][-1] == "ended-not-in-optuna"
     assert rows[trials[3].key][-1] == "-"
     assert "1 COMPLETE, 1 FAIL->rerun, 1 ended-not-in-optuna, 1 not run" in out
+    # the states come from the trial folders and Optuna (trials.csv above says 4 COMPLETE), and the line says so
+    status = next(line for line in out.splitlines() if line.lstrip().startswith("status"))
+    assert "trials.csv" not in status and f"the trial folders and the Optuna study in {results / 't'}" in status
 
 
 def test_format_trial_table_without_states(tmp_path):
