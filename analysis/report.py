@@ -21,8 +21,12 @@ Tables and figures group trials by every key the study's `parameters` declare (a
 one row, point or series per configuration, seeds pooled and nothing else. A results folder without
 study.yaml (a trials.csv copied by hand) falls back to the keys that vary among its trials.
 
-Each figure is written as <name>.png (200 dpi), <name>.pdf and <name>.csv (the plotted data);
-MTD figures add <name>.json (Spearman, fit, best MTD and its bootstrap interval). The per-task
+Each figure is written as <name>.png (300 dpi), <name>.pdf (fonts embedded as TrueType, Type 42) and
+<name>.csv (the plotted data); MTD figures add <name>.json (Spearman, fit, best MTD and its bootstrap
+interval). Figures are one journal column wide (`size="single"`, 3.5 in) or two (`"double"`, 7.2 in), in one
+colour-blind-safe palette (analysis.figure_style). Against the measured distance (`mtd_source="measured"`)
+the MTD figures are named <name>_measured (score_vs_mtd_measured.png, ...) and say "measured MTD" in their
+title and on their x axis, so that they are never taken for, or attached over, the formula's. The per-task
 table is written as scores.md, scores.tex and scores.csv; when trials ran the SentEval transfer tasks,
 their Table 2 (MR ... MRPC, Avg) as transfer.md, transfer.tex and transfer.csv. Every file is written to a temporary
 name in the same folder and moved into place with os.replace, so a reader never sees half a file.
@@ -38,7 +42,8 @@ from typing import Any, Callable
 import pandas as pd
 
 from analysis import figures, tables
-from analysis.knobs import figures_called_for
+from analysis.figure_style import DEFAULT_SIZE, check_size, save_figure
+from analysis.knobs import MTD_FIGURES, figures_called_for
 from analysis.load import (
     SCORES,
     TASKS,
@@ -52,8 +57,6 @@ from analysis.load import (
 from trainer.sts_average import AVG
 from trainer.vocabulary import STS_BENCHMARK
 
-PNG_DPI = 200
-
 
 def analyze(
     study_dir: str | Path,
@@ -64,6 +67,7 @@ def analyze(
     n_boot: int = 1000,
     seed: int = 0,
     mtd_source: str = "formula",
+    size: str = DEFAULT_SIZE,
 ) -> list[Path]:
     """Write every applicable figure and the score tables; return the written paths.
 
@@ -71,8 +75,10 @@ def analyze(
     (see trainer.mtd); `mtd_source="measured"` plots against the distance the trainer measured
     instead (methods.md section 9). `score` is the y of the figures ("avg" = the seven-task STS test
     average; trials that did not evaluate all seven have none, and the figures plot `fallback_score`
-    instead, under its own name). Raises analysis.load.ResultsError when the folder has no finished trials.
+    instead, under its own name). `size`: "single" (one journal column) or "double" (the page's width).
+    Raises analysis.load.ResultsError when the folder has no finished trials.
     """
+    check_size(size)
     study_dir = Path(study_dir)
     if out_dir is None:  # the measured-distance figures go beside the formula ones, never over them
         out_dir = study_dir / "figures" / ("measured_mtd" if mtd_source == "measured" else "")
@@ -86,13 +92,15 @@ def analyze(
     params, knobs = study_knobs(study_dir, table)
     out_dir.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
-    for name, draw in applicable_figures(table, params, score, n_boot=n_boot, seed=seed, knobs=knobs):
+    plans = applicable_figures(table, params, score, n_boot=n_boot, seed=seed, knobs=knobs, mtd_source=mtd_source,
+                               size=size)
+    for name, draw in plans:
         try:
             fig, data = draw()
         except ValueError as exc:  # degenerate data for this figure (e.g. no scores in a subset)
             warnings.warn(f"figure {name} skipped: {exc}", stacklevel=2)
             continue
-        written += _write_figure(out_dir, name, fig, data)
+        written += _write_figure(out_dir, figure_file_name(name, mtd_source), fig, data)
 
     if any(_has_values(table, column) for column in SCORES):  # runs without test evaluation have no table
         numbers = tables.score_table(table, by=params)
@@ -131,13 +139,25 @@ def study_knobs(study_dir: str | Path, table: pd.DataFrame) -> tuple[list[str], 
     return grouping_keys(table, declared), list(dict.fromkeys(declared + named))
 
 
+def figure_file_name(name: str, mtd_source: str = "formula") -> str:
+    """The file stem a figure is written and attached under: an MTD figure against the measured distance
+    is <name>_measured.
+
+    >>> figure_file_name("score_vs_mtd", "measured"), figure_file_name("ema_decay", "measured")
+    ('score_vs_mtd_measured', 'ema_decay')
+    """
+    return f"{name}_measured" if mtd_source == "measured" and name in MTD_FIGURES else name
+
+
 def applicable_figures(
     table: pd.DataFrame, params: list[str], score: str = "avg", n_boot: int = 1000, seed: int = 0,
-    knobs: list[str] | None = None,
+    knobs: list[str] | None = None, mtd_source: str = "formula", size: str = DEFAULT_SIZE,
 ) -> list[tuple[str, Callable[[], tuple[Any, pd.DataFrame]]]]:
     """(name, draw) for every figure the study's `knobs` call for and the trials support, in a fixed order.
 
-    `params` keep series (and MTD points) apart; `knobs` (default: `params`) decide which figures apply.
+    `params` keep series (and MTD points) apart; `knobs` (default: `params`) decide which figures apply;
+    `mtd_source` names the x of the MTD figures (the table's "mtd" column must hold that distance); every
+    figure is drawn at `size`.
     """
     called = set(figures_called_for(params if knobs is None else knobs))
     mocose = table[table["method"] == "mocose"]
@@ -145,7 +165,9 @@ def applicable_figures(
 
     def add(name: str, function: Callable, **kwargs: Any) -> None:
         if name in called:
-            plans.append((name, lambda: function(table, **kwargs)))
+            if name in MTD_FIGURES:
+                kwargs["mtd_source"] = mtd_source
+            plans.append((name, lambda: function(table, size=size, **kwargs)))
 
     scored = mocose[mocose["mtd"].notna() & mocose[score].notna()]
     if scored["mtd"].round(6).nunique() >= 3:
@@ -177,10 +199,8 @@ def _write_figure(out_dir: Path, name: str, fig: Any, data: pd.DataFrame) -> lis
     from trainer.files import json_safe, write_atomic, write_text_atomic  # here: importing analysis stays light
 
     paths = [
-        write_atomic(out_dir / f"{name}.png", lambda tmp: fig.savefig(tmp, format="png", dpi=PNG_DPI)),
-        # no creation date in the PDF, so re-running on the same results gives the same file
-        write_atomic(out_dir / f"{name}.pdf",
-                     lambda tmp: fig.savefig(tmp, format="pdf", metadata={"CreationDate": None})),
+        write_atomic(out_dir / f"{name}.png", lambda tmp: save_figure(fig, tmp, "png")),
+        write_atomic(out_dir / f"{name}.pdf", lambda tmp: save_figure(fig, tmp, "pdf")),
         write_text_atomic(out_dir / f"{name}.csv", data.to_csv(index=False)),
     ]
     stats = data.attrs.get("stats")

@@ -33,6 +33,7 @@ import pytest
 import yaml
 
 from tests.cluster.netns_cluster import free_port  # the one free-port finder (netns_cluster.py runs standalone)
+from tests.deadlines import scaled, wait_until
 
 if TYPE_CHECKING:
     import optuna
@@ -152,9 +153,10 @@ def hand_made_study(tmp_path: Path, trials: dict[str, dict], keep_weights: objec
 
 # ---- `sweep` processes and their sessions -------------------------------------------------------------
 def run_sweep(args: list[str], cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess:
-    """`sweep ARGS` in a subprocess (its own session, so that no Ray process outlives it)."""
+    """`sweep ARGS` in a subprocess (its own session, so that no Ray process outlives it); `timeout` is
+    scaled (tests/deadlines.py)."""
     return subprocess.run([sys.executable, "-m", "sweep", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, start_new_session=True)
+                          timeout=scaled(timeout), start_new_session=True)
 
 
 def fake_env(steps: int = 3, step_s: float = 0.2, **extra: str) -> dict[str, str]:
@@ -179,23 +181,23 @@ class Driver:
         return "".join(self.lines)
 
     def wait_for(self, condition, timeout: float = 150) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if condition():
-                return
-            assert self.proc.poll() is None, f"the driver ended early ({self.proc.returncode}):\n{self.out}"
-            time.sleep(0.1)
+        """Until `condition()` holds; an AssertionError when the driver ends first or the scaled `timeout`
+        passes."""
+        if wait_until(condition, timeout, still_worth_waiting=lambda: self.proc.poll() is None):
+            return
+        if self.proc.poll() is not None:
+            raise AssertionError(f"the driver ended early ({self.proc.returncode}):\n{self.out}")
         raise AssertionError(f"timed out; output so far:\n{self.out}")
 
     def finish(self, timeout: float = 120) -> int:
-        code = self.proc.wait(timeout=timeout)
-        self.reader.join(timeout=10)
+        code = self.proc.wait(timeout=scaled(timeout))
+        self.reader.join(timeout=scaled(10))
         return code
 
 
 def session_left(sid: int, wait: float = 10) -> list[str]:
-    """Processes still alive in the driver's session after `wait` seconds (Ray agents included)."""
-    deadline = time.monotonic() + wait
+    """Processes still alive in the driver's session after `wait` seconds (scaled; Ray agents included)."""
+    deadline = time.monotonic() + scaled(wait)
     while True:
         out = subprocess.run(["ps", "-e", "-o", "pid=,sid=,stat=,args="], capture_output=True, text=True).stdout
         left = [line for line in out.splitlines()
@@ -228,7 +230,7 @@ def kill_session_until_gone(sid: int) -> None:
         os.killpg(sid, signal.SIGKILL)
     except ProcessLookupError:
         pass
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + scaled(30)
     while time.monotonic() < deadline:
         left = session_processes(sid)
         if not left:
@@ -255,9 +257,9 @@ def query_dashboard(storage: str) -> tuple[dict, dict]:
     thread.start()
     try:
         base = f"http://127.0.0.1:{server.server_port}"
-        studies = json.load(urllib.request.urlopen(f"{base}/api/studies", timeout=30))
+        studies = json.load(urllib.request.urlopen(f"{base}/api/studies", timeout=scaled(30)))
         study_id = studies["study_summaries"][0]["study_id"]
-        study = json.load(urllib.request.urlopen(f"{base}/api/studies/{study_id}", timeout=30))
+        study = json.load(urllib.request.urlopen(f"{base}/api/studies/{study_id}", timeout=scaled(30)))
     finally:
         server.shutdown()
         server.server_close()
@@ -289,7 +291,7 @@ def ray_head_process(cwd: Path, *extra: str, env: dict[str, str] | None = None):
                 started.set()
 
     threading.Thread(target=drain, daemon=True).start()
-    if not started.wait(120):
+    if not started.wait(scaled(120)):
         kill_session_until_gone(head.pid)
         pytest.fail("ray start --head did not start:\n" + "".join(lines[-30:]))
     try:
@@ -297,7 +299,7 @@ def ray_head_process(cwd: Path, *extra: str, env: dict[str, str] | None = None):
     finally:
         head.terminate()  # ray start --block stops the processes it started on SIGTERM
         try:
-            head.wait(timeout=30)
+            head.wait(timeout=scaled(30))
         except subprocess.TimeoutExpired:
             pass
         kill_session_until_gone(head.pid)
@@ -514,3 +516,37 @@ def one_task_study(study_dir: Path, legacy_avg: bool = False, **write_options: A
             trials.append(make_trial(config, seed, stsb, test=test, test_label=sts_test_label(test),
                                      align=0.2 + 0.001 * size, uniform=-2.0 - 0.01 * eta))
     return write_results(study_dir, trials, ["ema.decay", "queue.size"], **write_options)
+
+
+# ---- stand-in results for the study files (the figure layout tests) ------------------------------------
+def stand_in_study(study_file: Path, study_dir: Path, seeds: int, spread: float = 1.0) -> Path:
+    """Results the study file's grid could give, without training: every configuration `sweep` expands it
+    to, each over seeds 0 .. `seeds`-1. MoCoSE trials score mtd_score of their MTD, the others 76, plus a
+    fixed offset per configuration (within ±0.3) and seeded noise per seed (std 0.1), both times `spread`
+    about 76 (0.001: scores that differ in the third decimal). Scored on STS-B test alone where the study
+    evaluates that task alone (the quickstart), else on all seven. study.yaml is the study file itself."""
+    from sweep.spec import load_study  # here: bench/ imports this module without loading the spec's schema
+    from sweep.spec.expand import expand
+    from trainer.sts_average import sts_test_label
+
+    spec = load_study(study_file)
+    rng = np.random.default_rng(17)
+    trials = []
+    for trial in (t for t in expand(spec) if t.seed == spec.seeds[0]):
+        config = trial.config
+        tasks = config["eval"]["final_tasks"] or TASKS
+        mtd = trial.mtd if config["method"] == "mocose" and trial.mtd else None
+        offset = int(hashlib.sha256(trial.key.encode()).hexdigest()[:8], 16) / 2**32 * 0.6 - 0.3
+        centre = (mtd_score(mtd) if mtd else 76.0) + offset
+        for seed in range(seeds):
+            score = round(76.0 + spread * (centre - 76.0 + rng.normal(0.0, 0.1)), 6)
+            extra: dict[str, Any] = {}
+            if set(tasks) == {"STSBenchmark"}:
+                extra["test"] = {"STSBenchmark": score}
+                extra["test_label"] = sts_test_label(extra["test"])
+            ages = {"align": 0.2 + 0.01 * (mtd or 10.0) + rng.normal(0, 0.002),
+                    "uniform": -2.0 - 0.02 * (mtd or 10.0) + rng.normal(0, 0.002)}
+            trials.append(make_trial(config, seed, score, **ages, **extra))
+    write_results(study_dir, trials, list(spec.parameters))
+    shutil.copyfile(study_file, study_dir / "study.yaml")
+    return study_dir

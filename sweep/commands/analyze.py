@@ -3,6 +3,10 @@
 TARGET is a results folder (results/<study>) or a study YAML, from which `name` and `results_dir`
 (default "results", relative to the working directory as for `sweep run`) give the folder.
 
+`--figure-width single` (the default) draws every figure one journal column wide (3.5 in), `double` the
+full page width (7.2 in); `--mtd measured` plots the MTD figures against the measured distance, written and
+attached as <name>_measured.png beside the formula's <name>.png (analysis.report).
+
 Attaching: when the study's Optuna storage exists (the `storage` key of <study_dir>/study.yaml, else
 sqlite:///<study_dir>/optuna.db), every PNG is uploaded as a study-level artifact into a
 FileSystemArtifactStore at <study_dir>/artifacts, so that
@@ -25,13 +29,13 @@ import yaml
 from trainer.errors import UserError
 
 
-def analyze_command(target: str, attach: bool = True, mtd_source: str = "formula") -> int:
+def analyze_command(target: str, attach: bool = True, mtd_source: str = "formula", size: str = "single") -> int:
     from analysis.load import ResultsError, read_study_spec
     from analysis.report import analyze
 
     study_dir, spec = _study_dir(target)
     try:
-        written = analyze(study_dir, mtd_source=mtd_source)
+        written = analyze(study_dir, mtd_source=mtd_source, size=size)
     except ResultsError as exc:
         raise UserError(str(exc)) from None
     print(f"wrote {len(written)} files to {written[0].parent if written else study_dir}:")

@@ -1,0 +1,485 @@
+"""How every figure of analysis.figures looks and is laid out: one style, two widths, one palette.
+
+Style: DejaVu Sans (shipped with matplotlib, so a figure does not depend on the fonts installed) at 7-8 pt,
+legible at the printed size; PDF and PS embed their fonts as TrueType (Type 42); PNG at PNG_DPI.
+Widths: SIZES, a journal's single column (3.5 in) and double column (7.2 in); the height follows from the
+panels (each keeps PANEL_HEIGHT) and what sits around them. Several panels stand side by side at the double
+width and one above the other at the single width.
+Colours: PALETTE (Okabe & Ito's colour-blind-safe set) for every series, each series with its own marker
+too, so that the figure reads in grey; heat maps use SEQUENTIAL (cividis, made for colour-vision deficiency).
+
+`finish(fig, axes, size)` lays a drawn figure out for print, after which:
+  - every text lies on the canvas: titles and axis labels wrapped to their panel, crowded categorical
+    tick labels broken into lines (or turned upright), legends wrapped and set in as many columns as fit;
+  - the legend (one per figure) sits in a strip kept free at the bottom of the canvas, outside every
+    panel, so it never covers a mark;
+  - number axes read plainly (`PlainFormatter`: no offset, no powers of ten, as many decimals as the
+    ticks need);
+  - each "n=k" label (gid N_LABEL) sits beside its point where it covers no mark and no other label;
+  - each heat-map cell text (gid CELL_TEXT) fits its cell.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import textwrap
+import warnings
+import weakref
+from typing import Any, Callable, Iterable, Sequence
+
+import matplotlib
+import numpy as np
+from cycler import cycler
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.collections import LineCollection
+from matplotlib.figure import Figure
+from matplotlib.font_manager import FontProperties
+from matplotlib.legend import Legend
+from matplotlib.lines import Line2D
+from matplotlib.ticker import Formatter, LogFormatter, ScalarFormatter
+from matplotlib.transforms import Bbox
+
+# Okabe & Ito: blue, vermillion, bluish green, reddish purple, orange, sky blue, black, yellow (the palest last)
+PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442")
+# 7 markers against 8 colours: the first 56 series all differ in colour or marker ("D" is the papers' values,
+# "*" the best MTD)
+MARKERS = ("o", "s", "^", "v", "P", "X", "h")
+SEQUENTIAL = "cividis"
+REFERENCE_GREY = "0.35"  # reference lines (the paper's best MTD)
+SIZES = {"single": 3.5, "double": 7.2}  # figure width in inches: one journal column, the full page width
+DEFAULT_SIZE = "single"
+PANEL_HEIGHT = {"single": 1.9, "double": 2.5}  # the height (in) every panel keeps
+PNG_DPI = 300
+N_LABEL = "n_label"
+CELL_TEXT = "cell_text"
+LEGEND_BELOW = "legend_below"
+STYLE = {
+    "font.family": "DejaVu Sans",
+    "font.size": 8,
+    "axes.titlesize": 8,
+    "axes.labelsize": 8,
+    "figure.titlesize": 8.5,
+    "xtick.labelsize": 7,
+    "ytick.labelsize": 7,
+    "legend.fontsize": 7,
+    "legend.title_fontsize": 7,
+    "legend.frameon": False,
+    "legend.handlelength": 1.6,
+    "legend.columnspacing": 1.2,
+    "legend.borderaxespad": 0.0,
+    "axes.prop_cycle": cycler(color=list(PALETTE)),
+    "axes.linewidth": 0.6,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "grid.linewidth": 0.5,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.formatter.useoffset": False,
+    "lines.linewidth": 1.0,
+    "lines.markersize": 4.5,
+    "errorbar.capsize": 2.0,
+    "xtick.major.width": 0.6,
+    "ytick.major.width": 0.6,
+    "image.cmap": SEQUENTIAL,
+    "pdf.fonttype": 42,
+    "ps.fonttype": 42,
+    "savefig.dpi": PNG_DPI,
+    "figure.dpi": 100,
+}
+_COLUMNS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # legend -> its number of columns
+_ORIGINAL_TEXT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # title or label -> its text unwrapped
+_ORIGINAL_SIZE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # heat-map cell text -> its font size
+_PAD = 4.0  # px kept free at the canvas' edges and between a label and a mark (at 100 dpi)
+_N_OFFSETS = (  # where an n label may go, in points from its point: (dx, dy, ha, va), first choice first
+    (5, 0, "left", "center"), (-5, 0, "right", "center"), (4, 4, "left", "bottom"), (4, -4, "left", "top"),
+    (-4, 4, "right", "bottom"), (-4, -4, "right", "top"), (0, 6, "center", "bottom"), (0, -6, "center", "top"),
+    (9, 0, "left", "center"), (-9, 0, "right", "center"), (0, 11, "center", "bottom"), (0, -11, "center", "top"),
+)
+
+
+def styled(function: Callable) -> Callable:
+    """Run a figure function under STYLE (rcParams are read as artists are made)."""
+
+    @functools.wraps(function)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with matplotlib.rc_context(STYLE):
+            return function(*args, **kwargs)
+
+    return wrapper
+
+
+def check_size(size: str) -> str:
+    if size not in SIZES:
+        raise ValueError(f"figure size must be one of {sorted(SIZES)}, got {size!r}")
+    return size
+
+
+def new_figure(size: str = DEFAULT_SIZE, panels: int = 1) -> tuple[Figure, list]:
+    """A figure of `size`'s width with `panels` axes (side by side at "double", stacked at "single"), on an
+    Agg canvas so savefig works with no pyplot and no display."""
+    width = SIZES[check_size(size)]
+    rows, cols = (panels, 1) if size == "single" else (1, panels)
+    fig = Figure(figsize=(width, PANEL_HEIGHT[size] * rows + 1.2), layout="constrained")
+    FigureCanvasAgg(fig)
+    fig.get_layout_engine().set(w_pad=2 / 72, h_pad=2 / 72, wspace=0.04, hspace=0.04)
+    axes = fig.subplots(rows, cols, squeeze=False).ravel()
+    return fig, list(axes)
+
+
+def series_style(i: int) -> dict[str, str]:
+    """Colour and marker of the i-th series of a figure."""
+    return {"color": PALETTE[i % len(PALETTE)], "marker": MARKERS[i % len(MARKERS)]}
+
+
+def save_figure(fig: Figure, path: Any, file_format: str, dpi: float = PNG_DPI) -> None:
+    """Write `fig` as PNG (at `dpi`) or PDF (fonts embedded as Type 42, no creation date so that the same
+    figure gives the same bytes)."""
+    with matplotlib.rc_context(STYLE):  # the Type 42 fonts, and the palette behind any "C0" colour
+        if file_format == "pdf":
+            fig.savefig(path, format="pdf", metadata={"CreationDate": None})
+        else:
+            fig.savefig(path, format=file_format, dpi=dpi)
+
+
+# ---- number axes --------------------------------------------------------------------------------
+class PlainFormatter(Formatter):
+    """Tick labels as plain decimals with the fewest decimals that write every tick exactly: no offset
+    ("+7.377e1") and no power of ten, whatever the axis' range."""
+
+    def __init__(self) -> None:
+        self.decimals = 0
+
+    def set_locs(self, locs: Sequence[float]) -> None:
+        super().set_locs(locs)
+        self.decimals = decimals_needed(locs)
+
+    def __call__(self, x: float, pos: int | None = None) -> str:
+        text = f"{x:.{self.decimals}f}"
+        if float(text) == 0.0:
+            text = text.lstrip("-")
+        elif text.startswith("-") and matplotlib.rcParams["axes.unicode_minus"]:
+            text = "\N{MINUS SIGN}" + text[1:]
+        return text
+
+    def get_offset(self) -> str:
+        return ""
+
+
+def decimals_needed(values: Iterable[float], most: int = 6) -> int:
+    """The fewest decimals (<= most) that write every finite value exactly.
+
+    >>> decimals_needed([73.770, 73.772, 73.774])
+    3
+    >>> decimals_needed([6, 8, 10, 15])
+    0
+    """
+    finite = [float(v) for v in values if np.isfinite(v)]
+    for decimals in range(most + 1):
+        if all(abs(round(v, decimals) - v) <= 1e-9 * max(1.0, abs(v)) for v in finite):
+            return decimals
+    return most
+
+
+def plain_number_axes(fig: Figure) -> None:
+    """PlainFormatter on every axis that shows numbers (not on categorical or log-minor ticks)."""
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            if isinstance(axis.get_major_formatter(), (ScalarFormatter, LogFormatter)):
+                axis.set_major_formatter(PlainFormatter())
+
+
+# ---- legends ------------------------------------------------------------------------------------
+def legend_below(ax, handles: list | None = None, labels: list[str] | None = None, title: str | None = None):
+    """The figure's legend (one per figure), made on `ax`: `finish` sets it in a strip kept free under the
+    panels, from the canvas' left edge, so it covers no mark; its texts are wrapped to the canvas' width
+    and set in as many columns as fit."""
+    if handles is None:
+        handles, labels = ax.get_legend_handles_labels()
+    fig = ax.get_figure()
+    font = FontProperties(size=matplotlib.rcParams["legend.fontsize"])
+    title_font = FontProperties(size=matplotlib.rcParams["legend.title_fontsize"])
+    available = _legend_width(fig)
+    unit = font.get_size_in_points() * fig.dpi / 72  # one em in px
+    handle = (matplotlib.rcParams["legend.handlelength"] + matplotlib.rcParams["legend.handletextpad"]) * unit
+    labels = [_wrap(label, available - handle, font, fig) for label in labels]
+    title = _wrap(title, available, title_font, fig) if title else None
+    widths = [_text_width(label, font, fig) + handle for label in labels]
+    spacing = matplotlib.rcParams["legend.columnspacing"] * unit
+    columns = 1
+    for count in range(min(len(labels), 4), 1, -1):
+        rows, large = divmod(len(labels), count)  # matplotlib's split: the first `large` columns hold one more
+        starts = np.cumsum([0] + [rows + 1] * large + [rows] * (count - large))
+        column_widths = [max(widths[a:b]) for a, b in zip(starts[:-1], starts[1:])]
+        if sum(column_widths) + spacing * (count - 1) <= available:
+            columns = count
+            break
+    legend = ax.legend(handles, labels, title=title, ncols=columns, loc="upper left", alignment="left",
+                       bbox_to_anchor=(0.0, 0.0), bbox_transform=fig.transFigure)
+    legend.set_gid(LEGEND_BELOW)
+    legend.set_in_layout(False)  # its room is the strip `finish` keeps free
+    _COLUMNS[legend] = columns
+    return legend
+
+
+def _legend_width(fig: Figure) -> float:
+    return fig.bbox.width - 2 * _PAD * fig.dpi / 100
+
+
+def _legends(fig: Figure) -> list[Legend]:
+    return [ax.get_legend() for ax in fig.axes
+            if ax.get_legend() is not None and ax.get_legend().get_gid() == LEGEND_BELOW]
+
+
+def _keep_legend_strip(fig: Figure, renderer) -> bool:
+    """Keep the bottom of the canvas free for the legend (the constrained layout's rect starts above it) and
+    hang the legend at its top; True when the strip changed."""
+    pad = _PAD * fig.dpi / 100
+    legends = _legends(fig)
+    for legend in legends:
+        while legend.get_window_extent(renderer).width > _legend_width(fig) and _COLUMNS[legend] > 1:
+            _COLUMNS[legend] -= 1  # the estimate in legend_below was short: one column fewer
+            legend.set_ncols(_COLUMNS[legend])
+    strip = max((legend.get_window_extent(renderer).height + 2 * pad for legend in legends), default=0.0)
+    bottom = strip / fig.bbox.height
+    changed = abs(fig.get_layout_engine().get()["rect"][1] - bottom) > 0.5 / fig.bbox.height
+    fig.get_layout_engine().set(rect=(0.0, bottom, 1.0, 1.0 - bottom))
+    for legend in legends:
+        legend.set_bbox_to_anchor((pad / fig.bbox.width, (strip - pad) / fig.bbox.height), transform=fig.transFigure)
+    return changed
+
+
+# ---- text fitting -------------------------------------------------------------------------------
+def _text_width(text: str, font: FontProperties, fig: Figure) -> float:
+    renderer = fig.canvas.get_renderer()
+    return max((renderer.get_text_width_height_descent(line or " ", font, ismath=False)[0]
+                for line in text.split("\n")), default=0.0)
+
+
+def _wrap(text: str, width_px: float, font: FontProperties, fig: Figure) -> str:
+    """`text` with every line longer than `width_px` broken at spaces to fit it, outside brackets where
+    that is enough ("(MoCoSE Fig. 2)" stays on one line)."""
+    lines = []
+    for line in text.split("\n"):
+        if _text_width(line, font, fig) <= width_px:
+            lines.append(line)
+            continue
+        for candidate in (_protect_brackets(line), line):
+            pieces = _wrap_line(candidate, width_px, font, fig)
+            if all(_text_width(piece, font, fig) <= width_px for piece in pieces):
+                break
+        lines += [piece.replace(_KEEP, " ") for piece in pieces]
+    return "\n".join(lines)
+
+
+_KEEP = "\u00a0"  # a space inside brackets while wrapping: textwrap does not break there
+
+
+def _protect_brackets(line: str) -> str:
+    out, depth = [], 0
+    for char in line:
+        depth += (char == "(") - (char == ")")
+        out.append(_KEEP if char == " " and depth > 0 else char)
+    return "".join(out)
+
+
+def _wrap_line(line: str, width_px: float, font: FontProperties, fig: Figure) -> list[str]:
+    chars = max(8, int(len(line) * width_px / _text_width(line.replace(_KEEP, " "), font, fig)))
+    while True:
+        pieces = textwrap.wrap(line, chars, break_long_words=False, break_on_hyphens=False)
+        if chars <= 8 or all(_text_width(p.replace(_KEEP, " "), font, fig) <= width_px for p in pieces):
+            return pieces
+        chars -= 1
+
+
+def _fit_text(text_artist, width_px: float) -> bool:
+    """Wrap a Text artist's text as first set to `width_px` (so a panel that grows back unwraps it); True
+    when its text changed."""
+    text = _ORIGINAL_TEXT.setdefault(text_artist, text_artist.get_text())
+    if not text:
+        return False
+    wrapped = _wrap(text, width_px, text_artist.get_fontproperties(), text_artist.get_figure())
+    if wrapped == text_artist.get_text():
+        return False
+    text_artist.set_text(wrapped)
+    return True
+
+
+def _fit_labels(fig: Figure, axes: Sequence) -> bool:
+    changed = False
+    for text in fig.texts:  # the suptitle
+        changed |= _fit_text(text, fig.bbox.width - 2 * _PAD * fig.dpi / 100)
+    for ax in fig.axes:
+        if ax in axes:
+            changed |= _fit_text(ax.title, max(ax.bbox.width, 40.0))
+        changed |= _fit_text(ax.xaxis.label, max(ax.bbox.width, 40.0))
+        changed |= _fit_text(ax.yaxis.label, max(ax.bbox.height, 40.0))
+    return changed
+
+
+def _fit_ticks(axes: Sequence, renderer) -> bool:
+    """Categorical x tick labels that crowd each other: broken into lines where they have a natural break
+    ("0-256+" / "768-1024", "hidden" / "size"), then, if they still crowd, turned upright."""
+    changed = False
+    for ax in axes:
+        labels = [t for t in ax.get_xticklabels() if t.get_visible() and t.get_text()]
+        if not labels or not _crowded(labels, renderer):
+            continue
+        texts = [t.get_text() for t in ax.get_xticklabels()]
+        if all("\n" not in t for t in texts) and any(re.search(r"[+ ]", t) for t in texts):
+            broken = [re.sub(r"(\+)|( )", lambda m: "+\n" if m.group(1) else "\n", t) for t in texts]
+            ax.set_xticks(ax.get_xticks(), broken)
+            changed = True
+        elif labels[0].get_rotation() == 0:
+            ax.tick_params(axis="x", labelrotation=90)
+            changed = True
+    return changed
+
+
+def _crowded(labels: Sequence, renderer) -> bool:
+    boxes = sorted((t.get_window_extent(renderer) for t in labels), key=lambda b: b.x0)
+    return any(a.x1 + 2 > b.x0 for a, b in zip(boxes, boxes[1:]))
+
+
+def _keep_panel_height(fig: Figure, axes: Sequence, size: str) -> bool:
+    """Make the figure as tall as it takes for its shortest panel to be PANEL_HEIGHT high."""
+    rows = max(ax.get_subplotspec().get_gridspec().nrows for ax in axes)
+    missing = PANEL_HEIGHT[size] - min(ax.bbox.height for ax in axes) / fig.dpi
+    if abs(missing) <= 0.05:
+        return False
+    width, height = fig.get_size_inches()
+    fig.set_size_inches(width, height + missing * rows)
+    return True
+
+
+def _laid_out(fig: Figure) -> bool:
+    """Draw `fig`; False when the constrained layout found no room for the panels (the figure too short
+    for what surrounds them), after making the figure taller."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fig.draw_without_rendering()
+    if any("collapsed" in str(w.message) for w in caught):
+        width, height = fig.get_size_inches()
+        fig.set_size_inches(width, height + 1.0)
+        return False
+    return True
+
+
+def finish(fig: Figure, axes: Sequence, size: str) -> Figure:
+    """Lay `fig` out for print (see the module doc); `axes` are its plotting panels (not colour bars)."""
+    plain_number_axes(fig)
+    _keep_legend_strip(fig, fig.canvas.get_renderer())
+    settled = False
+    for _ in range(10):
+        if not _laid_out(fig):
+            continue
+        renderer = fig.canvas.get_renderer()
+        changed = _fit_labels(fig, axes)
+        changed |= _fit_ticks(axes, renderer)
+        changed |= _keep_panel_height(fig, axes, size)
+        changed |= _keep_legend_strip(fig, renderer)
+        if not changed:
+            settled = True
+            break
+    if not settled:
+        fig.draw_without_rendering()
+    renderer = fig.canvas.get_renderer()
+    for ax in axes:
+        _fit_cells(ax, renderer)
+        _place_n_labels(ax, renderer)
+    return fig
+
+
+# ---- labels beside points -----------------------------------------------------------------------
+def label_n(ax, xs: Sequence[float], ys: Sequence[float], ns: Sequence[float], color: str) -> None:
+    """An "n=k" label at each point; `finish` moves each where it covers nothing."""
+    for x, y, n in zip(xs, ys, ns):
+        if np.isfinite(y):
+            note = ax.annotate(f"n={int(n)}", (x, y), textcoords="offset points", xytext=_N_OFFSETS[0][:2],
+                               ha=_N_OFFSETS[0][2], va=_N_OFFSETS[0][3], fontsize=6, color=color,
+                               annotation_clip=False)
+            note.set_gid(N_LABEL)
+            note.set_in_layout(False)
+
+
+def mark_boxes(ax, renderer) -> tuple[list[Bbox], list[np.ndarray]]:
+    """Display-space boxes of the marks that stand for data (markers, error bars), and the vertices of
+    the lines through them."""
+    boxes, lines = [], []
+    scale = ax.get_figure().dpi / 72
+    for line in ax.get_lines():
+        if not line.get_visible() or line.get_transform() != ax.transData:
+            continue
+        xy = np.column_stack([np.asarray(line.get_xdata(), dtype=float), np.asarray(line.get_ydata(), dtype=float)])
+        points = line.get_transform().transform(xy)
+        points = points[np.isfinite(points).all(axis=1)]
+        if line.get_marker() not in (None, "", " ", "None", "none"):
+            half = (line.get_markersize() / 2 + line.get_markeredgewidth()) * scale
+            boxes += [Bbox.from_extents(x - half, y - half, x + half, y + half) for x, y in points]
+        if line.get_linestyle() not in ("None", "none", " ", "") and len(points) > 1:
+            lines.append(points)
+    for collection in ax.collections:
+        if isinstance(collection, LineCollection) and collection.get_visible():
+            width = max(float(np.max(collection.get_linewidths(), initial=1.0)) * scale, 1.0)
+            for segment in collection.get_segments():
+                points = collection.get_transform().transform(segment)
+                (x0, y0), (x1, y1) = points.min(axis=0), points.max(axis=0)
+                boxes.append(Bbox.from_extents(x0 - width, y0 - width, x1 + width, y1 + width))
+    return boxes, lines
+
+
+def _crosses(box: Bbox, line: np.ndarray) -> bool:
+    for (x0, y0), (x1, y1) in zip(line[:-1], line[1:]):
+        t = np.linspace(0.0, 1.0, 24)
+        xs, ys = x0 + (x1 - x0) * t, y0 + (y1 - y0) * t
+        if np.any((xs >= box.x0) & (xs <= box.x1) & (ys >= box.y0) & (ys <= box.y1)):
+            return True
+    return False
+
+
+def _place_n_labels(ax, renderer) -> None:
+    notes = [t for t in ax.texts if t.get_gid() == N_LABEL]
+    if not notes:
+        return
+    boxes, lines = mark_boxes(ax, renderer)
+    inside = ax.bbox.padded(-1.0)
+    taken: list[Bbox] = []
+    for note in notes:
+        scored = []
+        for rank, (dx, dy, ha, va) in enumerate(_N_OFFSETS):
+            note.set(ha=ha, va=va)
+            note.xyann = (dx, dy)
+            box = note.get_window_extent(renderer).padded(1.0)
+            cost = (100 * sum(box.overlaps(b) for b in boxes + taken) + 100 * (not _contains(inside, box))
+                    + 10 * sum(_crosses(box, line) for line in lines) + rank * 0.1)
+            scored.append((cost, rank))
+        _, best = min(scored)
+        dx, dy, ha, va = _N_OFFSETS[best]
+        note.set(ha=ha, va=va)
+        note.xyann = (dx, dy)
+        taken.append(note.get_window_extent(renderer))
+
+
+def _contains(outer: Bbox, inner: Bbox) -> bool:
+    return outer.x0 <= inner.x0 and inner.x1 <= outer.x1 and outer.y0 <= inner.y0 and inner.y1 <= outer.y1
+
+
+def _fit_cells(ax, renderer) -> None:
+    """Shrink each heat-map cell text (data coordinates = cell centre, cells 1 wide) from its first size
+    until it fits its cell."""
+    for text in (t for t in ax.texts if t.get_gid() == CELL_TEXT):
+        text.set_fontsize(_ORIGINAL_SIZE.setdefault(text, text.get_fontsize()))
+        x, y = text.get_position()
+        corners = ax.transData.transform([(x - 0.5, y - 0.5), (x + 0.5, y + 0.5)])
+        cell = Bbox.from_extents(*corners.min(axis=0), *corners.max(axis=0)).padded(-1.5)
+        while not _contains(cell, text.get_window_extent(renderer)) and text.get_fontsize() > 4.5:
+            text.set_fontsize(text.get_fontsize() - 0.5)
+
+
+def line_through(ax, xs: Sequence[float], ys: Sequence[float], **style: Any) -> Line2D | None:
+    """One series' line along its swept knob: only through points of increasing x (None if fewer than two)."""
+    points = sorted((x, y) for x, y in zip(xs, ys) if np.isfinite(x) and np.isfinite(y))
+    if len({x for x, _ in points}) < 2 or len({x for x, _ in points}) != len(points):
+        return None
+    (line,) = ax.plot([x for x, _ in points], [y for _, y in points], marker="none", zorder=3, **style)
+    return line
