@@ -7,6 +7,22 @@ from pathlib import Path
 
 import pytest
 
+from tests.deadlines import scaled
+
+# Each test's own limit, setup and teardown included (pytest-timeout): a hang fails that test with the stack
+# of every thread instead of stalling the run. Generous for the slowest end-to-end test on a loaded machine;
+# scaled by $SWEEP_TEST_TIME_FACTOR like every deadline (tests/deadlines.py). A test may set a lower or
+# higher one with its own @pytest.mark.timeout(scaled(N)).
+TEST_TIME_LIMIT_S = 600
+
+
+def pytest_collection_modifyitems(config, items):
+    limit = scaled(TEST_TIME_LIMIT_S)
+    for item in items:
+        if item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(limit))
+
+
 # No test may reach the Hugging Face hub (no network here, as in CI's .ci/run): a model id that is not local
 # fails at once instead of after the hub client's retries (tens of seconds). Set before transformers loads.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.deadlines import scaled
 from tests.helpers import REPO
 
 PACKAGES = ("sweep", "analysis", "trainer")
@@ -184,5 +185,5 @@ def test_sweep_top_level_keeps_at_most_six_plain_modules():
 def test_the_public_api_loads_lazily_and_names_real_objects():
     code = ("import sys, sweep\nassert 'ray' not in sys.modules and 'sweep.run.runner' not in sys.modules\n"
             "print(sorted(n for n in sweep.__all__ if getattr(sweep, n) is None))")
-    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=scaled(120))
     assert result.returncode == 0 and result.stdout.strip() == "[]", result.stderr

@@ -14,9 +14,10 @@ from tests.helpers import REPO
 
 TESTS = REPO / "tests"
 PROJECT_PACKAGES = ("trainer", "sweep", "analysis")
-# the modules under tests/ a test module may import: the helpers, the fake trainer, the import hook and the
-# namespace cluster (conftest.py's fixtures come by name, never by import)
-IMPORTABLE = {"tests.helpers", "tests.fake_train", "tests.signal_at_import", "tests.cluster.netns_cluster"}
+# the modules under tests/ a test module may import: the helpers, the deadlines, the fake trainer, the import
+# hook and the namespace cluster (conftest.py's fixtures come by name, never by import)
+IMPORTABLE = {"tests.helpers", "tests.deadlines", "tests.fake_train", "tests.signal_at_import",
+              "tests.cluster.netns_cluster"}
 FOLDERS = {"trainer", "sweep", "analysis", "e2e"}
 
 

@@ -12,8 +12,8 @@ from trainer.data import data_dir as resolve_data_dir
 from trainer.errors import UserError
 from trainer.evaluation import STSResult, evaluate_sts, load_task, split_tasks
 from trainer.score_table import format_table
-from trainer.sentence_encoder import POOLERS, SentenceEncoder
-from trainer.vocabulary import STS_BENCHMARK
+from trainer.transfer_data import load_transfer_tasks
+from trainer.vocabulary import POOLERS, STS_BENCHMARK
 
 
 def eval_command(model: str, pooler: str = "cls_before_pooler", data_dir: str | None = None,
@@ -24,20 +24,22 @@ def eval_command(model: str, pooler: str = "cls_before_pooler", data_dir: str | 
     `tasks` mixes STS and transfer task names (`transfer` = all seven transfer tasks); transfer tasks run
     in `transfer_mode` (test or fasttest). `fast=False` (`--hf-forward`) runs the transformers forward
     instead of trainer.fast_forward, to check that both give the same figures."""
-    from trainer import transfer as transfer_eval
-    from trainer.models import load_encoder, pick_device
-
     if pooler not in POOLERS:
         raise UserError(f"unknown pooler '{pooler}': choose from {', '.join(POOLERS)}")
     sts_tasks, transfer_tasks = split_tasks(tasks)
-    if transfer_mode not in transfer_eval.MODES:
-        raise UserError(f"unknown --transfer-mode '{transfer_mode}': choose test (the papers' tables) or fasttest")
     root = resolve_data_dir(data_dir)
-    for task in sts_tasks:  # fail on missing/altered data before the model loads
+    for task in sts_tasks:  # fail on missing/altered data before torch and the model load
         load_task(root, task, "test")
     if sts_tasks:
         load_task(root, STS_BENCHMARK, "dev")
-    transfer_eval.load_transfer_tasks(root, transfer_tasks)
+    load_transfer_tasks(root, transfer_tasks)
+
+    from trainer import transfer as transfer_eval
+    from trainer.models import load_encoder, pick_device
+    from trainer.sentence_encoder import SentenceEncoder
+
+    if transfer_mode not in transfer_eval.MODES:
+        raise UserError(f"unknown --transfer-mode '{transfer_mode}': choose test (the papers' tables) or fasttest")
     torch_device = pick_device(device)
     encoder_model, tokenizer = load_encoder(model)
     encoder = SentenceEncoder(encoder_model.to(torch_device), tokenizer, pooler, torch_device, batch_size, fast=fast)

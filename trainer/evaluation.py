@@ -26,11 +26,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
-import torch
-from scipy.stats import pearsonr, spearmanr
 
 from trainer.data import data_dir as resolve_data_dir
 from trainer.data import verified_path
@@ -38,6 +36,9 @@ from trainer.embedding_cache import EmbeddingCache, EncodeFn
 from trainer.errors import UserError
 from trainer.sts_average import AVG, STS_TASKS, covers_seven_tasks
 from trainer.vocabulary import SICK_RELATEDNESS, STS12, STS13, STS14, STS15, STS16, STS_BENCHMARK
+
+if TYPE_CHECKING:
+    import torch
 
 STS_YEARS: dict[str, tuple[str, list[str]]] = {
     STS12: ("STS12-en-test", ["MSRpar", "MSRvid", "SMTeuroparl", "surprise.OnWN", "surprise.SMTnews"]),
@@ -149,6 +150,7 @@ def cosine_scores(emb1: np.ndarray, emb2: np.ndarray) -> np.ndarray:
 
 def score_subsets(sets: Sequence[PairSet], sims: Sequence[np.ndarray]) -> dict:
     """SentEval's STSEval result: per subset pearson/spearman/n, and 'all' (concatenated), mean, wmean."""
+    from scipy.stats import pearsonr, spearmanr  # here: checking data and tasks needs no scipy
     details: dict = {"subsets": {}}
     for pairs, sim in zip(sets, sims):
         details["subsets"][pairs.name] = {
@@ -189,6 +191,8 @@ def average(scores_x100: Sequence[float]) -> float:
 def alignment_uniformity(pairs: PairSet, lookup: Callable[[Sequence[str]], np.ndarray]) -> tuple[float, float]:
     """align = E_pos ||f(x)-f(y)||^2 over pairs with gold > 4; uniform = log E exp(-2||f(x)-f(y)||^2) over
     all pairs of distinct sentences of the split. Embeddings are L2-normalised first."""
+    import torch  # here, not at the top: checking data and tasks (sweep eval's bad input) needs no torch
+
     def unit(x: np.ndarray) -> torch.Tensor:
         t = torch.from_numpy(np.nan_to_num(x)).double()
         return torch.nn.functional.normalize(t, dim=-1)
@@ -261,6 +265,8 @@ def stsb_dev_spearman(encode: EncodeFn, data_root: str | Path | None = None) -> 
     """STS-B dev Spearman (fraction), the model-selection score during training."""
     pairs = load_task(resolve_data_dir(data_root), STS_BENCHMARK, "dev")[0]
     cache = EmbeddingCache(encode, pairs.sent1 + pairs.sent2)
+    from scipy.stats import spearmanr
+
     return float(spearmanr(cosine_scores(cache(pairs.sent1), cache(pairs.sent2)), pairs.gold)[0])
 
 

@@ -25,13 +25,14 @@ Two choices the paper leaves open are explicit here:
 
 from __future__ import annotations
 
-from typing import Any, Sequence
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Sequence
 
 from trainer.data import planned_steps
 from trainer.schedules import RELEASED_SCHEDULE_STEPS, ema_schedule_step, mean_cosine_eta
 from trainer.slices import parse_slices
+
+if TYPE_CHECKING:  # numpy loads with the meter's first observation: planning a study needs none
+    import numpy as np
 
 ETA_CHOICES = ("initial", "final", "mean")
 K_CHOICES = ("oldest", "size")
@@ -127,6 +128,7 @@ class TraceableDistanceMeter:
     Measured distance: EMA age + the oldest queue age used, averaged over the steps after the queue
     first fills (every position the loss reads holds a real key).
 
+    >>> import numpy as np
     >>> meter = TraceableDistanceMeter()
     >>> for step in range(1, 201):
     ...     meter.observe(step, queue_ages=np.array([1.0, 2.0]), queue_full=True)
@@ -151,6 +153,8 @@ class TraceableDistanceMeter:
     def observe(self, step: int, queue_ages: np.ndarray | None, queue_full: bool) -> None:
         """Call at each step before the EMA update, with the ages of the queue keys the loss reads
         (NaN for random keys; None or empty for no queue) and whether every position it reads is real."""
+        import numpy as np
+
         real = queue_ages[~np.isnan(queue_ages)] if queue_ages is not None and len(queue_ages) else np.empty(0)
         self.last_oldest = float(real.max()) if real.size else None
         if not queue_full:

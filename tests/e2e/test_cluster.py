@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from tests.deadlines import scaled
 from tests.helpers import assert_complete_study, ray_head_process, write_study
 
 pytestmark = pytest.mark.slow
@@ -22,7 +23,7 @@ def test_sweep_runs_on_an_existing_cluster(tmp_path, ray_head, tiny_model_dir, s
     address, env = ray_head
     path = write_study(tmp_path, "cluster", tiny_model_dir, shared_data_dir)
     result = subprocess.run([sys.executable, "-m", "sweep", "run", str(path), "--address", address],
-                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240,
+                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=scaled(240),
                             start_new_session=True)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "4/4 ended" in result.stdout

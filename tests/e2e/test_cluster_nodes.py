@@ -22,6 +22,7 @@ import optuna
 import pytest
 
 from tests.cluster.netns_cluster import WorkerSpec, netns_cluster_fixture
+from tests.deadlines import scaled
 from tests.helpers import Driver, fake_env, read_csv, write_study
 
 pytestmark = pytest.mark.slow
@@ -31,7 +32,7 @@ STAGING = Path(tempfile.gettempdir()) / "contrastive-sweep" / "staging"
 
 def sweep(args: list[str], cwd: Path, env: dict[str, str], timeout: float = 400) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "sweep", *args], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=timeout, start_new_session=True)
+                          timeout=scaled(timeout), start_new_session=True)
 
 
 def trial_files(study_dir: Path) -> dict[str, set[str]]:
@@ -57,7 +58,7 @@ def wait_for(driver: Driver, timeout: float) -> None:
     try:
         driver.finish(timeout=timeout)
     except subprocess.TimeoutExpired:
-        pytest.fail(f"the driver did not end within {timeout:.0f} s:\n{driver.out}")
+        pytest.fail(f"the driver did not end within {scaled(timeout):.0f} s:\n{driver.out}")
 
 
 def staged_leftovers(keys) -> list[Path]:

@@ -18,6 +18,7 @@ from pathlib import Path
 import optuna
 import pytest
 
+from tests.deadlines import scaled
 from tests.helpers import Driver, fake_env, fake_study, kill_session, rows
 from trainer.errors import UserError
 from trainer.files import write_text_atomic
@@ -25,7 +26,7 @@ from trainer.files import write_text_atomic
 
 def sweep(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "sweep", *args], cwd=cwd, env=fake_env(**env), capture_output=True,
-                          text=True, timeout=240, start_new_session=True)
+                          text=True, timeout=scaled(240), start_new_session=True)
 
 
 # ---- fast ------------------------------------------------------------------------------------------------
@@ -56,7 +57,7 @@ def test_status_says_when_the_optuna_storage_cannot_be_read(tmp_path):
     (folder / "trials.csv").write_text("key,seed,state\nabc,1,COMPLETE\n")
     (folder / "optuna.db").write_bytes(os.urandom(100))
     result = subprocess.run([sys.executable, "-m", "sweep", "status", str(folder)], capture_output=True, text=True,
-                            timeout=120, env=fake_env())
+                            timeout=scaled(120), env=fake_env())
     assert result.returncode == 2, result.stdout + result.stderr
     err = result.stderr.strip().splitlines()
     assert len(err) == 1 and "Optuna storage" in err[0] and "optuna.db" in err[0] and "not a database" in err[0]
@@ -152,8 +153,9 @@ def test_a_full_disk_or_a_read_only_folder_ends_the_run_with_one_line(tmp_path, 
     assert "Traceback" not in result.stdout + result.stderr
     filler.unlink()
 
-    # the disk fills while the study runs (after the first trial's results were written)
-    driver = Driver(["run", str(path), "--max-concurrent", "1"], tmp_path, fake_env(steps=4, step_s=0.5))
+    # the disk fills while the study runs (after the first trial's results were written): each trial takes 6 s,
+    # so the two after it cannot both end in the seconds trials.csv may lag behind the run
+    driver = Driver(["run", str(path), "--max-concurrent", "1"], tmp_path, fake_env(steps=4, step_s=1.5))
     try:
         driver.wait_for(lambda: any(r["state"] == "COMPLETE" for r in rows(study_dir)), timeout=200)
         filler = fill(small_tmpfs)

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.deadlines import scaled
 from tests.helpers import fake_env, fake_study, ray_head_process
 
 pytestmark = pytest.mark.slow
@@ -23,7 +24,7 @@ def sweep_run(study: Path, address: str, cwd: Path, head_env: dict[str, str]):
     # CUDA_VISIBLE_DEVICES="": the driver's machine has no GPU even on a GPU machine (a login node)
     env = {**head_env, "CUDA_VISIBLE_DEVICES": ""}
     return subprocess.run([sys.executable, "-m", "sweep", "run", str(study), "--address", address], cwd=cwd,
-                          env=env, capture_output=True, text=True, timeout=240, start_new_session=True)
+                          env=env, capture_output=True, text=True, timeout=scaled(240), start_new_session=True)
 
 
 def test_half_gpu_trials_pack_two_per_declared_gpu_and_record_their_gpu(tmp_path, shared_data_dir):

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.cluster.netns_cluster import WorkerSpec, netns_cluster_fixture
+from tests.deadlines import scaled
 
 pytestmark = pytest.mark.slow
 
@@ -34,7 +35,7 @@ def probe():
 node_ids = {n["NodeManagerAddress"]: n["NodeID"] for n in ray.nodes() if n["Alive"]}
 refs = [probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_ids[ip], soft=False)).remote()
         for ip in ips]
-print("RESULT " + json.dumps(dict(zip(ips, ray.get(refs, timeout=120)))))
+print("RESULT " + json.dumps(dict(zip(ips, ray.get(refs, timeout=scaled(120))))))
 """
 
 
@@ -47,7 +48,7 @@ def test_nodes_have_their_own_address_and_disk_and_a_killed_node_is_marked_dead(
     assert ips[0] != ips[1] and cluster.address.startswith(cluster.head_ip + ":")
 
     done = subprocess.run([sys.executable, "-c", DRIVER, cluster.address, str(folder), cluster.temp_dir, *ips],
-                          env=cluster.env, cwd=tmp_path, capture_output=True, text=True, timeout=180,
+                          env=cluster.env, cwd=tmp_path, capture_output=True, text=True, timeout=scaled(180),
                           start_new_session=True)
     assert done.returncode == 0, done.stdout + done.stderr
     seen = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("RESULT "))[7:])
@@ -60,8 +61,9 @@ def test_nodes_have_their_own_address_and_disk_and_a_killed_node_is_marked_dead(
     assert sorted(p.name for p in folder.iterdir()) == ["driver-only.txt"]
 
     cluster.kill_node(0)
-    marked_after = cluster.wait_for_dead(0, timeout=30)  # seconds from the kill to the GCS's end time of the node
-    assert marked_after < 30
+    # seconds from the kill to the GCS's end time of the node
+    marked_after = cluster.wait_for_dead(0, timeout=scaled(30))
+    assert marked_after < scaled(30)
     alive = [n["ip"] for n in cluster.nodes() if n["alive"] and not n["head"]]
     assert alive == [ips[1]]
     print(f"node killed -> marked dead by the GCS after {marked_after:.1f} s")

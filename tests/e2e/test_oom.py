@@ -12,6 +12,7 @@ import sys
 import optuna
 import pytest
 
+from tests.deadlines import scaled
 from tests.helpers import fake_env, fake_study, rows
 
 pytestmark = pytest.mark.slow
@@ -21,7 +22,7 @@ def test_out_of_gpu_memory_fails_the_trial_and_the_study_goes_on(tmp_path, share
     study = fake_study(tmp_path, "oom", shared_data_dir, parameters={"batch_size": [4, 8, 16]},
                        resources={"cpu": 1, "gpu": 0})
     result = subprocess.run([sys.executable, "-m", "sweep", "run", str(study)], cwd=tmp_path, capture_output=True,
-                            text=True, timeout=240, start_new_session=True,
+                            text=True, timeout=scaled(240), start_new_session=True,
                             env=fake_env(FAKE_TRAIN_OOM_BATCH="16"))
     assert result.returncode == 1, result.stdout + result.stderr  # README: a trial ended in an error
     assert "Traceback" not in result.stdout + result.stderr

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.deadlines import scaled
 from tests.helpers import fake_env, fake_study
 
 pytestmark = pytest.mark.slow
@@ -44,7 +45,7 @@ def test_a_grid_at_a_quarter_cpu_runs_eight_trials_at_once(tmp_path, shared_data
     # Ray test beside this one, their starts spread over more than 15 s (15 s trials: 7 at once). Before,
     # Tune's one pending trial started them one trial after another.
     done = subprocess.run([sys.executable, "-m", "sweep", "run", str(path)], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=400, env=fake_env(steps=1, step_s=25.0), start_new_session=True)
+                          text=True, timeout=scaled(400), env=fake_env(steps=1, step_s=25.0), start_new_session=True)
     assert done.returncode == 0, done.stdout + done.stderr
     summaries = [json.loads(p.read_text()) for p in (tmp_path / "results" / "parallel").glob("trials/*/summary.json")]
     assert len(summaries) == 8 and all(s["status"] == "ok" for s in summaries)
@@ -86,7 +87,7 @@ def test_short_trials_keep_every_worker_that_is_starting(tmp_path, shared_data_d
     ray_tmp = tempfile.mkdtemp(prefix="ray", dir="/tmp")
     try:
         done = subprocess.run([sys.executable, "-m", "sweep", "run", str(path)], cwd=tmp_path, capture_output=True,
-                              text=True, timeout=400, env=fake_env(steps=1, step_s=1.0, RAY_TMPDIR=ray_tmp),
+                              text=True, timeout=scaled(400), env=fake_env(steps=1, step_s=1.0, RAY_TMPDIR=ray_tmp),
                               start_new_session=True)
         # one core-worker log per Ray worker process, named ..._PID.log
         logs = Path(ray_tmp).glob("ray/session_*/logs/python-core-worker-*.log")
@@ -114,7 +115,7 @@ def test_asha_stops_the_trials_below_its_rung_cutoff(tmp_path, shared_data_dir):
     path = fake_study(tmp_path, "asha", shared_data_dir, decays=decays, resources={"cpu": 1},
                       scheduler={"type": "asha", "grace_period": 1, "reduction_factor": 2})
     done = subprocess.run([sys.executable, "-m", "sweep", "run", str(path), "--max-concurrent", "2"], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=400, env=fake_env(steps=4, step_s=0.5),
+                          capture_output=True, text=True, timeout=scaled(400), env=fake_env(steps=4, step_s=0.5),
                           start_new_session=True)
     assert done.returncode == 0, done.stdout + done.stderr
     folder = tmp_path / "results" / "asha"
@@ -149,7 +150,7 @@ print('ray', 'wandb' in sys.modules, 'mlflow' in sys.modules, len(tagged))
 usage.tag_callbacks(callbacks)  # the trackers are imported now: Ray's tag runs
 print('tagged', len(tagged), tagged[-1])
 """
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=scaled(120))
     assert out.returncode == 0, out.stderr
     lines = [line.split(maxsplit=3) for line in out.stdout.splitlines()]
     assert lines[0] == ["skipped", "False", "False", "[]"]

@@ -19,6 +19,7 @@ import pytest
 
 from sweep.run.runner import run_study
 from sweep.spec import load_study
+from tests.deadlines import scaled
 from tests.helpers import assert_complete_study, free_port, query_dashboard, run_sweep, write_study
 
 pytestmark = pytest.mark.slow
@@ -55,7 +56,7 @@ def postgres_url():
     port = free_port()
 
     def run(*args: str) -> None:
-        result = subprocess.run([*as_user, *args], capture_output=True, text=True, timeout=120)
+        result = subprocess.run([*as_user, *args], capture_output=True, text=True, timeout=scaled(120))
         if result.returncode != 0:
             log = (root / "server.log").read_text() if (root / "server.log").exists() else ""
             pytest.fail(f"{' '.join(args)} failed:\n{result.stdout}{result.stderr}{log}")
@@ -68,7 +69,7 @@ def postgres_url():
         yield f"postgresql+psycopg2://postgres@127.0.0.1:{port}/sweep"
     finally:
         subprocess.run([*as_user, str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"],
-                       capture_output=True, timeout=60)
+                       capture_output=True, timeout=scaled(60))
         shutil.rmtree(root, ignore_errors=True)
 
 

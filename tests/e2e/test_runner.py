@@ -12,7 +12,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -21,6 +20,7 @@ import yaml
 
 from sweep.run.runner import run_study
 from sweep.spec import load_study
+from tests.deadlines import scaled, wait_until
 from tests.helpers import (
     REPO,
     assert_complete_study,
@@ -52,14 +52,9 @@ def start_driver(study: Path, cwd: Path) -> subprocess.Popen:
                             start_new_session=True)
 
 
-def wait_until(condition, driver: subprocess.Popen, timeout: float = 180) -> bool:
-    """Poll `condition` every 0.1 s; False on timeout or when the driver exits first."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and driver.poll() is None:
-        if condition():
-            return True
-        time.sleep(0.1)
-    return False
+def wait_while_running(condition, driver: subprocess.Popen, timeout: float = 180) -> bool:
+    """Poll `condition` every 0.1 s; False on the (scaled) timeout or when the driver exits first."""
+    return wait_until(condition, timeout, still_worth_waiting=lambda: driver.poll() is None)
 
 
 # ---- tests ----------------------------------------------------------------------------------------------
@@ -96,7 +91,7 @@ def test_grid_runs_under_ray_and_is_mirrored_to_optuna_and_disk(tmp_path, tiny_m
     fresh_config.write_text(yaml.safe_dump({**reused["config"], "output_dir": str(tmp_path / "fresh")}))
     alone = subprocess.run([sys.executable, "-m", "trainer", str(fresh_config)], capture_output=True, text=True,
                            env=dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1"),  # as in a 1-CPU trial
-                           timeout=300, check=False)
+                           timeout=scaled(300), check=False)
     assert alone.returncode == 0, alone.stderr[-2000:]
     fresh = json.loads((tmp_path / "fresh" / "summary.json").read_text())
     assert results_of(reused) == results_of(fresh)
@@ -161,7 +156,7 @@ def test_resume_after_the_driver_is_killed(tmp_path, tiny_model_dir, shared_data
         return states.count("COMPLETE") >= 1 and "RUNNING" in states
 
     try:
-        if not wait_until(one_complete_one_running, driver):
+        if not wait_while_running(one_complete_one_running, driver):
             assert driver.poll() is None, driver.stdout.read()
             raise AssertionError("the sweep never had a COMPLETE and a RUNNING trial")
     finally:
@@ -200,9 +195,10 @@ def test_ctrl_c_stops_the_sweep_with_exit_code_130(tmp_path, tiny_model_dir, sha
         def one_running():
             return (study_dir / "trials.csv").exists() and "RUNNING" in [r["state"] for r in read_csv(study_dir)]
 
-        wait_until(one_running, driver)
+        # a trial must be running when the signal comes (on a loaded machine Ray may take minutes to start one)
+        assert wait_while_running(one_running, driver), "no trial was ever RUNNING"
         os.killpg(driver.pid, signal.SIGINT)  # what a terminal sends to the foreground process group
-        out, _ = driver.communicate(timeout=120)
+        out, _ = driver.communicate(timeout=scaled(120))
     finally:
         kill_session_until_gone(driver.pid)
     assert driver.returncode == 130, out

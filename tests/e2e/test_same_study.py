@@ -10,12 +10,13 @@ import optuna
 import pytest
 import yaml
 
+from tests.deadlines import scaled
 from tests.helpers import fake_env, fake_study
 
 
 def sweep(args, cwd):
     return subprocess.run([sys.executable, "-m", "sweep", *args], cwd=cwd, env=fake_env(steps=2, step_s=0.05),
-                          capture_output=True, text=True, timeout=240, start_new_session=True, check=False)
+                          capture_output=True, text=True, timeout=scaled(240), start_new_session=True, check=False)
 
 
 def test_compare_specs_tells_extensions_from_other_studies():

@@ -18,6 +18,7 @@ from pathlib import Path
 import optuna
 import pytest
 
+from tests.deadlines import scaled
 from tests.helpers import REPO, fake_env, fake_study, rows
 
 START = REPO / "tests" / "slurm" / "start_local_slurm.sh"
@@ -25,7 +26,7 @@ START = REPO / "tests" / "slurm" / "start_local_slurm.sh"
 
 def sweep(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "sweep", *args], cwd=cwd, env=env or fake_env(), capture_output=True,
-                          text=True, timeout=120, check=False)
+                          text=True, timeout=scaled(120), check=False)
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +34,7 @@ def local_slurm() -> None:
     if os.geteuid() != 0:
         pytest.skip("a local Slurm needs root (tests/slurm/start_local_slurm.sh)")
     try:
-        done = subprocess.run(["bash", str(START)], capture_output=True, text=True, timeout=600, check=False)
+        done = subprocess.run(["bash", str(START)], capture_output=True, text=True, timeout=scaled(600), check=False)
     except subprocess.TimeoutExpired:
         pytest.skip("tests/slurm/start_local_slurm.sh did not finish in 10 minutes")
     if done.returncode != 0:
@@ -119,7 +120,7 @@ def test_a_study_cut_by_the_time_limit_is_requeued_and_finished(tmp_path, shared
     job_id = re.search(r"submitted job (\d+)", submitted.stdout).group(1)
     try:
         # first allocation: cut by the time limit's signal; the job requeues itself
-        deadline = time.monotonic() + 300
+        deadline = time.monotonic() + scaled(300)
         while int(job(job_id).get("Restarts", 0)) < 1:
             info = job(job_id)
             assert info.get("JobState") in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING"), (info, rows(study_dir))
@@ -129,13 +130,13 @@ def test_a_study_cut_by_the_time_limit_is_requeued_and_finished(tmp_path, shared
         # job back (BeginTime) because slurmd refuses a credential issued in the same second as the revoked
         # one ("Job credential revoked", the job FAILED: seen on CI); lift the hold only once the node is
         # clean and a few seconds have passed.
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + scaled(120)
         while job(job_id).get("JobState") != "PENDING" or node_busy():
             assert time.monotonic() < deadline, (job(job_id), node_busy())
             time.sleep(0.5)
         time.sleep(3)
         subprocess.run(["scontrol", "update", f"JobId={job_id}", "TimeLimit=15", "StartTime=now"], check=False)
-        deadline = time.monotonic() + 300
+        deadline = time.monotonic() + scaled(300)
         while job(job_id).get("JobState") not in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"):
             assert time.monotonic() < deadline, job(job_id)
             time.sleep(1)

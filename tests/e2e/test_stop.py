@@ -19,6 +19,7 @@ from pathlib import Path
 import optuna
 import pytest
 
+from tests.deadlines import scaled
 from tests.helpers import Driver, fake_env, fake_study, kill_session, rows, running, session_left
 from trainer.models import resolve_model_path
 
@@ -65,7 +66,7 @@ def test_a_stop_signal_interrupts_the_running_trial_and_exits_128_plus_n(tmp_pat
         code = driver.finish()
         took = time.monotonic() - started
         assert_clean_stop(driver, code, name, study_dir, expected, signame)
-        assert took < 30, took
+        assert took < scaled(30), took
     finally:
         kill_session(driver.proc.pid)
 
@@ -73,7 +74,7 @@ def test_a_stop_signal_interrupts_the_running_trial_and_exits_128_plus_n(tmp_pat
         return
     # the same command goes on: the interrupted trial runs again, every trial ends COMPLETE once
     result = subprocess.run([sys.executable, "-m", "sweep", "run", str(path)], cwd=tmp_path,
-                            env=fake_env(), capture_output=True, text=True, timeout=180, start_new_session=True)
+                            env=fake_env(), capture_output=True, text=True, timeout=scaled(180), start_new_session=True)
     assert result.returncode == 0, result.stdout + result.stderr
     assert all(r["state"] == "COMPLETE" for r in rows(study_dir)) and len(rows(study_dir)) == 3
     trials = optuna.load_study(study_name=name, storage=f"sqlite:///{study_dir / 'optuna.db'}").get_trials()
@@ -108,7 +109,7 @@ def test_a_second_signal_ends_the_driver_at_once(tmp_path, shared_data_dir):
         os.kill(driver.proc.pid, signal.SIGTERM)
         started = time.monotonic()
         code = driver.finish()
-        assert time.monotonic() - started < 15
+        assert time.monotonic() - started < scaled(15)
         # 143: our exit; -15: the second SIGTERM came while ray.shutdown had reset SIGTERM (the shell
         # shows 143 for both)
         assert code in (143, -signal.SIGTERM), driver.out
@@ -127,7 +128,7 @@ def test_exit_status_1_when_a_trial_raised_and_0_for_a_diverged_trial(tmp_path, 
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     proc.stdout.close()
     err = proc.stderr.read()
-    assert proc.wait(timeout=180) == 0 and "Traceback" not in err, err
+    assert proc.wait(timeout=scaled(180)) == 0 and "Traceback" not in err, err
     assert Counter(r["status"] for r in rows(tmp_path / "results" / "diverged")) == {"ok": 1, "diverged": 1}
 
     # The fake trainer raises for a model path containing "raise"; the preflight loads a model's config and
@@ -136,7 +137,7 @@ def test_exit_status_1_when_a_trial_raised_and_0_for_a_diverged_trial(tmp_path, 
     shutil.copytree(resolve_model_path("embedded"), raise_me, ignore=shutil.ignore_patterns("*.safetensors", "*.bin"))
     raising = fake_study(tmp_path, "raising", shared_data_dir, parameters={"model": ["embedded", str(raise_me)]})
     result = subprocess.run([sys.executable, "-m", "sweep", "run", str(raising)], cwd=tmp_path, env=fake_env(),
-                            capture_output=True, text=True, timeout=180, start_new_session=True)
+                            capture_output=True, text=True, timeout=scaled(180), start_new_session=True)
     assert result.returncode == 1, result.stdout + result.stderr
     assert Counter(r["status"] for r in rows(tmp_path / "results" / "raising")) == {"ok": 1, "error": 1}
 
@@ -164,7 +165,7 @@ def signalled_driver(tmp_path: Path, shared_data_dir: Path, setup: str) -> subpr
     code = (f"import os, signal, sys, time\n{setup}\n"
             f"from sweep.cli import main\nsys.exit(main(['run', {str(path)!r}]))\n")
     return subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=fake_env(steps=1, step_s=0),
-                          capture_output=True, text=True, timeout=180, start_new_session=True)
+                          capture_output=True, text=True, timeout=scaled(180), start_new_session=True)
 
 
 @pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])

@@ -26,6 +26,7 @@ from sweep.records.history import compare_specs
 from sweep.run.runner import run_study
 from sweep.run.trackers import StudyResults, logger_callbacks, mlflow_problem
 from sweep.spec import load_study
+from tests.deadlines import scaled
 from tests.helpers import REPO, fake_env, fake_study, free_port, hand_made_study, read_csv, study_file, write_study
 
 
@@ -51,11 +52,11 @@ class MlflowServer:
             [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", port, "--workers", "1",
              "--backend-store-uri", f"sqlite:///{folder / 'mlflow.db'}", "--default-artifact-root",
              str(folder / "artifacts")], stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        deadline = time.monotonic() + 90
+        deadline = time.monotonic() + scaled(90)
         while time.monotonic() < deadline:
             assert self.proc.poll() is None, (folder / "server.log").read_text()
             try:
-                socket.create_connection(("127.0.0.1", int(port)), timeout=1).close()
+                socket.create_connection(("127.0.0.1", int(port)), timeout=scaled(1)).close()
                 return
             except OSError:
                 time.sleep(0.3)
@@ -66,10 +67,10 @@ class MlflowServer:
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, sig)
             try:
-                self.proc.wait(15)
+                self.proc.wait(scaled(15))
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(5)
+                self.proc.wait(scaled(5))
         self.log.close()
 
 
@@ -218,12 +219,12 @@ def test_mlflow_server_lost_mid_study_is_one_warning_and_the_study_completes(tmp
                                   cwd=tmp_path, env=fake_env(steps=4, step_s=1.0), text=True,
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
         trials_dir = tmp_path / "results" / "lost" / "trials"
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + scaled(120)
         while not list(trials_dir.glob("*/trackers.json")) and time.monotonic() < deadline:
             assert driver.poll() is None
             time.sleep(0.2)
         server.stop(signal.SIGKILL)  # the first trial's MLflow run exists; the server dies while it trains
-        out, err = driver.communicate(timeout=240)
+        out, err = driver.communicate(timeout=scaled(240))
     finally:
         server.stop()
     print(err)
@@ -342,8 +343,8 @@ def test_missing_tracker_package_is_exit_2_before_anything_starts(tmp_path, logg
     study_file(tmp_path, {"name": "l", "base": {"model": "embedded"}, "loggers": [logger],
                           "results_dir": str(tmp_path / "results")})
     code = f"import sys; sys.modules[{package!r}] = None; from sweep.cli import main; sys.exit(main(['run', 'l.yaml']))"
-    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                            env={**os.environ, "PYTHONPATH": str(REPO)}, start_new_session=True)
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=scaled(120), env={**os.environ, "PYTHONPATH": str(REPO)}, start_new_session=True)
     assert result.returncode == 2, result.stderr
     assert result.stderr == (f"sweep: error: loggers: {logger} needs the {package} package, which is not "
                              f"installed; pip install 'contrastive-sweep[{logger}]' (or remove {logger} from the "

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.deadlines import scaled
 from tests.helpers import REPO, study_file
 
 MEMORY_LIMIT = 1 << 30
@@ -81,7 +82,7 @@ def run_limited(path: Path, *args: str) -> tuple[subprocess.CompletedProcess, fl
            "FAKE_TRAIN_STEPS": "1", "FAKE_TRAIN_STEP_S": "0"}
     started = time.monotonic()
     result = subprocess.run([sys.executable, "-m", "sweep", "run", str(path), *args], cwd=path.parent, env=env,
-                            capture_output=True, text=True, timeout=TIME_LIMIT_S, preexec_fn=_limit_memory)
+                            capture_output=True, text=True, timeout=scaled(TIME_LIMIT_S), preexec_fn=_limit_memory)
     return result, time.monotonic() - started
 
 
@@ -110,7 +111,7 @@ def test_planning_stays_within_memory_and_time(limited_runs, name, dry_run):
     assert result.returncode == code, output[-3000:]
     assert "Traceback" not in output and "MemoryError" not in output
     assert fragment in output, output[-3000:]
-    assert took < TIME_LIMIT_S / 2, took
+    assert took < scaled(TIME_LIMIT_S) / 2, took
     if code == 2:
         assert result.stdout == "" and result.stderr.count("\n") == 1 and len(result.stderr) < 2100
     assert sorted(p.name for p in folder.iterdir()) == ["study.yaml"]  # nothing written
@@ -142,6 +143,6 @@ def test_a_billion_planned_steps_run(tmp_path, shared_data_dir):
     env = {**os.environ, "PYTHONPATH": str(REPO), "SWEEP_TRAIN_FN": "tests.fake_train:train",
            "FAKE_TRAIN_STEPS": "1", "FAKE_TRAIN_STEP_S": "0"}
     result = subprocess.run([sys.executable, "-m", "sweep", "run", str(path)], cwd=tmp_path, env=env,
-                            capture_output=True, text=True, timeout=180, start_new_session=True)
+                            capture_output=True, text=True, timeout=scaled(180), start_new_session=True)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "2 trials: 2 COMPLETE" in result.stdout

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.deadlines import scaled
 from tests.helpers import REPO
 from trainer.data import manifest
 
@@ -41,7 +42,7 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 
 def run_sweep(*args: str, env: dict | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(sweep_cmd() + list(args), capture_output=True, text=True, timeout=300,
+    return subprocess.run(sweep_cmd() + list(args), capture_output=True, text=True, timeout=scaled(300),
                           env=env or clean_env(), cwd=cwd or REPO)
 
 
@@ -216,7 +217,7 @@ def _offline_fetch(dest: Path, *extra: str) -> subprocess.CompletedProcess:
         "from sweep.cli import main\n"
         f"sys.exit(main(['data', 'fetch', '--dest', {str(dest)!r}] + {list(extra)!r}))\n"
     )
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=scaled(120),
                           env=clean_env(), cwd=REPO)
 
 

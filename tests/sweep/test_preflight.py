@@ -13,6 +13,7 @@ import pytest
 from sweep.run.preflight import preflight_resources
 from sweep.run.runner import run_study
 from sweep.spec import load_study
+from tests.deadlines import scaled
 from tests.helpers import REPO, study_file
 from trainer.errors import UserError
 
@@ -26,10 +27,10 @@ def test_a_gpu_study_on_a_machine_without_gpu_exits_2_in_seconds(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO), "CUDA_VISIBLE_DEVICES": ""}  # no GPU, also on a GPU machine
     started = time.monotonic()
     result = subprocess.run([sys.executable, "-m", "sweep", "run", str(path)], cwd=tmp_path, env=env,
-                            capture_output=True, text=True, timeout=120)
+                            capture_output=True, text=True, timeout=scaled(120))
     elapsed = time.monotonic() - started
     assert result.returncode == 2, result.stderr
-    assert elapsed < 20, elapsed
+    assert elapsed < scaled(20), elapsed
     assert result.stdout == ""
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and "asks for 1 GPU but this machine has no GPU" in lines[0]

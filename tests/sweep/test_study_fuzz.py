@@ -43,6 +43,7 @@ import yaml
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
+from tests.deadlines import scaled
 from tests.helpers import REPO
 
 EXAMPLES = int(os.environ.get("SWEEP_FUZZ_EXAMPLES", "300"))
@@ -435,7 +436,7 @@ def check_one_study(text: str) -> None:
         os.chdir(folder)
         Path("study.yaml").write_text(text, encoding="utf-8", errors="replace")
         started = time.monotonic()
-        faulthandler.dump_traceback_later(120, exit=True)
+        faulthandler.dump_traceback_later(scaled(120), exit=True)
         try:
             dry = _cli(["run", "study.yaml", "--dry-run"])
             real = _cli(["run", "study.yaml"])
@@ -447,7 +448,7 @@ def check_one_study(text: str) -> None:
     assert written == ["study.yaml"], written
     planned = _planned(text) if real[0] == "accepted" else None
     assert TRAIN_CALLS == []
-    assert took < CASE_SECONDS, took
+    assert took < scaled(CASE_SECONDS), took
     code, out, err = dry
     OUTCOMES["refused" if code == 2 else "accepted" if real[0] == "accepted" else "refused by the run only"] += 1
     assert code in (0, 2), (code, err[-3000:])
@@ -476,7 +477,7 @@ def _planned(text: str) -> tuple[int | str, str, str]:
         os.chdir(folder)
         Path("study.yaml").write_text(text, encoding="utf-8", errors="replace")
         STOP_AT["where"] = "ray"
-        faulthandler.dump_traceback_later(120, exit=True)
+        faulthandler.dump_traceback_later(scaled(120), exit=True)
         try:
             return _cli(["run", "study.yaml"])
         finally:
@@ -507,7 +508,7 @@ def fuzz_process(monkeypatch):
             self.prepare()
         finally:
             if self.mirror is not None:
-                self.mirror.wait_for_note(timeout=60)  # its thread writes into the folder about to go
+                self.mirror.wait_for_note(timeout=scaled(60))  # its thread writes into the folder about to go
         raise _Planned()
 
     monkeypatch.setattr(sweep.run.runner.StudyRun, "locked", lock_or_stop)

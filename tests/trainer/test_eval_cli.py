@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.deadlines import scaled
+
 TRUNCATED = "senteval/STS/STS12-en-test/STS.input.MSRpar.txt"
 ALTERED = "senteval/STS/STS15-en-test/STS.gs.images.txt"
 
@@ -66,7 +68,7 @@ def cli_errors(tmp_path_factory, shared_data_dir, tiny_model_dir):
     results = {}
     try:
         for name, proc in procs.items():
-            out, err = proc.communicate(timeout=300)
+            out, err = proc.communicate(timeout=scaled(300))
             results[name] = (proc.returncode, out, err)
     finally:
         for proc in procs.values():
@@ -101,7 +103,7 @@ def test_eval_embedded_json(tmp_path, shared_data_dir):
     proc = subprocess.run(
         sweep_cmd() + ["eval", "--model", "embedded", "--json", "--tasks", "STSBenchmark",
                        "--data-dir", str(shared_data_dir)],
-        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600,
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=scaled(600),
     )
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
@@ -123,7 +125,7 @@ def test_eval_embedded_json(tmp_path, shared_data_dir):
     proc = subprocess.run(
         sweep_cmd() + ["eval", "--model", "embedded", "--json", "--tasks", "STSBenchmark", "--hf-forward",
                        "--data-dir", str(shared_data_dir)],
-        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600,
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=scaled(600),
     )
     assert proc.returncode == 0, proc.stderr
     hf = json.loads(proc.stdout.strip().splitlines()[0])
@@ -135,3 +137,15 @@ def _device_is_cpu() -> bool:
     import torch
 
     return not torch.cuda.is_available()
+
+
+def test_bad_data_is_reported_before_torch_or_scipy_load(tmp_path):
+    """`sweep eval` checks its data before it loads torch, scipy and the model: a wrong --data-dir is one line
+    at once, not after seconds of imports."""
+    code = ("import sys\nfrom sweep.cli import main\ncode = main(['eval', '--model', 'embedded', '--data-dir', "
+            f"{str(tmp_path / 'nowhere')!r}])\n"
+            "print(code, sorted(m for m in ('torch', 'scipy', 'transformers') if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path,
+                            env=cli_env(tmp_path), timeout=scaled(120))
+    assert result.stdout.strip() == "2 []", result.stdout + result.stderr
+    assert "nowhere does not exist" in result.stderr

@@ -20,6 +20,7 @@ import pytest
 import torch
 from sklearn.model_selection import StratifiedKFold
 
+from tests.deadlines import scaled
 from tests.helpers import REPO
 from trainer import senteval_classifier, transfer
 from trainer.errors import UserError
@@ -260,7 +261,7 @@ def _start_sweep(args, tmp_path):
 
 
 def _finish(process):
-    stdout, stderr = process.communicate(timeout=300)
+    stdout, stderr = process.communicate(timeout=scaled(300))
     return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 
