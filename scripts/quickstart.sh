@@ -14,3 +14,4 @@ fi
 sweep run studies/quickstart.yaml
 sweep analyze studies/quickstart.yaml
 echo "figures: results/quickstart/figures/"
+echo "the sweep command is in .venv: run '. .venv/bin/activate' in your shell before the README's other commands"
