@@ -50,6 +50,7 @@ from trainer.senteval_classifier import (
     solver_for,
 )
 from trainer.transfer_data import (
+    TRANSFER_MODES,
     TRANSFER_TASKS,
     TREC_LABELS,
     TransferData,
@@ -74,10 +75,10 @@ __all__ = [
     "predict", "run_job", "solver_for",
 ]
 L2_WEIGHTS = [10 ** t for t in range(-5, -1)]  # SentEval's `regs` with usepytorch
-MODES = {
-    "test": ClassifierSettings(kfold=10, optim="adam", batch_size=64, tenacity=5, epoch_size=4),
-    "fasttest": ClassifierSettings(kfold=5, optim="rmsprop", batch_size=128, tenacity=3, epoch_size=2),
-}
+MODES = dict(zip(TRANSFER_MODES, (  # test, fasttest
+    ClassifierSettings(kfold=10, optim="adam", batch_size=64, tenacity=5, epoch_size=4),
+    ClassifierSettings(kfold=5, optim="rmsprop", batch_size=128, tenacity=3, epoch_size=2),
+)))
 
 
 # ---- the protocols, their fits as independent jobs ----------------------------------------------

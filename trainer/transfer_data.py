@@ -24,6 +24,8 @@ from trainer.errors import UserError
 from trainer.vocabulary import TRANSFER_TASKS as TRANSFER_TASK_NAMES
 
 TRANSFER_TASKS = list(TRANSFER_TASK_NAMES)
+# SentEval's two classifier protocols (settings: trainer.transfer.MODES): the papers' tables, SimCSE's quick one
+TRANSFER_MODES = ("test", "fasttest")
 _FILES = {
     "MR": ["senteval/MR/rt-polarity.pos", "senteval/MR/rt-polarity.neg"],
     "CR": ["senteval/CR/custrev.pos", "senteval/CR/custrev.neg"],

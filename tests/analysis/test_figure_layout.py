@@ -294,7 +294,8 @@ def assert_laid_out(drawn: list[tuple[str, object]]) -> None:
     assert {name: p for name, p in found.items() if p} == {}
 
 
-@pytest.mark.parametrize("seeds", [1, 2, 5])
+# one seed in the fast tier; two and five (error bars, n labels) in the full suite
+@pytest.mark.parametrize("seeds", [1, pytest.param(2, marks=pytest.mark.slow), pytest.param(5, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("study_file", STUDIES, ids=lambda path: path.stem)
 def test_every_figure_of_every_study_is_laid_out_for_print(study_file, seeds, tmp_path):
     drawn = draw_study(fx.stand_in_study(study_file, tmp_path / study_file.stem, seeds))

@@ -39,6 +39,7 @@ def test_the_checklist_names_each_part_of_the_environment(tmp_path, shared_data_
     assert written["problems"] == 0 and "bench" not in written
 
 
+@pytest.mark.slow  # `sweep doctor` imports torch, Ray and Optuna to name their versions
 def test_a_missing_data_directory_is_one_problem_with_its_fix(tmp_path):
     result = doctor("--data-dir", str(tmp_path / "nowhere"), cwd=tmp_path)
     assert result.returncode == 1, result.stdout + result.stderr

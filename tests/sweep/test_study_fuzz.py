@@ -553,6 +553,7 @@ def test_found_cases(fuzz_process, name):
     check_one_study(FOUND[name])
 
 
+@pytest.mark.slow  # 300 generated studies: the full suite's (the found cases above stay in the fast tier)
 def test_generated_studies_are_refused_in_one_line_or_accepted(fuzz_process):
     started = time.monotonic()
     run = seed(FUZZ_SEED)(settings(

@@ -34,6 +34,7 @@ def run_yaml(tmp_path, tiny_model_dir, shared_data_dir) -> Path:
     return path
 
 
+@pytest.mark.slow  # a whole run with its evaluations, in a subprocess
 def test_run_prints_progress_and_exits_0(run_yaml, tmp_path):
     out = tmp_path / "out"
     result = run_trainer(str(run_yaml), "eval.eval_steps=2", "queue.size=32", "ema.schedule=constant",
