@@ -11,8 +11,9 @@ from typing import Sequence
 from trainer.data import data_dir as resolve_data_dir
 from trainer.errors import UserError
 from trainer.evaluation import STSResult, evaluate_sts, load_task, split_tasks
+from trainer.files import json_safe
 from trainer.score_table import format_table
-from trainer.transfer_data import load_transfer_tasks
+from trainer.transfer_data import TRANSFER_MODES, load_transfer_tasks
 from trainer.vocabulary import POOLERS, STS_BENCHMARK
 
 
@@ -26,6 +27,8 @@ def eval_command(model: str, pooler: str = "cls_before_pooler", data_dir: str | 
     instead of trainer.fast_forward, to check that both give the same figures."""
     if pooler not in POOLERS:
         raise UserError(f"unknown pooler '{pooler}': choose from {', '.join(POOLERS)}")
+    if transfer_mode not in TRANSFER_MODES:
+        raise UserError(f"unknown --transfer-mode '{transfer_mode}': choose test (the papers' tables) or fasttest")
     sts_tasks, transfer_tasks = split_tasks(tasks)
     root = resolve_data_dir(data_dir)
     for task in sts_tasks:  # fail on missing/altered data before torch and the model load
@@ -38,8 +41,6 @@ def eval_command(model: str, pooler: str = "cls_before_pooler", data_dir: str | 
     from trainer.models import load_encoder, pick_device
     from trainer.sentence_encoder import SentenceEncoder
 
-    if transfer_mode not in transfer_eval.MODES:
-        raise UserError(f"unknown --transfer-mode '{transfer_mode}': choose test (the papers' tables) or fasttest")
     torch_device = pick_device(device)
     encoder_model, tokenizer = load_encoder(model)
     encoder = SentenceEncoder(encoder_model.to(torch_device), tokenizer, pooler, torch_device, batch_size, fast=fast)
@@ -52,6 +53,7 @@ def eval_command(model: str, pooler: str = "cls_before_pooler", data_dir: str | 
     seconds = (result.seconds if result else 0.0) + (transfer.seconds if transfer else 0.0)
     if as_json:
         out = {"model": model, "pooler": pooler, **(result.to_json() if result else {}),
+               **({"sts_details": json_safe(result.details)} if result else {}),
                **(transfer.to_json() if transfer else {}), "forward": forward, "seconds": round(seconds, 1)}
         print(json.dumps(out))
         return 0

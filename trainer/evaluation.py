@@ -4,7 +4,9 @@ Protocol, reproduced line by line from SentEval's `STSEval` / `STSBenchmarkEval`
 - STS12-16: `STS.input.<subset>.txt` holds two tab-separated sentences a line, `STS.gs.<subset>.txt` one
   gold score a line; both are read with `str.splitlines()`, pairs whose gold line is empty are dropped.
   The reported figure is the "all" setting: ONE Spearman over the concatenated subsets of the year.
-  Per-subset Pearson/Spearman and their mean and sample-weighted mean (wmean) are kept in the details.
+  Per-subset Pearson/Spearman and their mean and sample-weighted mean (wmean) are kept in the details
+  (`STSResult.details`, fractions, not x100), which a trial's summary.json holds as `sts_details` and
+  `sweep eval --json` prints as `sts_details`.
 - STS-B: `sts-{split}.csv`, tab-separated, no header, score/s1/s2 in columns 5/6/7 (1-based); only the
   test split is reported (dev is for model selection during training).
 - SICK-R: `SICK_test_annotated.txt`, tab-separated with a header; sentence_A, sentence_B, relatedness.
@@ -211,7 +213,7 @@ def alignment_uniformity(pairs: PairSet, lookup: Callable[[Sequence[str]], np.nd
 class STSResult:
     scores: dict[str, float]  # task -> Spearman x100, 2 decimals
     avg: float | None  # the seven-task average; None when fewer tasks were evaluated
-    details: dict  # task -> SentEval-style details (fractions, not x100)
+    details: dict  # task -> SentEval-style details (score_subsets; fractions, not x100): summary.json `sts_details`
     align: float | None = None
     uniform: float | None = None
     align_uniform_split: str | None = None

@@ -408,13 +408,14 @@ def _final_evaluation(run: _Run) -> dict[str, Any]:
     selected = run.best_test if config.eval.selection == "test_avg" else run.best
     if selected["state"] is not None:
         restore_checkpoint(run.method, selected["state"])
-    final: dict[str, Any] = {"test": None, "transfer": None, "align": None, "uniform": None, "au_split": None}
+    final: dict[str, Any] = {"test": None, "sts_details": None, "transfer": None, "align": None, "uniform": None,
+                             "au_split": None}
     eval_started = time.perf_counter()
     if run.status == OK or selected["state"] is not None:
         if run.final_sts:
             result = evaluate_sts(run.encode_eval, run.root, run.final_sts, config.eval.align_uniform_split)
-            final.update(test=result.test_scores(), align=result.align, uniform=result.uniform,
-                         au_split=result.align_uniform_split)
+            final.update(test=result.test_scores(), sts_details=result.details, align=result.align,
+                         uniform=result.uniform, au_split=result.align_uniform_split)
         if run.final_transfer:
             # the fits run on the trial's own thread budget (Ray sets it from resources.cpu), one per process
             result = evaluate_transfer(run.encode_eval, run.root, run.final_transfer, config.eval.transfer_mode,
@@ -439,7 +440,8 @@ def _summary(run: _Run, final: dict[str, Any]) -> dict[str, Any]:
         "selection": "dev" if config.eval.selection == "dev" else f"test_avg: {TEST_SELECTED_LABEL}",
         "best_step": best["step"] if best["state"] is not None else None,
         "best_dev_stsb": round(best["dev"] * 100, 4) if best["state"] is not None else None,
-        "test": final["test"], "test_label": sts_test_label(final["test"] or ()), "transfer": transfer,
+        "test": final["test"], "test_label": sts_test_label(final["test"] or ()), "sts_details": final["sts_details"],
+        "transfer": transfer,
         "transfer_mode": config.eval.transfer_mode if transfer else None,
         "align": final["align"], "uniform": final["uniform"], "align_uniform_split": final["au_split"],
         "mtd": None, **run.method.summary_fields(run.step),

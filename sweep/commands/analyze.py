@@ -82,7 +82,7 @@ def attach_figures(pngs: list[Path], storage: str, study_name: str, artifact_dir
         upload_artifact(artifact_store=store, file_path=str(png), study_or_trial=study, mimetype="image/png")
         uploaded += 1
     print(f"attached {uploaded} new figure(s) to Optuna study {study_name!r} "
-          f"({len(pngs) - uploaded} unchanged); view with: optuna-dashboard {storage} --artifact-dir {artifact_dir}")
+          f"({len(pngs) - uploaded} unchanged); view them with: sweep dashboard {artifact_dir.parent}")
     return uploaded
 
 

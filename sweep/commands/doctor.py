@@ -132,7 +132,9 @@ def _model_checks() -> list[Check]:
             checks.append(Check("ok", f"{where}: bert-base-uncased is cached"))
         elif offline:
             checks.append(Check("note", f"{where}: bert-base-uncased is not cached and downloads are off; the paper "
-                                        "studies need it: copy its folder here and use base.model: /path/to/it"))
+                                        "studies need it: on a machine with network run `hf download "
+                                        "bert-base-uncased --cache-dir hub-copy`, then copy the folder "
+                                        f"hub-copy/models--bert-base-uncased into {cache} on this machine"))
         else:
             checks.append(Check("note", f"{where}: bert-base-uncased not cached yet (downloaded by the first trial; "
                                         "on nodes without network, use a local folder as base.model)"))

@@ -1,4 +1,5 @@
-"""What `sweep run --dry-run` prints: the study, its trials (with states if it ran before), MTD."""
+"""What `sweep run --dry-run` prints: the study, what its trials train on and how each ends (the corpus, the
+final evaluation and its cost next to the training's), its trials (with states if it ran before), MTD."""
 
 from __future__ import annotations
 
@@ -6,10 +7,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sweep.spec.expand import expansion
+from sweep.spec.expand import expansion, planning_config
 from sweep.spec.schema import StudySpec, Trial
 from sweep.text import format_value, is_expr, one_line, plural
 from trainer.errors import UserError
+from trainer.vocabulary import STS_BENCHMARK, STS_TASKS, TRANSFER_TASKS
+
+# The test pairs of each STS task (STS12 ... SICK-R, in STS_TASKS order) in SentEval's data, as
+# trainer.evaluation scores them (empty gold lines dropped); tests/sweep/test_dry_run_texts.py counts them.
+STS_TEST_PAIRS = dict(zip(STS_TASKS, (3108, 1500, 3750, 3000, 1186, 1379, 4927)))
+# A training sentence costs a few encodings (two views forward, then backward), an evaluated one a single
+# forward pass: a final evaluation of FAR_MORE times the sentences a trial trains on is most of the trial.
+FAR_MORE = 20
 
 
 def read_trial_states(spec: StudySpec) -> dict[str, str] | None:
@@ -22,6 +31,25 @@ def read_trial_states(spec: StudySpec) -> dict[str, str] | None:
     except UserError as exc:  # e.g. a PostgreSQL storage out of reach: the dry run still shows the trials
         print(f"note: trial states unknown: {exc}", file=sys.stderr)
         return None
+
+
+def weights_rerun(spec: StudySpec, trials: list[Trial], states: dict[str, str]) -> list[str]:
+    """The finished trials `sweep run` runs again to save the weights the study now keeps
+    (sweep.run.plan.weights_to_restore), read from their summary.json and the recorded study.yaml."""
+    from sweep.records.history import keep_weights_changed
+    from sweep.records.store import StudyFolder
+    from sweep.run.plan import weights_to_restore
+
+    if spec.keep_weights == 0:
+        return []
+    folder = StudyFolder(spec.study_dir)
+    ended = {}
+    for trial in trials:
+        if states.get(trial.key) in ("COMPLETE", "ended-not-in-optuna"):
+            summary = folder.read_summary(trial.key)
+            if summary is not None:
+                ended[trial.key] = summary
+    return weights_to_restore(spec, folder, ended, keep_weights_changed(spec))
 
 
 def format_trial_table(spec: StudySpec, trials: list[Trial], states: dict[str, str] | None = None) -> str:
@@ -69,6 +97,11 @@ def _dry_run_text(spec: StudySpec) -> str:
                       f"scheduler {scheduler}")
     line("storage", spec.storage_url)
     line("results", f"{spec.study_dir}/")
+    configs = [planning_config(spec)] if spec.method == "tpe" else [t.config for t in expansion(spec).trials]
+    for text in corpus_lines(configs):
+        line("corpus", text)
+    for text in final_eval_lines(configs):
+        line("eval", text)
     if spec.method == "tpe":
         line("trials", f"up to {spec.budget} per seed x {plural(len(spec.seeds), 'seed')} = "
                        f"{spec.budget * len(spec.seeds)}, chosen by TPE during the run")
@@ -95,6 +128,13 @@ def _dry_run_text(spec: StudySpec) -> str:
         line("MTD", "- (no MoCoSE trials)")
     states = read_trial_states(spec)
     if states is not None:
+        restore = weights_rerun(spec, trials, states)
+        for key in restore:
+            states[key] = "weights->rerun"
+        if restore:
+            keep = spec.to_dict()["keep_weights"]
+            line("weights", f"`sweep run` runs {plural(len(restore), 'finished trial')} again to save the weights "
+                            f"keep_weights: {keep} keeps (deleted when better trials ended, or never saved)")
         counts: dict[str, int] = {}
         for trial in trials:
             state = states.get(trial.key, "not run")
@@ -104,6 +144,75 @@ def _dry_run_text(spec: StudySpec) -> str:
     out.append("")
     out.append(format_trial_table(spec, trials, states))
     return "\n".join(out)
+
+
+def corpus_lines(configs: list[dict[str, Any]]) -> list[str]:
+    """Which corpus the trials train on, one text per distinct data setting (with its trial count when the
+    trials differ): the full wiki1m, the corpus sample or data.corpus's file, its path and how many of its
+    sentences a trial reads; a data directory without a corpus says what the run would say."""
+    from trainer.data import FULL_CORPUS, SAMPLE_CORPUS, corpus_path, count_sentences, data_dir
+
+    groups: dict[tuple[Any, Any, Any], int] = {}
+    for config in configs:
+        data = config.get("data") or {}
+        key = (data.get("data_dir"), data.get("corpus"), data.get("max_sentences"))
+        groups[key] = groups.get(key, 0) + 1
+    texts = []
+    for (directory, corpus, limit), count in groups.items():
+        root = data_dir(directory)
+        try:
+            path = corpus_path(root, corpus, note=False)  # as the trial resolves it, in this environment
+            sentences = count_sentences(path)
+        except UserError as exc:
+            text = f"none: {exc}"
+        else:
+            kind = {root / FULL_CORPUS: "the full wiki1m", root / SAMPLE_CORPUS: "the corpus sample"}.get(path)
+            text = f"{kind} {path}" if kind else f"{path} (data.corpus)"
+            text += (f", the first {min(limit, sentences):,} of its {sentences:,} sentences (data.max_sentences)"
+                     if limit else f", {sentences:,} sentences")
+            if corpus is None and path == root / SAMPLE_CORPUS:
+                text += (f"; data.corpus is not set and the full wiki1m is not installed in {root} "
+                         "(`sweep data fetch --corpus full` installs it; `data.corpus: wiki1m` insists on it)")
+        texts.append(text + (f" ({plural(count, 'trial')})" if len(groups) > 1 else ""))
+    return texts
+
+
+def final_eval_lines(configs: list[dict[str, Any]]) -> list[str]:
+    """What each trial's final evaluation covers, one text per distinct eval.final_tasks (with its trial count
+    when the trials differ): the tasks, the STS test pairs it encodes and, beside them, the sentences the trial
+    trains on (steps x batch_size); the seven-task evaluation of a short run says it costs far more than the
+    training, and how to evaluate STS-B alone."""
+    from trainer.data import planned_steps
+
+    groups: dict[tuple[str, ...], list[int | None]] = {}  # final tasks -> sentences each trial trains on
+    for config in configs:
+        tasks = tuple((config.get("eval") or {}).get("final_tasks") or ())
+        steps = planned_steps(config)
+        groups.setdefault(tasks, []).append(steps * config["batch_size"] if steps else None)
+    texts = []
+    for tasks, trained in groups.items():
+        sts = [t for t in tasks if t in STS_TASKS] if tasks else list(STS_TASKS)
+        transfer = [t for t in tasks if t in TRANSFER_TASKS] + (list(TRANSFER_TASKS) if "transfer" in tasks else [])
+        if len(sts) == len(STS_TASKS):
+            what = f"the seven STS tasks ({', '.join(sts)})"
+        else:
+            what = ", ".join(sts) if sts else "no STS task"
+        text = what + ("" if tasks else " (eval.final_tasks is not set)")
+        if transfer:
+            text += f" and the transfer tasks {', '.join(dict.fromkeys(transfer))}"
+        pairs = sum(STS_TEST_PAIRS[task] for task in sts)
+        known = [n for n in trained if n is not None]
+        most = max(known, default=None)
+        text += f" at the end of every trial: {pairs:,} STS test pairs, {2 * pairs:,} sentences to encode"
+        if most is not None:
+            least = min(known)
+            span = f"{least:,}" if least == most else f"{least:,} to {most:,}"
+            text += f"; each trial trains on {span} sentences (steps x batch_size)"
+        if len(sts) == len(STS_TASKS) and most is not None and 2 * pairs >= FAR_MORE * most:
+            text += (": the seven-task evaluation costs far more than this short training; eval.final_tasks: "
+                     f"[{STS_BENCHMARK}] scores STS-B test alone ({STS_TEST_PAIRS[STS_BENCHMARK]:,} pairs)")
+        texts.append(text + (f" ({plural(len(trained), 'trial')})" if len(groups) > 1 else ""))
+    return texts
 
 
 def _describe_parameter(values: Any) -> str:

@@ -42,6 +42,7 @@ def show_status(study: str) -> int:
             cells["state"] = f"{row.get('state')} (optuna {frozen.state.name})"
         cells["reason"] = shorten(row.get("reason") or "", 60)
         table.append([_format(cells[name]) for name in headers])
+    headers, table = without_empty_columns(headers, table)
     print(f"study {location.name}: {location.folder.path}")
     print(_render(headers, table))
 
@@ -124,6 +125,17 @@ def seven_task_average(row: dict[str, Any]) -> Any:
     if any(row.get(task) in (None, "") for task in TASKS):
         return ""
     return row.get("avg", "")
+
+
+def without_empty_columns(headers: list[str], table: list[list[str]]) -> tuple[list[str], list[list[str]]]:
+    """The table without the columns that are empty in every row (`avg` of a study that evaluates fewer than
+    the seven tasks, `mtd` of one without MoCoSE, `reason` when no trial has one); the key column stays.
+
+    >>> without_empty_columns(["key", "avg", "dev_stsb"], [["a", "", "70.10"], ["b", "", ""]])
+    (['key', 'dev_stsb'], [['a', '70.10'], ['b', '']])
+    """
+    keep = [i for i in range(len(headers)) if i == 0 or any(row[i] for row in table)]
+    return [headers[i] for i in keep], [[row[i] for i in keep] for row in table]
 
 
 def _row_from_optuna(frozen: Any) -> dict[str, Any]:

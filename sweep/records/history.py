@@ -11,6 +11,10 @@ study: refused with exit 2 before anything is written, naming the changed fields
 are recorded in study_history.yaml with the previous study.yaml.
 
 The comparison is on the specs (StudySpec.to_dict, defaults filled in), not on trial keys.
+
+`keep_weights` is a run field like the trainer's save_model: which trials keep their weights changes no
+trial's result, so a new value is neither another study nor an extension; `keep_weights_changed` tells the
+run's plan (sweep.run.plan), which then runs again the finished trials the study now keeps without weights.
 """
 
 from __future__ import annotations
@@ -27,7 +31,8 @@ from sweep.spec import StudySpec
 from trainer.errors import UserError
 
 # Fields that do not change what a trial computes: a change is neither an extension nor a new study.
-NEUTRAL_FIELDS = ("description", "resources", "results_dir", "analysis", "loggers", "tracking", "reuse_workers")
+NEUTRAL_FIELDS = ("description", "resources", "results_dir", "analysis", "loggers", "tracking", "reuse_workers",
+                  "keep_weights")
 HISTORY_FILE = "study_history.yaml"
 
 
@@ -143,6 +148,18 @@ def check_same_study(spec: StudySpec, extend: bool = False) -> StudyChange | Non
             f"{', '.join(change.changed)}. Give this study a new `name:`, or run with --extend to add its "
             "trials to the same study on purpose (recorded in its study_history.yaml)")
     return change
+
+
+def keep_weights_changed(spec: StudySpec) -> bool:
+    """Whether `spec` keeps other weights than the study recorded in its results folder (False when the folder
+    holds no study yet). Read before the run records the new spec."""
+    folder = StudyFolder(spec.study_dir)
+    text = _read(folder.study_yaml)
+    if text is None or (spec.source_text and text == spec.source_text):
+        return False
+    recorded = recorded_spec(folder)
+    before = (recorded[0] if recorded else {}).get("keep_weights", 1)
+    return before != spec.to_dict()["keep_weights"]
 
 
 def record_change(folder: StudyFolder, change: StudyChange, extend: bool) -> None:

@@ -13,6 +13,15 @@ The resume rule (sweep.records.resume.decide, shared with `--dry-run` and `sweep
   Optuna (the driver died between the two) is recorded from disk, not re-run.
 - Every other key (never run, interrupted, or failed with an error) runs (again) as a new Optuna trial;
   the stale attempt stays FAIL. So each key ends final exactly once.
+
+Weights the study keeps again (`weights_to_restore`): when `keep_weights` changed since the study last ran,
+every finished trial the new value keeps (all, or the top k by the study metric) that ended ok but has no
+trials/<key>/model/ (its weights were deleted when better trials ended, or never saved under
+`keep_weights: none`) runs again with its own config, as a new Optuna trial of the same key, and saves them.
+Each such trial is marked (trials/<key>/weights.wanted) until its weights are back, so a run stopped before
+then runs it on the next `sweep run`; a trial whose re-run was stopped gets its summary.json back from
+Optuna first (the re-run had cleared it). The study file a run reads is recorded as the Optuna study's user
+attribute `study_file`, which `sweep export` names when it tells how to get a trial's weights back.
 """
 
 from __future__ import annotations
@@ -22,14 +31,17 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from sweep.records.history import record_change
+from sweep.records.history import keep_weights_changed, record_change
 from sweep.records.mirror import OptunaMirror, infer_distributions, rebuild_storage, summary_from_attrs
 from sweep.records.resume import decide, is_final
-from sweep.records.store import StudyFolder, TrialsTable
+from sweep.records.store import StudyFolder, TrialsTable, metric_value
 from sweep.records.weights import WeightKeeper
 from sweep.run.progress import Progress
 from sweep.spec import StudySpec, Trial, expansion, planning_config, search_space, trial_from_params
-from sweep.text import flatten, hide_password
+from sweep.text import flatten, hide_password, plural
+from trainer.vocabulary import OK
+
+WEIGHTS_WANTED = "weights.wanted"  # trials/<key>/<this>: the trial runs again until its weights are back
 
 
 class StudyPlan:
@@ -40,6 +52,7 @@ class StudyPlan:
         self.train_fn = train_fn
         self.rerun_changed = rerun_changed
         self.changed: dict[str, list[str]] = {}  # finished key -> fields its config now resolves differently
+        self.restoring: list[str] = []  # finished keys that run again to save the weights the study now keeps
         self.folder = StudyFolder(spec.study_dir)
         self.storage_url = spec.storage or self.folder.default_storage()
         self.param_names = list(spec.parameters)
@@ -66,6 +79,7 @@ class StudyPlan:
         trials.csv; return how many trials this run will run."""
         rebuild_storage(self.storage_url, self.rebuild_storage, self.spec.path or "STUDY", self.spec.method,
                         self.folder.set_aside)
+        keep_changed = keep_weights_changed(self.spec)  # read before study.yaml records the new value
         if self.change is not None:
             record_change(self.folder, self.change, extend=bool(self.change.changed))
             grown = ", ".join(self.change.added + self.change.changed)
@@ -76,10 +90,11 @@ class StudyPlan:
         commit = git_commit()
         self.mirror = OptunaMirror(self.spec, self.storage_url, distributions,
                                    common_attrs={"git_commit": commit} if commit else {})
+        self._record_study_file()
         stale = self.mirror.fail_interrupted()
         self.table = TrialsTable(self.folder, self.param_names)
         ended: dict[str, dict[str, Any]] = {}  # key -> summary.json of each trial that already ended
-        skipped = self._resume(planned, ended)
+        skipped = self._resume(planned, ended) - self._restore_weights(ended, keep_changed)
         for key, state in self.keeper.scan(ended).items():
             self.table.update(key, weights=state)
         self.table.write()
@@ -146,6 +161,8 @@ class StudyPlan:
                 self.to_run.append(trial)
             elif action == "skip":
                 last = final[-1]
+                if summary is None and (self.folder.trial_dir(trial.key) / WEIGHTS_WANTED).is_file():
+                    summary = self._summary_of_stopped_rerun(trial.key, last)
                 row.update(state=last.state.name, optuna_trial=last.number)
                 if summary is not None:
                     self.table.set_summary(trial.key, summary)
@@ -165,6 +182,40 @@ class StudyPlan:
             asked = {t.number for ts in by_key.values() for t in ts if t.user_attrs.get("asked")}
             self.asks_left = max(0, (self.spec.budget or 1) - len(asked))
         return skipped
+
+    def _record_study_file(self) -> None:
+        """The study file this run reads, as the Optuna study's user attribute study_file: `sweep export`
+        names it in its advice (the results folder's study.yaml is the record of the last run, not recorded)."""
+        if not self.spec.path:
+            return
+        path = str(Path(self.spec.path).resolve())
+        if path != str(self.folder.study_yaml) and self.mirror.study.user_attrs.get("study_file") != path:
+            self.mirror.study.set_user_attr("study_file", path)
+
+    def _restore_weights(self, ended: dict[str, dict[str, Any]], keep_changed: bool) -> int:
+        """Put the finished trials weights_to_restore names back to run, each marked until its weights are
+        back; return how many. A kept trial whose weights are back loses its mark."""
+        # a trial that would now resolve differently runs again only with --rerun-changed (it saves them then)
+        restore = [key for key in weights_to_restore(self.spec, self.folder, ended, keep_changed)
+                   if key not in self.changed]
+        for key in restore:
+            (self.folder.trial_dir(key) / WEIGHTS_WANTED).touch()
+            self.to_run.append(self.trials[key])  # an ended trial is in neither to_run nor changed
+        for key in kept_trials(self.spec, ended):
+            if self.folder.model_dir(key).is_dir():
+                (self.folder.trial_dir(key) / WEIGHTS_WANTED).unlink(missing_ok=True)
+        self.restoring = restore
+        return len(restore)
+
+    def _summary_of_stopped_rerun(self, key: str, final: Any) -> dict[str, Any] | None:
+        """A trial marked for its weights whose re-run was stopped (the re-run cleared its files): its
+        summary.json back from the final Optuna attempt, so that it stays recorded and runs again."""
+        if final.state.name != "COMPLETE":
+            return None
+        self.folder.write_summary(key, summary_from_attrs(dict(final.user_attrs)))
+        print(f"trial {key}: its re-run for its weights was stopped; results restored from Optuna trial "
+              f"{final.number}, the re-run starts again", flush=True)
+        return self.folder.read_summary(key)
 
     def _changed_fields(self, trial: Trial, summary: dict[str, Any] | None) -> list[str]:
         """Fields whose value in the config the trial ran with differs from how it resolves now.
@@ -226,9 +277,39 @@ class StudyPlan:
                     "their results are kept; add --rerun-changed to re-run them")
             self.progress.say(f"study {spec.name}: {len(self.changed)} finished trials would now resolve "
                               f"differently ({fields}); {what}")
+        if self.restoring:
+            self.progress.say(f"study {spec.name}: running {plural(len(self.restoring), 'finished trial')} again "
+                              f"to save the weights keep_weights: {spec.to_dict()['keep_weights']} keeps (deleted "
+                              "when better trials ended, or never saved)")
         if self.progress_note:
             self.progress.say(self.progress_note + " (see study_history.yaml)")
         self.progress.say(f"results: {self.folder.path}  optuna: {hide_password(self.storage_url)}")
+
+
+def kept_trials(spec: StudySpec, ended: dict[str, dict[str, Any]]) -> list[str]:
+    """The ended trials whose weights the study's keep_weights keeps: every trial that ended ok with a value of
+    the study metric (`all`), or the top k of them (the one that ended first on a tie, as
+    sweep.records.weights.WeightKeeper ranks them); `ended`: key -> summary.json, in trial order."""
+    if spec.keep_weights == 0:
+        return []
+    sign = -1.0 if spec.metric.goal == "maximize" else 1.0
+    scored = []
+    for key, summary in ended.items():
+        value = metric_value(summary, spec.metric.name) if summary.get("status") == OK else None
+        if value is not None:
+            scored.append((value, key))
+    scored.sort(key=lambda item: sign * item[0])  # stable: ties stay in trial order
+    return [key for _, key in (scored if spec.keep_weights is None else scored[:spec.keep_weights])]
+
+
+def weights_to_restore(spec: StudySpec, folder: StudyFolder, ended: dict[str, dict[str, Any]],
+                       keep_changed: bool) -> list[str]:
+    """The finished trials `sweep run` runs again to save their weights (the module docstring): the kept
+    trials (kept_trials) with a best-dev state and no trials/<key>/model/, when keep_weights changed since
+    the study last ran (`keep_changed`) or when a run stopped before their weights were back. Read-only."""
+    return [key for key in kept_trials(spec, ended)
+            if ended[key].get("best_step") is not None and not folder.model_dir(key).is_dir()
+            and (keep_changed or (folder.trial_dir(key) / WEIGHTS_WANTED).is_file())]
 
 
 def make_trial(spec: StudySpec, params: dict[str, Any], seed: int) -> Trial | None:

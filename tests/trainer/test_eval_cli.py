@@ -110,7 +110,7 @@ def test_eval_embedded_json(tmp_path, shared_data_dir):
     lines = proc.stdout.strip().splitlines()
     assert len(lines) == 1, proc.stdout
     out = json.loads(lines[0])
-    assert set(out) == {"model", "pooler", "STSBenchmark", "align", "uniform", "align_uniform_split",
+    assert set(out) == {"model", "pooler", "STSBenchmark", "sts_details", "align", "uniform", "align_uniform_split",
                         "forward", "seconds"}  # one task: no avg, which is the seven tasks' mean
     assert out["model"] == "embedded" and out["pooler"] == "cls_before_pooler"
     score = out["STSBenchmark"]
@@ -131,6 +131,19 @@ def test_eval_embedded_json(tmp_path, shared_data_dir):
     hf = json.loads(proc.stdout.strip().splitlines()[0])
     assert hf["forward"] == "transformers"
     assert (hf["STSBenchmark"], hf["align"], hf["uniform"]) == (out["STSBenchmark"], out["align"], out["uniform"])
+
+
+def test_eval_json_holds_the_per_subset_sts_details(tiny_model_dir, shared_data_dir, capsys):
+    from trainer.eval_command import eval_command
+
+    assert eval_command(str(tiny_model_dir), pooler="avg", data_dir=str(shared_data_dir), tasks=["STS13"],
+                        as_json=True, device="cpu") == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    details = out["sts_details"]["STS13"]
+    assert set(details["subsets"]) == {"FNWN", "headlines", "OnWN"}
+    assert all(set(s) == {"pearson", "spearman", "n"} for s in details["subsets"].values())
+    assert set(details["pearson"]) == set(details["spearman"]) == {"all", "mean", "wmean"}
+    assert out["STS13"] == float("%.2f" % (details["spearman"]["all"] * 100))
 
 
 def _device_is_cpu() -> bool:

@@ -410,6 +410,29 @@ def test_final_evaluation_uses_the_best_dev_state(make_config, monkeypatch):
     assert not all(torch.equal(final[k], states[2][k]) for k in final)  # not the last state
 
 
+def test_the_summary_keeps_the_per_subset_sts_details(make_config, tmp_path):
+    # README: per-subset Pearson/Spearman, their mean and wmean are kept; summary.json holds them as sts_details
+    out = tmp_path / "run"
+    summary = train_mod.train(make_config("simcse", max_steps=2, output_dir=str(out),
+                                          **{"eval.final_tasks": ["STS13", "STSBenchmark"]}))
+    written = json.loads((out / "summary.json").read_text())
+    assert written["sts_details"] == summary["sts_details"]
+    details = written["sts_details"]
+    assert set(details) == {"STS13", "STSBenchmark"}
+    sts13 = details["STS13"]
+    assert set(sts13["subsets"]) == {"FNWN", "headlines", "OnWN"}
+    for subset in sts13["subsets"].values():
+        assert set(subset) == {"pearson", "spearman", "n"} and subset["n"] > 0
+    for metric in ("pearson", "spearman"):
+        values = [subset[metric] for subset in sts13["subsets"].values()]
+        weights = [subset["n"] for subset in sts13["subsets"].values()]
+        assert sts13[metric]["mean"] == pytest.approx(np.mean(values))
+        assert sts13[metric]["wmean"] == pytest.approx(np.average(values, weights=weights))
+    assert sts13["n"] == sum(subset["n"] for subset in sts13["subsets"].values())
+    for task in ("STS13", "STSBenchmark"):  # the headline score is the details' Spearman "all", x100
+        assert written["test"][task] == float("%.2f" % (details[task]["spearman"]["all"] * 100))
+
+
 # ---- weight decay groups -----------------------------------------------------------------------------
 @pytest.mark.parametrize("method", ["mocose", "simcse"])
 def test_no_weight_decay_on_biases_and_layer_norms(method, make_config):
@@ -484,6 +507,7 @@ def _results(summary: dict) -> dict:
     return out
 
 
+@pytest.mark.slow  # three trainings and a subprocess
 def test_a_run_after_another_in_one_process_equals_a_fresh_run(make_config, tmp_path):
     import subprocess
 

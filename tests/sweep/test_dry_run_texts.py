@@ -1,0 +1,95 @@
+"""`sweep run --dry-run` says, before anything runs, which corpus the trials train on and what each trial's
+final evaluation covers, with its cost beside the training's."""
+
+from __future__ import annotations
+
+import re
+import shutil
+
+import pytest
+
+from sweep.commands.dry_run import STS_TEST_PAIRS, print_dry_run
+from sweep.spec import load_study
+from tests.helpers import study_file
+from trainer.vocabulary import STS_TASKS
+
+
+def dry_run_lines(capsys, path, label: str) -> list[str]:
+    print_dry_run(load_study(path))
+    out = capsys.readouterr().out
+    return [line[len(label) + 1:].strip() for line in out.splitlines() if line.startswith(label + ":")]
+
+
+def tiny_study(tmp_path, name: str, data_dir, **base) -> object:
+    spec = {"name": name, "base": {"model": "embedded", "method": "simcse", "batch_size": 8, "max_steps": 6,
+                                   "data": {"data_dir": str(data_dir)}, **base},
+            "parameters": {"optim.lr": [1e-5, 3e-5]}, "results_dir": str(tmp_path / "results")}
+    return study_file(tmp_path, spec)
+
+
+def test_the_dry_run_names_the_corpus_and_its_path(tmp_path, capsys, shared_data_dir):
+    data = tmp_path / "data"
+    (data / "corpus").mkdir(parents=True)
+    sample = data / "corpus" / "wiki1m_sample.txt"
+    shutil.copyfile(shared_data_dir / "corpus" / "wiki1m_sample.txt", sample)
+    path = tiny_study(tmp_path, "nocorpus", data)
+
+    # no data.corpus, only the sample installed: the trials train on the sample (the run's `note:`), and say so
+    (text,) = dry_run_lines(capsys, path, "corpus")
+    assert text.startswith(f"the corpus sample {sample}, 11,914 sentences"), text
+    assert "data.corpus is not set and the full wiki1m is not installed" in text
+    assert "`sweep data fetch --corpus full`" in text
+
+    full = data / "corpus" / "wiki1m_for_simcse.txt"
+    full.write_text("one sentence\nanother sentence\n\nand a third\n")
+    (text,) = dry_run_lines(capsys, path, "corpus")
+    assert text == f"the full wiki1m {full}, 3 sentences"
+
+    own = tmp_path / "mine.txt"
+    own.write_text("".join(f"sentence {i}\n" for i in range(20)))
+    path = tiny_study(tmp_path, "own", data, data={"data_dir": str(data), "corpus": str(own), "max_sentences": 8})
+    (text,) = dry_run_lines(capsys, path, "corpus")
+    assert text == f"{own} (data.corpus), the first 8 of its 20 sentences (data.max_sentences)"
+
+    path = tiny_study(tmp_path, "nodata", tmp_path / "empty")
+    (text,) = dry_run_lines(capsys, path, "corpus")
+    assert text.startswith("none: ") and "sweep data fetch" in text
+
+
+def test_the_dry_run_says_what_the_final_evaluation_covers_and_that_seven_tasks_cost_far_more(tmp_path, capsys,
+                                                                                            shared_data_dir):
+    path = tiny_study(tmp_path, "seven", shared_data_dir)
+    (text,) = dry_run_lines(capsys, path, "eval")
+    assert text.startswith("the seven STS tasks (" + ", ".join(STS_TASKS) + ") (eval.final_tasks is not set)")
+    assert "at the end of every trial: 18,850 STS test pairs, 37,700 sentences to encode" in text
+    assert "each trial trains on 48 sentences (steps x batch_size)" in text
+    assert "the seven-task evaluation costs far more than this short training" in text
+    assert "eval.final_tasks: [STSBenchmark] scores STS-B test alone (1,379 pairs)" in text
+
+    path = tiny_study(tmp_path, "stsb", shared_data_dir, eval={"final_tasks": ["STSBenchmark"]})
+    (text,) = dry_run_lines(capsys, path, "eval")
+    assert text == ("STSBenchmark at the end of every trial: 1,379 STS test pairs, 2,758 sentences to encode; "
+                    "each trial trains on 48 sentences (steps x batch_size)")
+
+    spec = {"name": "both", "base": {"model": "embedded", "method": "simcse", "batch_size": 8, "max_steps": 6},
+            "parameters": {"eval.final_tasks": [["STSBenchmark"], ["STS12", "MR"]], "optim.lr": [1e-5, 3e-5]},
+            "results_dir": str(tmp_path / "results")}
+    lines = dry_run_lines(capsys, study_file(tmp_path, spec), "eval")
+    assert len(lines) == 2 and all(line.endswith("(2 trials)") for line in lines)
+    assert lines[1].startswith("STS12 and the transfer tasks MR at the end of every trial: 3,108 STS test pairs")
+
+
+def test_the_dry_runs_pair_counts_are_the_datas(shared_data_dir):
+    from trainer.evaluation import load_task
+
+    counted = {task: sum(len(pairs.gold) for pairs in load_task(shared_data_dir, task)) for task in STS_TASKS}
+    assert counted == STS_TEST_PAIRS
+
+
+@pytest.mark.parametrize("study", ["quickstart", "methods"])
+def test_the_dry_run_of_the_shipped_studies_names_corpus_and_evaluation(study, capsys):
+    from tests.helpers import REPO
+
+    print_dry_run(load_study(REPO / "studies" / f"{study}.yaml"))
+    out = capsys.readouterr().out
+    assert re.search(r"^corpus: +\S", out, re.M) and re.search(r"^eval: +\S", out, re.M)
