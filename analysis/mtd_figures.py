@@ -130,6 +130,7 @@ def figure_align_uniform_vs_mtd(table: pd.DataFrame, log_x: bool = True, by: Seq
         ax.set_ylabel(f"{quantity} (lower is better)")
         _finish_mtd_axes(ax, None, log_x, mtd_source, legend=metric == "uniform")  # one legend, for both
         parts.append(points)
+    split = split.removeprefix("stsb-") if split else split  # summaries say stsb-dev / stsb-test (older: dev)
     fig.suptitle(f"Alignment and uniformity vs {name} (MoCoSE Fig. 4)" + (f", STS-B {split}" if split else ""))
     frame = pd.DataFrame(pd.concat(parts, ignore_index=True), columns=MTD_COLUMNS + keys)
     frame.attrs["stats"] = stats
