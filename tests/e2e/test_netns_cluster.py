@@ -35,7 +35,7 @@ def probe():
 node_ids = {n["NodeManagerAddress"]: n["NodeID"] for n in ray.nodes() if n["Alive"]}
 refs = [probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_ids[ip], soft=False)).remote()
         for ip in ips]
-print("RESULT " + json.dumps(dict(zip(ips, ray.get(refs, timeout=scaled(120))))))
+print("RESULT " + json.dumps(dict(zip(ips, ray.get(refs, timeout=PROBE_TIMEOUT_S)))))
 """
 
 
@@ -47,7 +47,8 @@ def test_nodes_have_their_own_address_and_disk_and_a_killed_node_is_marked_dead(
     ips = [cluster.node_ip(0), cluster.node_ip(1)]
     assert ips[0] != ips[1] and cluster.address.startswith(cluster.head_ip + ":")
 
-    done = subprocess.run([sys.executable, "-c", DRIVER, cluster.address, str(folder), cluster.temp_dir, *ips],
+    driver = DRIVER.replace("PROBE_TIMEOUT_S", repr(scaled(120)))  # the deadline, scaled here: the driver runs alone
+    done = subprocess.run([sys.executable, "-c", driver, cluster.address, str(folder), cluster.temp_dir, *ips],
                           env=cluster.env, cwd=tmp_path, capture_output=True, text=True, timeout=scaled(180),
                           start_new_session=True)
     assert done.returncode == 0, done.stdout + done.stderr
