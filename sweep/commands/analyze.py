@@ -10,8 +10,8 @@ attached as <name>_measured.png beside the formula's <name>.png (analysis.report
 Attaching: when the study's Optuna storage exists (the `storage` key of <study_dir>/study.yaml, else
 sqlite:///<study_dir>/optuna.db), every PNG is uploaded as a study-level artifact into a
 FileSystemArtifactStore at <study_dir>/artifacts, so that `sweep dashboard <study_dir>` (optuna-dashboard on
-that storage with that artifact store) shows them. A figure already attached with the same file name and the same bytes is not uploaded
-again, so re-running analyze on unchanged results adds nothing.
+that storage with that artifact store) shows them. A figure already attached with the same file name and the
+same bytes is not uploaded again, so re-running analyze on unchanged results adds nothing.
 """
 
 from __future__ import annotations
