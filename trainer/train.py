@@ -177,7 +177,13 @@ def train(config: RunConfig, report: Report | None = None, host_reads: HostReadP
     step that ends the run early (diverged, collapsed). It runs on the loop's thread and its time counts as
     training time; None (the default) changes nothing."""
     run = _set_up(config, host_reads)
-    _train_loop(run, report, on_step)
+    with warnings.catch_warnings():
+        # fp16: the scaler skips the optimiser step whose gradients overflowed (the first steps, while it
+        # finds its scale), and torch then warns that the schedule stepped first. Expected, so not shown;
+        # the schedule advances on a skipped step too (knowing which were skipped would read the device).
+        if run.scaler is not None:
+            warnings.filterwarnings("ignore", SKIPPED_STEP_WARNING, UserWarning)
+        _train_loop(run, report, on_step)
     final = _final_evaluation(run)
     return _summary(run, final)
 
@@ -308,15 +314,9 @@ def _step(run: _Run, ids: torch.Tensor, mask: torch.Tensor):
     if scaler is not None:
         scaler.step(optimizer)
         scaler.update()
-        # fp16: the scaler skips the optimiser step whose gradients overflowed (the first steps, while it
-        # finds its scale), and torch then warns that the schedule stepped first. Expected, so not shown;
-        # the schedule advances on a skipped step too (knowing which were skipped would read the device).
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", SKIPPED_STEP_WARNING, UserWarning)
-            run.scheduler.step()
     else:
         optimizer.step()
-        run.scheduler.step()
+    run.scheduler.step()
     optimizer.zero_grad(set_to_none=True)
     run.method.after_step(run.step, out)
     return out
