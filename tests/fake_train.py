@@ -6,6 +6,10 @@ A config with optim.lr >= 1 "diverges"; a model path containing "raise" raises; 
 $FAKE_TRAIN_OOM_BATCH (when set) raises torch.OutOfMemoryError, as CUDA does when a batch does not fit.
 While the file $FAKE_TRAIN_GATE exists (when set), every trial waits before its first step, so a test can
 hold the study in a known state (a trial running, others pending) until it has set the scene.
+With $FAKE_TRAIN_BARRIER set to a folder and $FAKE_TRAIN_BARRIER_N to a count, every trial waits before its
+first step until that many trials are running at once (each holds a file in the folder while it runs), and
+raises when $FAKE_TRAIN_BARRIER_S seconds (default 120) pass first: a test of concurrency that waits for the
+condition instead of hoping that fixed-length trials overlap.
 The summary records when the trial started and ended (`started_at`, `ended_at`: time.time()), so tests
 can read concurrency from the trials themselves.
 
@@ -16,6 +20,8 @@ from __future__ import annotations
 
 import os
 import time
+import uuid
+from pathlib import Path
 from typing import Any
 
 STS_TASKS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness")
@@ -29,6 +35,36 @@ def train(config: Any, report: Any = None) -> dict[str, Any]:
     gate = os.environ.get("FAKE_TRAIN_GATE")
     while gate and os.path.exists(gate):
         time.sleep(0.1)
+    barrier = os.environ.get("FAKE_TRAIN_BARRIER")
+    marker = Path(barrier) / f"running-{os.getpid()}-{uuid.uuid4().hex}" if barrier else None
+    try:
+        if marker is not None:
+            marker.touch()
+            _wait_at_barrier(Path(barrier), int(os.environ["FAKE_TRAIN_BARRIER_N"]),
+                             float(os.environ.get("FAKE_TRAIN_BARRIER_S", "120")))
+        return _train(config, report, steps, step_s, started_at)
+    finally:
+        if marker is not None:
+            marker.unlink(missing_ok=True)
+
+
+def _wait_at_barrier(folder: Path, count: int, timeout_s: float) -> None:
+    """Until `count` trials hold a file in `folder` at once (the first to see it leaves a `met` file that lets
+    the others through); a RuntimeError naming how many were running when `timeout_s` passes first."""
+    deadline = time.monotonic() + timeout_s
+    met = folder / "met"
+    while not met.exists():
+        running = len(list(folder.glob("running-*")))
+        if running >= count:
+            met.touch()
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"fake trainer barrier: {running} of {count} trials were running at once "
+                               f"after {timeout_s:.0f} s")
+        time.sleep(0.05)
+
+
+def _train(config: Any, report: Any, steps: int, step_s: float, started_at: float) -> dict[str, Any]:
     data = config.to_dict()
     if "raise" in str(data.get("model")):
         raise RuntimeError("the fake trainer was asked to raise")

@@ -28,9 +28,13 @@ def sweep_run(study: Path, address: str, cwd: Path, head_env: dict[str, str]):
 
 
 def test_half_gpu_trials_pack_two_per_declared_gpu_and_record_their_gpu(tmp_path, shared_data_dir):
-    # the trials run in the head's workers, which inherit its environment: the fake trainer, 4 steps of 4 s
-    # (16 s a trial: Ray starts the four workers a few seconds apart on a busy 2-core machine)
-    with ray_head_process(tmp_path, "--num-gpus=2", env=fake_env(steps=4, step_s=4.0)) as (address, head_env):
+    # the trials run in the head's workers, which inherit its environment: the fake trainer, each trial held
+    # until all four run at once (tests/fake_train.py's barrier; a trial fails when that never happens)
+    barrier = tmp_path / "barrier"
+    barrier.mkdir()
+    env = fake_env(steps=2, step_s=1.0, FAKE_TRAIN_BARRIER=str(barrier), FAKE_TRAIN_BARRIER_N="4",
+                   FAKE_TRAIN_BARRIER_S=str(scaled(120)))
+    with ray_head_process(tmp_path, "--num-gpus=2", env=env) as (address, head_env):
         too_big = fake_study(tmp_path, "three_gpus", shared_data_dir, decays=(0.1,), resources={"cpu": 0.5, "gpu": 3})
         refused = sweep_run(too_big, address, tmp_path, head_env)
         study = fake_study(tmp_path, "half_gpus", shared_data_dir, decays=(0.1, 0.2, 0.3, 0.4),
