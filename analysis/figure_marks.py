@@ -17,8 +17,7 @@ import pandas as pd
 from analysis import paper_values
 from analysis.figure_style import label_n, line_through
 from analysis.load import swept_parameters
-from trainer.sts_average import TASK_NAMES
-from trainer.vocabulary import SICK_RELATEDNESS, STS_BENCHMARK
+from trainer.vocabulary import SICK_RELATEDNESS, STS_BENCHMARK, STS_TASK_LABELS
 
 STD_NOTE = "mean ± 1 std over seeds"  # the plain form; legends use spread_note(n of the points)
 DODGE_NOTE = "series dodged sideways at each value"
@@ -36,8 +35,8 @@ PAPER_LEFT_OUT = "paper values not drawn: they are seven-task STS averages"
 def score_label(score: str) -> str:
     if score in SCORE_LABELS:
         return SCORE_LABELS[score]
-    if score in TASK_NAMES:
-        return f"{TASK_NAMES[score]} test Spearman x100"
+    if score in STS_TASK_LABELS:
+        return f"{STS_TASK_LABELS[score]} test Spearman x100"
     return f"{score} Spearman x100"
 
 

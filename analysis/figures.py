@@ -39,12 +39,10 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from analysis import paper_values
-from analysis.figure_marks import (  # noqa: F401  (STD_NOTE, spread_note, draw_points: re-exported)
+from analysis.figure_marks import (
     DODGE_NOTE,
     PAPER_LEFT_OUT,
     PAPER_STYLE,
-    SCORE_LABELS,
-    STD_NOTE,
     column_or,
     draw_points,
     format_eps,
@@ -67,14 +65,6 @@ from analysis.figure_style import (
     new_figure,
     series_style,
     styled,
-)
-from analysis.mtd_figures import (  # noqa: F401  (the MTD figures are part of this module's API)
-    MEASURED_MTD_LABEL,
-    MTD_COLUMNS,
-    MTD_LABEL,
-    figure_align_uniform_vs_mtd,
-    figure_score_vs_mtd,
-    figure_score_vs_mtd_by_batch,
 )
 from analysis.stats import seed_summary
 

@@ -13,7 +13,7 @@ only a trials.csv (copied by hand) is read from it. Either way each row gets:
   NaN for methods without EMA and queue. The formula value the trainer recorded is kept as
   `mtd_recorded`, the measured one as `mtd_measured`, with `ema_age`, `queue_age_mean`, `queue_age_max`;
 - `gaussian.m_per_batch`: the number of Gaussian negatives as a multiple of the batch size;
-- `avg` only where the trial has all seven STS task scores (trainer.sts_average): an older one-task trial's
+- `avg` only where the trial has all seven STS task scores (trainer.evaluation.sts_average): an older one-task trial's
   `avg` (its STS-B score) is dropped, so it is never read as the papers' seven-task average.
 
 The config that MTD needs comes from the trial's summary.json "config" when that file exists (it
@@ -32,14 +32,13 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from analysis.mtd import ETA_CHOICES, K_CHOICES, config_traceable_distance
-from trainer.sts_average import AVG
+from trainer.evaluation.sts_average import AVG
+from trainer.mtd import ETA_CHOICES, K_CHOICES, config_traceable_distance
 from trainer.summary_row import summary_row
-from trainer.vocabulary import OK, TRANSFER_TASKS, optuna_state_name
-from trainer.vocabulary import STS_TASKS as TASKS
+from trainer.vocabulary import OK, STS_TASKS, TRANSFER_TASKS, optuna_state_name
 
 MTD_SOURCES = ("formula", "measured")
-SCORES = TASKS + ("avg",)
+SCORES = STS_TASKS + ("avg",)
 # SentEval transfer accuracies (summary["transfer"]; "avg" there is the column transfer_avg)
 TRANSFER_SCORES = TRANSFER_TASKS + ("transfer_avg",)
 
@@ -245,7 +244,7 @@ def _without_partial_averages(table: pd.DataFrame) -> pd.DataFrame:
     """NaN for an `avg` beside fewer than seven task scores (a trials.csv written before the rule)."""
     if AVG not in table.columns:
         return table
-    missing_task = table.reindex(columns=list(TASKS)).isna().any(axis=1)  # an absent task column: all missing
+    missing_task = table.reindex(columns=list(STS_TASKS)).isna().any(axis=1)  # an absent task column: all missing
     table.loc[missing_task, AVG] = np.nan
     return table
 

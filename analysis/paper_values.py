@@ -10,7 +10,6 @@ multiples of the batch size, ...).
 from __future__ import annotations
 
 from trainer.vocabulary import GS_INFONCE, MIXCSE, MOCOSE, SIMCSE
-from trainer.vocabulary import METHOD_LABELS as METHOD_NAMES  # noqa: F401  (re-exported for the tables)
 from trainer.vocabulary import STS_TASKS as TASKS
 
 

@@ -41,12 +41,11 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from analysis import figures, tables
+from analysis import figures, mtd_figures, tables
 from analysis.figure_style import DEFAULT_SIZE, check_size, save_figure
 from analysis.knobs import MTD_FIGURES, figures_called_for
 from analysis.load import (
     SCORES,
-    TASKS,
     TRANSFER_SCORES,
     ResultsError,
     declared_parameters,
@@ -54,8 +53,8 @@ from analysis.load import (
     load_results,
     read_study_spec,
 )
-from trainer.sts_average import AVG
-from trainer.vocabulary import STS_BENCHMARK
+from trainer.evaluation.sts_average import AVG
+from trainer.vocabulary import STS_BENCHMARK, STS_TASKS
 
 
 def analyze(
@@ -120,7 +119,7 @@ def analyze(
 def fallback_score(table: pd.DataFrame) -> str | None:
     """What the figures plot when the trials have no seven-task average: the STS test score they have
     (STS-B test first, as the quickstart evaluates it), else STS-B dev; None when there is neither."""
-    return next((name for name in (STS_BENCHMARK, *TASKS, "dev_stsb") if _has_values(table, name)), None)
+    return next((name for name in (STS_BENCHMARK, *STS_TASKS, "dev_stsb") if _has_values(table, name)), None)
 
 
 def _has_values(table: pd.DataFrame, column: str) -> bool:
@@ -171,14 +170,14 @@ def applicable_figures(
 
     scored = mocose[mocose["mtd"].notna() & mocose[score].notna()]
     if scored["mtd"].round(6).nunique() >= 3:
-        add("score_vs_mtd", figures.figure_score_vs_mtd, score=score, n_boot=n_boot, seed=seed, by=params)
+        add("score_vs_mtd", mtd_figures.figure_score_vs_mtd, score=score, n_boot=n_boot, seed=seed, by=params)
         if scored["batch_size"].nunique() >= 2:
-            add("score_vs_mtd_by_batch", figures.figure_score_vs_mtd_by_batch, score=score, n_boot=n_boot,
+            add("score_vs_mtd_by_batch", mtd_figures.figure_score_vs_mtd_by_batch, score=score, n_boot=n_boot,
                 seed=seed, by=params)
     if {"align", "uniform"} <= set(mocose.columns):
         measured = mocose[mocose["mtd"].notna() & mocose["align"].notna() & mocose["uniform"].notna()]
         if measured["mtd"].round(6).nunique() >= 3:
-            add("align_uniform_vs_mtd", figures.figure_align_uniform_vs_mtd, by=params)
+            add("align_uniform_vs_mtd", mtd_figures.figure_align_uniform_vs_mtd, by=params)
     if not mocose.empty:
         add("queue_slices", figures.figure_queue_slices, score=score, by=params)
         add("ema_decay", figures.figure_ema_decay, score=score, by=params)

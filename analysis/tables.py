@@ -10,7 +10,7 @@ the methods in the study.
 
 A column appears only when some trial has that score: a study that evaluated STS-B test alone (the
 quickstart) gets an STS-B column and no Avg, which is the mean of the seven STS tasks only
-(trainer.sts_average); the note under the table says why.
+(trainer.evaluation.sts_average); the note under the table says why.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ import pandas as pd
 
 from analysis import paper_values
 from analysis.load import SCORES, TRANSFER_SCORES, swept_parameters
-from trainer.sts_average import AVG
-from trainer.vocabulary import STS_TASK_LABELS, TRANSFER_TASK_LABELS
+from trainer.evaluation.sts_average import AVG
+from trainer.vocabulary import METHOD_LABELS, STS_TASK_LABELS, TRANSFER_TASK_LABELS
 
 HEADERS = {**STS_TASK_LABELS, AVG: "Avg"}
 TRANSFER_HEADERS = {**TRANSFER_TASK_LABELS, "transfer_avg": "Avg"}
@@ -75,7 +75,7 @@ def markdown_table(table: pd.DataFrame, by: Sequence[str] | None = None, paper: 
 def transfer_markdown_table(table: pd.DataFrame, by: Sequence[str] | None = None) -> str:
     """Table 2's layout: MR CR SUBJ MPQA SST-2 TREC MRPC Avg, mean ± std over seeds."""
     header, rows = _rows(table, by, paper=False, latex=False, headers=TRANSFER_HEADERS)
-    return _markdown(header, rows) + ("SentEval transfer test accuracy x100 (trainer.transfer, the trials' "
+    return _markdown(header, rows) + ("SentEval transfer test accuracy x100 (trainer.evaluation.transfer, the trials' "
                                       f"transfer_mode); cells: {cell_note(table, by, TRANSFER_SCORES)}.\n")
 
 
@@ -153,7 +153,7 @@ def _rows(table: pd.DataFrame, by: Sequence[str] | None, paper: bool, latex: boo
         for method in known:
             values = paper_values.MAIN_RESULTS[method]
             spread = paper_values.MAIN_RESULTS_STD.get(method, {})
-            name = f"{paper_values.METHOD_NAMES[method]} (paper, bert-base)"
+            name = f"{METHOD_LABELS[method]} (paper, bert-base)"
             labels = [escape(name)] + [""] * (len(label_columns) - 1)
             cells = [format_mean_std(values[s], spread.get(s), latex=latex) for s in headers]
             rows.append(labels + cells + [""])

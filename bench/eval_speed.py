@@ -3,8 +3,8 @@
     python bench/eval_speed.py [--data-dir DIR] [--poolers cls_before_pooler avg] [--repeat N]
                                [--batch-size 64] [--compare-hf] [--skip-reference]
 
-Ours: `trainer.evaluation.evaluate_sts` (each distinct sentence once, length-sorted batches, only the
-reported splits), with the default CPU forward (`trainer.fast_forward`); `--compare-hf` also times it
+Ours: `trainer.evaluation.sts.evaluate_sts` (each distinct sentence once, length-sorted batches, only the
+reported splits), with the default CPU forward (`trainer.evaluation.fast_forward`); `--compare-hf` also times it
 with the transformers forward (`SentenceEncoder(fast=False)`). `--repeat` runs ours N times and reports
 every time and the median (this machine's speed drifts by +-10-15% between minutes).
 Reference: SentEval's procedure as SimCSE runs it, re-implemented here for timing and
@@ -27,9 +27,10 @@ import torch
 from scipy.stats import spearmanr
 
 from trainer.data import data_dir
-from trainer.evaluation import TASKS, average, evaluate_sts, format_score, load_task
+from trainer.evaluation.encoder import SentenceEncoder
+from trainer.evaluation.sts import average, evaluate_sts, format_score, load_task
 from trainer.models import load_encoder
-from trainer.sentence_encoder import SentenceEncoder
+from trainer.vocabulary import STS_TASKS
 
 
 def senteval_procedure(model, tokenizer, pooler: str, root) -> dict[str, float]:
@@ -43,7 +44,7 @@ def senteval_procedure(model, tokenizer, pooler: str, root) -> dict[str, float]:
             return encoder.pool(out, batch["attention_mask"]).numpy()
 
     scores = {}
-    for task in TASKS:
+    for task in STS_TASKS:
         splits = ["test"] if task.startswith("STS1") else ["train", "dev", "test"]
         reported = None
         for split in splits:
@@ -62,13 +63,13 @@ def senteval_procedure(model, tokenizer, pooler: str, root) -> dict[str, float]:
             if split == "test":
                 reported = spearmanr(all_sys, all_gold)[0]
         scores[task] = format_score(reported)
-    scores["avg"] = average([scores[t] for t in TASKS])
+    scores["avg"] = average([scores[t] for t in STS_TASKS])
     return scores
 
 
 def workload(tokenizer, root) -> dict[str, int]:
     """What the seven tasks cost: distinct sentences and their tokens ([CLS] and [SEP] included)."""
-    sentences = [s for task in TASKS for pairs in load_task(root, task, "test") for s in pairs.sent1 + pairs.sent2]
+    sentences = [s for task in STS_TASKS for pairs in load_task(root, task, "test") for s in pairs.sent1 + pairs.sent2]
     distinct = list(dict.fromkeys(sentences))
     ids = tokenizer(distinct, return_attention_mask=False, return_token_type_ids=False)["input_ids"]
     return {"sentences": len(sentences), "distinct_sentences": len(distinct), "tokens": sum(map(len, ids))}

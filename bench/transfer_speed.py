@@ -1,4 +1,4 @@
-"""Transfer tasks: trainer.transfer vs SentEval's procedure run as SentEval runs it, in one run.
+"""Transfer tasks: trainer.evaluation.transfer vs SentEval's procedure run as SentEval runs it, in one run.
 
 The reference below is SentEval's classifier and protocols (SimCSE's copy: tools/classifier.py MLP with
 nhid 0, tools/validation.py InnerKFold/KFold/Split classifiers) re-written from reading them: one
@@ -29,11 +29,11 @@ import torch
 from sklearn.model_selection import StratifiedKFold
 from torch import nn
 
-from trainer import transfer
 from trainer.data import data_dir
-from trainer.embedding_cache import EmbeddingCache
+from trainer.evaluation import transfer, transfer_data
+from trainer.evaluation.cache import EmbeddingCache
+from trainer.evaluation.encoder import SentenceEncoder
 from trainer.models import load_encoder
-from trainer.sentence_encoder import SentenceEncoder
 
 
 # ---- the reference: SentEval's procedure, sequential --------------------------------------------
@@ -161,7 +161,7 @@ def reference_task(task, X, y, rows, nclasses, s):
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mode", default="fasttest", choices=sorted(transfer.MODES))
-    parser.add_argument("--tasks", nargs="+", default=transfer.TRANSFER_TASKS)
+    parser.add_argument("--tasks", nargs="+", default=transfer_data.TRANSFER_TASKS)
     parser.add_argument("--no-reference", action="store_true", help="time ours only")
     parser.add_argument("--workers", type=int, default=None)
     parser.add_argument("--embeddings", default=None, help="npz file: reuse these embeddings, or save them there")
@@ -170,9 +170,9 @@ def main() -> int:
     torch.set_num_threads(2)
     model, tokenizer = load_encoder("embedded")
     encoder = SentenceEncoder(model, tokenizer, "cls_before_pooler", "cpu")
-    loaded = transfer.load_transfer_tasks(data_dir(), args.tasks)
+    loaded = transfer_data.load_transfer_tasks(data_dir(), args.tasks)
     started = time.perf_counter()
-    sentences = [s for d in loaded.values() for s in transfer.task_sentences(d)]
+    sentences = [s for d in loaded.values() for s in transfer_data.task_sentences(d)]
     if args.embeddings and Path(args.embeddings).is_file():  # a previous run's embeddings (same model)
         saved = np.load(args.embeddings, allow_pickle=False)
         known = dict(zip(saved["sentences"].tolist(), saved["emb"]))
@@ -185,7 +185,7 @@ def main() -> int:
     settings = transfer.MODES[args.mode]
     rows_out = []
     for task, data in loaded.items():
-        X, y, rows = transfer.features(data, cache)
+        X, y, rows = transfer_data.features(data, cache)
         t0 = time.perf_counter()
         ours = transfer.run_protocols({task: (X, y, rows, data.nclasses)}, settings, args.workers)[task]
         t_ours = time.perf_counter() - t0

@@ -26,7 +26,7 @@ def _cmd_data_fetch(args: argparse.Namespace) -> int:
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
-    from trainer.eval_command import eval_command
+    from sweep.commands.eval import eval_command
 
     return eval_command(
         model=args.model, pooler=args.pooler, data_dir=args.data_dir, tasks=args.tasks,

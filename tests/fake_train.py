@@ -24,8 +24,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-STS_TASKS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness")
-TRANSFER_TASKS = ("MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC")
+from trainer.vocabulary import STS_TASKS, TRANSFER_TASKS
 
 
 def train(config: Any, report: Any = None) -> dict[str, Any]:
@@ -104,6 +103,6 @@ def _train(config: Any, report: Any, steps: int, step_s: float, started_at: floa
 
 
 def _test_label(test: dict[str, Any]) -> str | None:
-    from trainer.sts_average import sts_test_label
+    from trainer.evaluation.sts_average import sts_test_label
 
     return sts_test_label(test)

@@ -34,6 +34,7 @@ import yaml
 
 from tests.cluster.netns_cluster import free_port  # the one free-port finder (netns_cluster.py runs standalone)
 from tests.deadlines import scaled, wait_until
+from trainer.vocabulary import STS_TASKS
 
 if TYPE_CHECKING:
     import optuna
@@ -309,7 +310,6 @@ def ray_head_process(cwd: Path, *extra: str, env: dict[str, str] | None = None):
 # Laid out as results/README.md describes: `write_results` writes trials.csv and/or
 # trials/<key>/summary.json (and study.yaml) from a list of trials; the `*_study` helpers build the specific
 # sweeps the analysis tests check.
-TASKS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness")
 # Per-task offsets from the average, roughly the shape of the papers' Table 1.
 TASK_OFFSETS = (-6.0, 5.0, -2.5, 5.5, 2.0, 1.5, -5.5)
 PEAK_MTD = 14.67
@@ -339,9 +339,9 @@ def base_config(method: str = "mocose", **sections: dict[str, Any]) -> dict[str,
 def make_trial(config: dict[str, Any], seed: int, avg: float, steps: int = 200, **extra: Any) -> dict[str, Any]:
     config = copy.deepcopy(config)
     config["seed"] = seed
-    scores = {task: round(avg + offset, 4) for task, offset in zip(TASKS, TASK_OFFSETS)}
+    scores = {task: round(avg + offset, 4) for task, offset in zip(STS_TASKS, TASK_OFFSETS)}
     # avg exactly as the trainer defines it: the mean of the seven 2-decimal task figures
-    scores["avg"] = float(np.mean([round(scores[t], 2) for t in TASKS]))
+    scores["avg"] = float(np.mean([round(scores[t], 2) for t in STS_TASKS]))
     trial = {"config": config, "seed": seed, "test": scores, "steps": steps, "status": "ok", "state": "COMPLETE"}
     trial.update(extra)
     return trial
@@ -505,7 +505,7 @@ def one_task_study(study_dir: Path, legacy_avg: bool = False, **write_options: A
     """The quickstart's shape: MoCoSE over EMA decay x queue size at B = 64, 2 seeds, scored on STS-B test
     alone (`eval.final_tasks: [STSBenchmark]`), so no seven-task average. `legacy_avg` writes `avg` = the
     STS-B score, as summaries and trials.csv did before the average needed all seven tasks."""
-    from trainer.sts_average import sts_test_label
+    from trainer.evaluation.sts_average import sts_test_label
 
     trials = []
     for eta, size in MTD_GRID:  # K0 = K/4: Table 7's row "K/4" holds a paper value for every K
@@ -527,14 +527,14 @@ def stand_in_study(study_file: Path, study_dir: Path, seeds: int, spread: float 
     evaluates that task alone (the quickstart), else on all seven. study.yaml is the study file itself."""
     from sweep.spec import load_study  # here: bench/ imports this module without loading the spec's schema
     from sweep.spec.expand import expand
-    from trainer.sts_average import sts_test_label
+    from trainer.evaluation.sts_average import sts_test_label
 
     spec = load_study(study_file)
     rng = np.random.default_rng(17)
     trials = []
     for trial in (t for t in expand(spec) if t.seed == spec.seeds[0]):
         config = trial.config
-        tasks = config["eval"]["final_tasks"] or TASKS
+        tasks = config["eval"]["final_tasks"] or STS_TASKS
         mtd = trial.mtd if config["method"] == "mocose" and trial.mtd else None
         offset = int(hashlib.sha256(trial.key.encode()).hexdigest()[:8], 16) / 2**32 * 0.6 - 0.3
         centre = (mtd_score(mtd) if mtd else 76.0) + offset

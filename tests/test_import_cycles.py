@@ -9,6 +9,7 @@ Read from the source with `ast` (nothing is imported), so it costs milliseconds.
 from __future__ import annotations
 
 import ast
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -187,3 +188,90 @@ def test_the_public_api_loads_lazily_and_names_real_objects():
             "print(sorted(n for n in sweep.__all__ if getattr(sweep, n) is None))")
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=scaled(120))
     assert result.returncode == 0 and result.stdout.strip() == "[]", result.stderr
+
+
+# ---- each name is imported from the module that owns it ------------------------------------------------
+def top_level_definitions(path: Path) -> tuple[set[str], set[str]]:
+    """(names a module defines itself, names it only imports), at its top level and in its if/try blocks."""
+    defined: set[str] = set()
+    imported: set[str] = set()
+    todo = list(ast.parse(path.read_text()).body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defined.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            defined |= {n.id for target in targets for n in ast.walk(target) if isinstance(n, ast.Name)}
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            imported |= {(alias.asname or alias.name).split(".")[0] for alias in node.names}
+        elif isinstance(node, (ast.If, ast.Try, ast.With)):
+            todo += [*node.body, *getattr(node, "orelse", []), *getattr(node, "finalbody", [])]
+            todo += [stmt for handler in getattr(node, "handlers", []) for stmt in handler.body]
+    return defined, imported
+
+
+def borrowed_names(roots: tuple[str, ...] = ("trainer", "sweep", "analysis", "tests", "bench", "scripts")
+                   ) -> list[str]:
+    """`from M import name` anywhere under `roots` where M is a project module (not a package's __init__,
+    the one place a name may be re-exported) that only imports `name` from elsewhere."""
+    modules = {module_name(p): p for package in PACKAGES for p in (REPO / package).rglob("*.py")}
+    found = []
+    for root in roots:
+        for path in sorted((REPO / root).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if not (isinstance(node, ast.ImportFrom) and node.level == 0 and node.module in modules):
+                    continue
+                source = modules[node.module]
+                if source.name == "__init__.py":
+                    continue
+                defined, imported = top_level_definitions(source)
+                found += [f"{path.relative_to(REPO)}:{node.lineno}: {alias.name} from {node.module}"
+                          for alias in node.names if alias.name not in defined and alias.name in imported]
+    return found
+
+
+def test_the_borrowed_name_finder_finds_a_re_export(tmp_path, monkeypatch):
+    package = tmp_path / "trainer"
+    package.mkdir()
+    (package / "__init__.py").write_text("from trainer.owner import NAME\n")
+    (package / "owner.py").write_text("NAME = 1\n")
+    (package / "shim.py").write_text("from trainer.owner import NAME  # noqa: F401\n")
+    (package / "user.py").write_text("from trainer.shim import NAME\nfrom trainer.owner import NAME\n"
+                                     "from trainer import NAME\n")
+    monkeypatch.setattr(sys.modules[__name__], "REPO", tmp_path)
+    assert borrowed_names(("trainer",)) == ["trainer/user.py:1: NAME from trainer.shim"]
+
+
+def test_each_name_is_imported_from_the_module_that_owns_it():
+    assert borrowed_names() == []
+
+
+# ---- trainer/'s layout ---------------------------------------------------------------------------------
+def test_trainer_shows_its_subsystems():
+    plain = sorted(p.stem for p in (REPO / "trainer").glob("*.py") if p.stem not in ("__init__", "__main__"))
+    assert len(plain) <= 20, plain
+    packages = sorted(p.name for p in (REPO / "trainer").iterdir() if (p / "__init__.py").is_file())
+    assert "evaluation" in packages
+    for package in packages:
+        assert ast.get_docstring(ast.parse((REPO / "trainer" / package / "__init__.py").read_text())), package
+
+
+def test_the_light_modules_import_no_torch():
+    """The modules the sweep driver and the analysis read load no torch, and neither does `sweep run --dry-run`."""
+    light = ["trainer.evaluation", "trainer.evaluation.sts", "trainer.evaluation.sts_average",
+             "trainer.evaluation.transfer_data", "trainer.evaluation.cache", "trainer.evaluation.score_table",
+             "trainer.schedules", "trainer.slices", "trainer.mtd", "trainer.vocabulary", "trainer.method_rules",
+             "trainer.config", "trainer.summary_row"]
+    study = REPO / "studies" / "quickstart.yaml"
+    code = (f"import sys, importlib\nfor name in {light!r}:\n    importlib.import_module(name)\n"
+            "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))\n"
+            "from sweep.cli import main\n"
+            f"code = main(['run', {str(study)!r}, '--dry-run'])\n"
+            "print(code, sorted(m for m in ('torch', 'transformers') if m in sys.modules))\n")
+    env = {**os.environ, "SWEEP_DATA_DIR": os.environ.get("SWEEP_DATA_DIR", "")}
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                            timeout=scaled(120), env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.strip().splitlines()
+    assert lines[0] == "[]" and lines[-1] == "0 []", result.stdout

@@ -20,7 +20,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 
 from trainer.errors import ConfigError, UserError, config_error, excerpt
 from trainer.method_rules import method_rules
-from trainer.slices import parse_slices  # noqa: F401  (re-exported: the one slice parser)
+from trainer.slices import parse_slices
 from trainer.vocabulary import METHODS, POOLERS
 
 

@@ -21,8 +21,6 @@ import copy
 import torch
 from torch import nn
 
-from trainer.schedules import RELEASED_SCHEDULE_STEPS, SCHEDULES, cosine_eta, ema_decay_at  # noqa: F401
-
 
 @torch.no_grad()
 def ema_update(target: nn.Module, online: nn.Module, decay: float) -> None:

@@ -31,8 +31,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from trainer.slices import parse_slices  # noqa: F401  (the one slice parser, re-exported)
-
 Slices = Sequence[tuple[int, int]]
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-from trainer.sts_average import AVG, readable_test
+from trainer.evaluation.sts_average import AVG, readable_test
 from trainer.vocabulary import STS_TASKS, TRANSFER_TASKS
 
 View = Literal["trials.csv", "analysis"]

@@ -32,16 +32,17 @@ from trainer.config import RunConfig
 from trainer.corpus import load_corpus
 from trainer.data import corpus_path, data_dir
 from trainer.errors import UserError
-from trainer.evaluation import TASKS, EmbeddingCache, cosine_scores, evaluate_sts, load_task, split_tasks
+from trainer.evaluation.cache import EmbeddingCache
+from trainer.evaluation.encoder import SentenceEncoder
+from trainer.evaluation.sts import cosine_scores, evaluate_sts, load_task, split_tasks
+from trainer.evaluation.sts_average import sts_test_label
+from trainer.evaluation.transfer import evaluate_transfer
+from trainer.evaluation.transfer_data import load_transfer_tasks
 from trainer.files import apply_umask_modes, json_safe, write_text_atomic
 from trainer.methods import Method, method_class
 from trainer.models import load_encoder, pick_device
 from trainer.optim import build_optimizer
-from trainer.sentence_encoder import SentenceEncoder
-from trainer.sts_average import sts_test_label
-from trainer.transfer import evaluate_transfer
-from trainer.transfer_data import load_transfer_tasks
-from trainer.vocabulary import COLLAPSED, DIVERGED, OK, STS_BENCHMARK
+from trainer.vocabulary import COLLAPSED, DIVERGED, OK, STS_BENCHMARK, STS_TASKS
 
 Report = Callable[[dict[str, Any]], None]
 StepHook = Callable[[int], None]  # on_step(step): see `train`
@@ -371,7 +372,7 @@ def _evaluate_and_select(run: _Run, mean_loss: float, report: Report | None) -> 
     dev_rho, mean_cos = run.dev(run.encode_dev)
     test_now = None
     if run.track_test:
-        result = evaluate_sts(run.encode_eval, run.root, TASKS, align_uniform_split=None)
+        result = evaluate_sts(run.encode_eval, run.root, STS_TASKS, align_uniform_split=None)
         test_now = {**result.scores, "avg": result.avg}
     run.eval_seconds += time.perf_counter() - eval_started
     metrics = {"step": step, "loss": mean_loss,

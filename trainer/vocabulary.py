@@ -29,7 +29,7 @@ STS_TASK_LABELS = {**{task: task for task in STS_TASKS}, STS_BENCHMARK: "STS-B",
 TRANSFER_TASKS = ("MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC")
 TRANSFER_TASK_LABELS = {task: "SST-2" if task == "SST2" else task for task in TRANSFER_TASKS}
 
-# ---- the sentence embedding read off the encoder (trainer.sentence_encoder.SentenceEncoder) ----
+# ---- the sentence embedding read off the encoder (trainer.evaluation.encoder.SentenceEncoder) ----
 POOLERS = ("cls", "cls_before_pooler", "avg", "avg_first_last", "avg_top2")
 
 # ---- the methods (trainer.method_rules, trainer.methods), by their config name ----

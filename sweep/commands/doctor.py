@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from sweep.commands.gpu_bench import PRECISIONS, bench_table, run_bench
-from trainer.config import METHODS
 from trainer.errors import UserError
+from trainer.vocabulary import METHODS
 
 
 @dataclass

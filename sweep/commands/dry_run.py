@@ -14,7 +14,7 @@ from trainer.errors import UserError
 from trainer.vocabulary import STS_BENCHMARK, STS_TASKS, TRANSFER_TASKS
 
 # The test pairs of each STS task (STS12 ... SICK-R, in STS_TASKS order) in SentEval's data, as
-# trainer.evaluation scores them (empty gold lines dropped); tests/sweep/test_dry_run_texts.py counts them.
+# trainer.evaluation.sts scores them (empty gold lines dropped); tests/sweep/test_dry_run_texts.py counts them.
 STS_TEST_PAIRS = dict(zip(STS_TASKS, (3108, 1500, 3750, 3000, 1186, 1379, 4927)))
 # A training sentence costs a few encodings (two views forward, then backward), an evaluated one a single
 # forward pass: a final evaluation of FAR_MORE times the sentences a trial trains on is most of the trial.

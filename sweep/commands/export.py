@@ -4,7 +4,7 @@
 
 The folder holds a Transformer module (the encoder and tokenizer the trainer saved to
 trials/<key>/model/ after loading its best-dev state) and the pooling the trial's scores were computed
-with (trainer/sentence_encoder.py SentenceEncoder.pool):
+with (trainer/evaluation/encoder.py SentenceEncoder.pool):
 
     cls_before_pooler -> Pooling("cls")                                raw [CLS] of the last layer
     avg               -> Pooling("mean")                               masked mean of the last layer
@@ -28,10 +28,11 @@ from typing import Any
 
 import yaml
 
-from sweep.records.store import TASKS, StudyFolder, locate_study, metric_value, weights_state
+from sweep.records.store import StudyFolder, locate_study, metric_value, weights_state
 from trainer.errors import UserError
 from trainer.files import apply_umask_modes
 from trainer.models import EMBEDDED, EMBEDDED_HUB_ID
+from trainer.vocabulary import STS_TASKS
 
 EXPORTABLE_POOLERS = ("cls_before_pooler", "avg", "avg_top2", "avg_first_last")
 _CHECK_SENTENCES = ["A man is playing a guitar.", "Two dogs run through a field of tall grass .",
@@ -109,13 +110,13 @@ def write_sentence_transformer(model_dir: Path, pooler: str, out: Path) -> None:
     from transformers import AutoConfig
     from transformers.utils import logging as hf_logging
 
+    from trainer.evaluation.encoder import SentenceEncoder
     from trainer.models import load_encoder
-    from trainer.sentence_encoder import SentenceEncoder
 
     hf_logging.disable_progress_bar()
     layers_needed = pooler in ("avg_top2", "avg_first_last")
     hf_config = AutoConfig.from_pretrained(model_dir)
-    # SentEval's protocol truncates only at the model's own maximum length (trainer/sentence_encoder.py).
+    # SentEval's protocol truncates only at the model's own maximum length (trainer/evaluation/encoder.py).
     transformer = Transformer(str(model_dir), max_seq_length=getattr(hf_config, "max_position_embeddings", 512),
                               config_kwargs={"output_hidden_states": True} if layers_needed else None)
     dim = transformer.get_embedding_dimension()
@@ -258,8 +259,8 @@ def model_card(study: str, folder: StudyFolder, key: str, summary: dict[str, Any
            f"{_fmt(eval_cfg.get('eval_steps'))} steps; test sets were not used for selection).",
            f"- Trial: {selection}.", "",
            "## STS (Spearman x100, SentEval protocol, the best-dev state)", "",
-           "| " + " | ".join([*TASKS, "avg"]) + " |", "|" + "---|" * (len(TASKS) + 1),
-           "| " + " | ".join(_fmt(test.get(task)) for task in [*TASKS, "avg"]) + " |", ""]
+           "| " + " | ".join([*STS_TASKS, "avg"]) + " |", "|" + "---|" * (len(STS_TASKS) + 1),
+           "| " + " | ".join(_fmt(test.get(task)) for task in [*STS_TASKS, "avg"]) + " |", ""]
     transfer = summary.get("transfer")
     if isinstance(transfer, dict) and transfer:
         out += ["## Transfer tasks", "", "| task | score |", "|---|---|"]

@@ -11,9 +11,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from sweep.records.store import TASKS, StudyFolder, StudyLocation, locate_study
+from sweep.records.store import StudyFolder, StudyLocation, locate_study
 from sweep.text import shorten
 from trainer.errors import UserError
+from trainer.vocabulary import STS_TASKS
 
 SHOWN_RESULTS = ("dev_stsb", "avg", "mtd")
 
@@ -80,7 +81,7 @@ def _next_run(location: StudyLocation, keys: list[str], optuna_trials: list[Any]
               problems: dict[str, str]) -> str | None:
     """What the next `sweep run` does, decided as it decides (sweep.records.resume); None without a valid study.yaml.
     Fills `problems` (key -> why its summary.json cannot be used) from the same read of the summaries."""
-    from sweep.records.mirror import group_by_key
+    from sweep.records.optuna_reads import group_by_key
     from sweep.records.resume import is_done, trial_states
     from sweep.spec import load_study
 
@@ -122,7 +123,7 @@ def _latest_optuna_by_key(trials: list[Any]) -> dict[str, Any]:
 def seven_task_average(row: dict[str, Any]) -> Any:
     """The row's avg, shown only beside all seven task scores: a trials.csv or Optuna record written before
     the average needed them holds a one-task study's STS-B score as its avg."""
-    if any(row.get(task) in (None, "") for task in TASKS):
+    if any(row.get(task) in (None, "") for task in STS_TASKS):
         return ""
     return row.get("avg", "")
 
@@ -143,7 +144,7 @@ def _row_from_optuna(frozen: Any) -> dict[str, Any]:
            "state": frozen.state.name, "status": frozen.user_attrs.get("status", ""),
            "reason": frozen.user_attrs.get("reason", ""), "optuna_trial": str(frozen.number),
            "dev_stsb": frozen.user_attrs.get("best_dev_stsb", ""), "avg": frozen.user_attrs.get("avg", ""),
-           "mtd": frozen.user_attrs.get("mtd", ""), **{task: frozen.user_attrs.get(task, "") for task in TASKS}}
+           "mtd": frozen.user_attrs.get("mtd", ""), **{task: frozen.user_attrs.get(task, "") for task in STS_TASKS}}
     row.update(frozen.params)
     return row
 

@@ -30,15 +30,15 @@ import sqlalchemy
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import FrozenTrial, TrialState
 
-from sweep.records.optuna_reads import first_distributions, group_by_key, read_trials  # noqa: F401 (re-exported)
-from sweep.records.store import TASKS, TRANSFER_TASKS, metric_value
+from sweep.records.optuna_reads import first_distributions, group_by_key, read_trials
 from sweep.records.store import is_final as _is_final
+from sweep.records.store import metric_value
 from sweep.spec.schema import StudySpec, Trial
 from sweep.text import hide_password
 from trainer.errors import UserError
+from trainer.evaluation.sts_average import readable_test
 from trainer.files import json_safe
-from trainer.sts_average import readable_test
-from trainer.vocabulary import ERROR, INTERRUPTED, optuna_state_name
+from trainer.vocabulary import ERROR, INTERRUPTED, STS_TASKS, TRANSFER_TASKS, optuna_state_name
 
 # Which attempts are final (is_final) is decided in sweep.records.store, for this mirror and for sweep.records.resume.
 
@@ -346,7 +346,7 @@ def summary_attrs(summary: dict[str, Any]) -> dict[str, Any]:
         if summary.get(name) is not None:
             attrs[name] = summary[name]
     test = readable_test(summary.get("test")) or {}  # `avg` only when it averages the seven tasks
-    for name in (*TASKS, "avg"):
+    for name in (*STS_TASKS, "avg"):
         if test.get(name) is not None:
             attrs[name] = test[name]
     transfer = summary.get("transfer") or {}
@@ -376,7 +376,7 @@ def summary_from_attrs(attrs: dict[str, Any]) -> dict[str, Any]:
     for name in ("steps", "best_step", "best_dev_stsb", "align", "uniform", "sentences_per_s", "wall_time_s"):
         if name in attrs:
             summary[name] = attrs[name]
-    test = readable_test({name: attrs[name] for name in (*TASKS, "avg") if name in attrs})
+    test = readable_test({name: attrs[name] for name in (*STS_TASKS, "avg") if name in attrs})
     if test:
         summary["test"] = test
     mtd = {name: attrs[f"mtd_{name}"] for name in ("measured", "ema_age", "queue_age_mean", "queue_age_max", "eta")

@@ -1,5 +1,5 @@
 """Reading a study's trials back from Optuna's RDB storage fast: what `sweep status` and the resume plan
-read once per command (sweep.records.mirror re-exports these).
+read once per command.
 
 Optuna's own read (`RDBStorage.get_all_trials`) builds one ORM object per row, ~0.8 ms per trial: 8 s for a
 10,000-trial study. `read_trials` returns the same FrozenTrials from five plain SELECTs over Optuna's own

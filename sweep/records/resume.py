@@ -38,20 +38,21 @@ def optuna_attempts(name: str, storage_url: str) -> dict[str, list[Any]] | None:
     trials = optuna_trials(name, storage_url, "restore or remove the storage")
     if trials is None:
         return None
-    from sweep.records.mirror import group_by_key
+    from sweep.records.optuna_reads import group_by_key
 
     return group_by_key(trials)
 
 
 def optuna_trials(name: str, storage_url: str, way_out: str) -> list[Any] | None:
-    """The study's Optuna trials in number order (sweep.records.mirror.read_trials); None when the storage or the
+    """The study's Optuna trials in number order (sweep.records.optuna_reads.read_trials); None when the storage or the
     study does not exist (a missing SQLite file is not created). A storage that cannot be read is a
     UserError (one line, exit 2) ending with `way_out`."""
     if storage_url.startswith("sqlite:///") and not Path(storage_url[len("sqlite:///"):]).is_file():
         return None
     import optuna
 
-    from sweep.records.mirror import open_storage, read_trials
+    from sweep.records.mirror import open_storage
+    from sweep.records.optuna_reads import read_trials
     from sweep.text import hide_password
     from trainer.errors import UserError
 

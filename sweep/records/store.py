@@ -25,14 +25,13 @@ import yaml
 
 from sweep.spec.schema import StudySpec, Trial
 from sweep.text import dotted_get
+from trainer.evaluation.sts_average import readable_test
 from trainer.files import json_safe, write_text_atomic
-from trainer.sts_average import readable_test
 from trainer.summary_row import summary_row
-from trainer.vocabulary import STS_TASKS as TASKS
-from trainer.vocabulary import TRAINED_STATUSES, TRANSFER_TASKS, ends_for_good
+from trainer.vocabulary import STS_TASKS, TRAINED_STATUSES, TRANSFER_TASKS, ends_for_good
 
-# TASKS, TRANSFER_TASKS (summary["transfer"] = {task: acc, ..., "avg": ...}) and what each trial status means
-# (final, a result, its Optuna state) are trainer.vocabulary's; TASKS is re-exported for the sweep's modules.
+# STS_TASKS, TRANSFER_TASKS (summary["transfer"] = {task: acc, ..., "avg": ...}) and what each trial status means
+# (final, a result, its Optuna state) are trainer.vocabulary's.
 
 # libyaml's parser when PyYAML was built with it (the same documents, ~20x faster than the pure-Python one):
 # a resume reads every finished trial's config.yaml.
@@ -46,7 +45,7 @@ CONFIG_COLUMNS = (
 )
 RESULT_COLUMNS = (
     "steps", "mtd", "mtd_measured", "ema_age", "queue_age_mean", "queue_age_max", "best_step", "dev_stsb",
-    *TASKS, "avg", *TRANSFER_TASKS, "transfer_avg", "precision",
+    *STS_TASKS, "avg", *TRANSFER_TASKS, "transfer_avg", "precision",
     "align", "uniform", "sentences_per_s", "wall_time_s", "weights",
 )
 
@@ -293,7 +292,7 @@ def metric_value(summary: dict[str, Any], name: str) -> float | None:
     unless the trial evaluated all seven STS tasks), transfer task names and transfer_avg -> transfer[...]."""
     if name == "dev_stsb":
         value = summary.get("best_dev_stsb")
-    elif name in TASKS or name == "avg":
+    elif name in STS_TASKS or name == "avg":
         value = (readable_test(summary.get("test")) or {}).get(name)
     elif name in TRANSFER_TASKS or name == "transfer_avg":
         value = (summary.get("transfer") or {}).get("avg" if name == "transfer_avg" else name)

@@ -33,8 +33,8 @@ from typing import Any
 
 from sweep.records.history import keep_weights_changed, record_change
 from sweep.records.mirror import OptunaMirror, infer_distributions, rebuild_storage, summary_from_attrs
-from sweep.records.resume import decide, is_final
-from sweep.records.store import StudyFolder, TrialsTable, metric_value
+from sweep.records.resume import decide
+from sweep.records.store import StudyFolder, TrialsTable, is_final, metric_value
 from sweep.records.weights import WeightKeeper
 from sweep.run.progress import Progress
 from sweep.spec import StudySpec, Trial, expansion, planning_config, search_space, trial_from_params

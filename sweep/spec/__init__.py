@@ -33,9 +33,8 @@ from sweep.spec.expand import (
 )
 from sweep.spec.load import load_study
 from sweep.spec.schema import LOWER_IS_BETTER, Metric, Resources, Scheduler, StudySpec, Trial
-from sweep.text import dotted_get
 
 __all__ = [
-    "LOWER_IS_BETTER", "Metric", "Resources", "Scheduler", "StudySpec", "Trial", "dotted_get", "expand", "expansion",
+    "LOWER_IS_BETTER", "Metric", "Resources", "Scheduler", "StudySpec", "Trial", "expand", "expansion",
     "load_study", "planning_config", "requested_fields", "search_space", "trial_from_params", "trial_key",
 ]

@@ -30,7 +30,7 @@ from sweep.spec.marks import Marks
 from sweep.text import count_text, suggestion
 from trainer.config import path_text
 from trainer.errors import excerpt
-from trainer.sts_average import AVG
+from trainer.evaluation.sts_average import AVG
 from trainer.vocabulary import STS_TASKS
 
 METRIC_NAMES = ("dev_stsb", AVG, *STS_TASKS, "align", "uniform")

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analysis.mtd import config_traceable_distance, cosine_eta, effective_eta, traceable_distance
 from tests.deadlines import scaled
+from trainer.mtd import config_traceable_distance, effective_eta, traceable_distance
+from trainer.schedules import cosine_eta
 
 
 def mocose(schedule="constant", decay=0.85, decay_end=0.95, schedule_steps=None, size=512, slices=None, batch=64,

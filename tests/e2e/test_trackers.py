@@ -262,7 +262,7 @@ def test_unreachable_or_refused_mlflow_is_one_warning_before_tune(tmp_path, uri,
 
 
 def test_a_password_in_the_uri_is_not_shown(tmp_path, monkeypatch):
-    from sweep.run.trackers import hide_password
+    from sweep.text import hide_password
 
     assert hide_password("https://me:s3cret@mlflow.lab:5000/x") == "https://me:***@mlflow.lab:5000/x"
     assert hide_password("sqlite:///m.db") == "sqlite:///m.db"

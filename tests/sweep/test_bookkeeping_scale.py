@@ -21,6 +21,7 @@ import pytest
 import sqlalchemy
 
 import sweep.records.mirror
+import sweep.records.optuna_reads
 from sweep.commands.status import show_status
 from sweep.records.store import StudyFolder
 from sweep.run.runner import StudyRun
@@ -57,7 +58,7 @@ def counted(folder: Path):
             return function(*args, **kwargs)
         return wrapper
 
-    # every way to read all of a study's trials: Optuna's (cached or not) and sweep.records.mirror.read_trials
+    # every way to read all of a study's trials: Optuna's (cached or not) and sweep.records.optuna_reads.read_trials
     readers = [(optuna.storages._cached_storage._CachedStorage, "get_all_trials"),
                (optuna.storages.RDBStorage, "get_all_trials"), (sweep.records.mirror, "read_trials")]
     originals = [getattr(owner, name) for owner, name in readers]
@@ -157,8 +158,9 @@ def test_recording_costs_the_same_statements_per_trial_at_every_size(measured):
 
 
 def test_read_trials_gives_what_optunas_own_read_gives(tmp_path):
-    """sweep.records.mirror.read_trials (plain SELECTs) against RDBStorage.get_all_trials, field by field, on a study
-    with every state, infinite and NaN values, log/int/categorical parameters, and a second study beside it."""
+    """sweep.records.optuna_reads.read_trials (plain SELECTs) against RDBStorage.get_all_trials, field by field,
+    on a study with every state, infinite and NaN values, log/int/categorical parameters, and a second study
+    beside it."""
     import math
 
     from optuna.trial import TrialState
@@ -195,7 +197,8 @@ def test_read_trials_gives_what_optunas_own_read_gives(tmp_path):
     optunas = sorted(storage.get_all_trials(study_id, deepcopy=False), key=lambda t: t.number)
     assert {t.state for t in optunas} == {TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL,
                                          TrialState.RUNNING, TrialState.WAITING}
-    assert [fields(t) for t in sweep.records.mirror.read_trials(storage, study_id)] == [fields(t) for t in optunas]
+    read = sweep.records.optuna_reads.read_trials(storage, study_id)
+    assert [fields(t) for t in read] == [fields(t) for t in optunas]
     live = (TrialState.RUNNING, TrialState.WAITING)
-    assert ([fields(t) for t in sweep.records.mirror.read_trials(storage, study_id, states=live)]
+    assert ([fields(t) for t in sweep.records.optuna_reads.read_trials(storage, study_id, states=live)]
             == [fields(t) for t in optunas if t.state in live])

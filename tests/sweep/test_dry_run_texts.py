@@ -80,7 +80,7 @@ def test_the_dry_run_says_what_the_final_evaluation_covers_and_that_seven_tasks_
 
 
 def test_the_dry_runs_pair_counts_are_the_datas(shared_data_dir):
-    from trainer.evaluation import load_task
+    from trainer.evaluation.sts import load_task
 
     counted = {task: sum(len(pairs.gold) for pairs in load_task(shared_data_dir, task)) for task in STS_TASKS}
     assert counted == STS_TEST_PAIRS

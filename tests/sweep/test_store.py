@@ -15,14 +15,14 @@ from optuna.trial import TrialState
 
 from sweep.commands.status import show_status
 from sweep.records.mirror import OptunaMirror, infer_distributions, optuna_value
-from sweep.records.store import StudyFolder, TrialsTable, locate_study, metric_value, write_text_atomic
+from sweep.records.store import StudyFolder, TrialsTable, locate_study, metric_value
 from sweep.run.feed import TrialFeed
 from sweep.run.runner import StudyRun
 from sweep.spec import Metric, Resources, StudySpec, Trial, load_study
 from tests.helpers import study_file
 from trainer.errors import UserError
-
-TASKS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness")
+from trainer.files import write_text_atomic
+from trainer.vocabulary import STS_TASKS
 
 
 def make_spec(tmp_path: Path, name: str = "unit", storage: str | None = None) -> StudySpec:
@@ -44,7 +44,7 @@ def make_trial(key: str, decay: float, slices: list[str], seed: int = 1) -> Tria
 def summary(status: str = "ok", dev: float | None = 70.0) -> dict:
     return {"status": status, "reason": None if status == "ok" else f"{status}: loss became nan by step 3",
             "steps": 6, "best_step": 3, "best_dev_stsb": dev,
-            "test": {**{t: 60.0 for t in TASKS}, "avg": 60.0}, "align": 0.2, "uniform": -2.1,
+            "test": {**{t: 60.0 for t in STS_TASKS}, "avg": 60.0}, "align": 0.2, "uniform": -2.1,
             "mtd": {"formula": 12.5, "queue_age_mean": 3.0, "queue_age_max": 8.0, "measured": 13.0},
             "sentences_per_s": 10.0,
             "wall_time_s": 1.5, "config": {"seed": 1}}
@@ -77,7 +77,7 @@ def test_trials_csv_columns_and_cells(tmp_path):
     assert header[:8] == ["key", "seed", "state", "status", "reason", "optuna_trial", "ema.decay", "queue.slices"]
     assert header.count("ema.decay") == 1  # a swept column is not repeated among the config columns
     for column in ("method", "batch_size", "mtd", "mtd_measured", "queue_age_mean", "queue_age_max", "best_step",
-                   "dev_stsb", *TASKS, "avg", "align", "uniform", "sentences_per_s", "wall_time_s"):
+                   "dev_stsb", *STS_TASKS, "avg", "align", "uniform", "sentences_per_s", "wall_time_s"):
         assert column in header
     a, b = rows
     got = (a["state"], a["status"], a["optuna_trial"], a["dev_stsb"], a["avg"])
@@ -139,7 +139,7 @@ def test_mirror_records_running_curves_states_and_attrs(tmp_path):
     attrs = trials[ok].user_attrs
     assert attrs["status"] == "ok" and attrs["mtd"] == 12.5
     assert attrs["mtd_queue_age_mean"] == 3.0 and attrs["mtd_measured"] == 13.0
-    assert all(attrs[t] == 60.0 for t in (*TASKS, "avg")) and attrs["align"] == 0.2 and attrs["uniform"] == -2.1
+    assert all(attrs[t] == 60.0 for t in (*STS_TASKS, "avg")) and attrs["align"] == 0.2 and attrs["uniform"] == -2.1
     assert trials[diverged].state == TrialState.FAIL
     assert trials[diverged].user_attrs["status"] == "diverged"
     assert trials[diverged].user_attrs["reason"].startswith("diverged")

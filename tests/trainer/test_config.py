@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from trainer.config import RunConfig, field_names, parse_slices
+from trainer.config import RunConfig, field_names
 from trainer.errors import UserError
+from trainer.slices import parse_slices
 
 
 # ---- defaults ---------------------------------------------------------------------------------------

@@ -9,7 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from trainer.ema import ema_decay_at, ema_update, make_target
+from trainer.ema import ema_update, make_target
+from trainer.schedules import ema_decay_at
 
 
 def small_model(seed, dim=6):

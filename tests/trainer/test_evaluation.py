@@ -21,7 +21,9 @@ from scipy.stats import rankdata
 
 import trainer.data
 from trainer.errors import UserError
-from trainer.evaluation import (
+from trainer.evaluation.encoder import SentenceEncoder
+from trainer.evaluation.score_table import format_table
+from trainer.evaluation.sts import (
     PairSet,
     alignment_uniformity,
     average,
@@ -33,8 +35,7 @@ from trainer.evaluation import (
     read_stsb,
     score_subsets,
 )
-from trainer.score_table import format_table
-from trainer.sentence_encoder import SentenceEncoder
+from trainer.vocabulary import STS_TASKS
 
 # ---- the fake encoder ------------------------------------------------------------------------------
 DIM = 16
@@ -282,7 +283,6 @@ def ref_task_spearman(subsets) -> float:
     return ref_spearman(sims, gold)
 
 
-TASKS = ["STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness"]
 
 
 # ---- 1. the readers ---------------------------------------------------------------------------------
@@ -406,7 +406,7 @@ def test_evaluate_sts_on_synthetic_files_matches_the_reference(synthetic):
     encoder = FakeEncoder()
     result = evaluate_sts(encoder, synthetic)
     fractions = {}
-    for task in TASKS:
+    for task in STS_TASKS:
         subsets = ref_task(synthetic, task)
         fractions[task] = ref_task_spearman(subsets)
         assert result.details[task]["spearman"]["all"] == pytest.approx(fractions[task], abs=TOL), task
@@ -417,16 +417,16 @@ def test_evaluate_sts_on_synthetic_files_matches_the_reference(synthetic):
             sub = [ref_spearman(ref_sims(s1, s2), g) for _, s1, s2, g in subsets]
             assert abs(np.mean(sub) - fractions[task]) > 1e-4
             assert result.details[task]["spearman"]["mean"] == pytest.approx(np.mean(sub), abs=TOL)
-    assert list(result.scores) == TASKS
-    assert_avg(result.avg, [fractions[t] for t in TASKS])
-    assert result.avg == average([result.scores[t] for t in TASKS])
+    assert list(result.scores) == list(STS_TASKS)
+    assert_avg(result.avg, [fractions[t] for t in STS_TASKS])
+    assert result.avg == average([result.scores[t] for t in STS_TASKS])
     # one encoder pass over the distinct, whitespace-normalised sentences
     assert len(encoder.calls) == 1
     encoded = encoder.calls[0]
     assert len(encoded) == len(set(encoded))
     assert all(s == " ".join(s.split()) for s in encoded)
     wanted = set()
-    for task in TASKS:
+    for task in STS_TASKS:
         for _, s1, s2, _ in ref_task(synthetic, task):
             wanted |= set(s1) | set(s2)
     _, d1, d2, _ = ref_task(synthetic, "STSBenchmark", "dev")[0]
@@ -508,18 +508,18 @@ def test_mirror_pair_counts(mirror_result, shared_data_dir):
 def test_mirror_scores_match_the_reference(mirror_result, shared_data_dir):
     result, encoder = mirror_result
     fractions = {}
-    for task in TASKS:
+    for task in STS_TASKS:
         fractions[task] = ref_task_spearman(ref_task(shared_data_dir, task))
         assert_printed(result.scores[task], fractions[task], task)
         assert result.details[task]["spearman"]["all"] == pytest.approx(fractions[task], abs=TOL), task
-    assert_avg(result.avg, [fractions[t] for t in TASKS])
+    assert_avg(result.avg, [fractions[t] for t in STS_TASKS])
     assert result.avg == float("%.2f" % (sum(result.scores.values()) / 7))
     assert len(encoder.calls) == 1 and len(encoder.calls[0]) == len(set(encoder.calls[0]))
     align, uniform = ref_align_uniform(*ref_task(shared_data_dir, "STSBenchmark", "dev")[0][1:])
     assert result.align == pytest.approx(align, abs=1e-7)
     assert result.uniform == pytest.approx(uniform, abs=1e-7)
     out = result.to_json()
-    assert set(out) == set(TASKS) | {"avg", "align", "uniform", "align_uniform_split"}
+    assert set(out) == set(STS_TASKS) | {"avg", "align", "uniform", "align_uniform_split"}
 
 
 # ---- 3. poolers on the tiny model ------------------------------------------------------------------

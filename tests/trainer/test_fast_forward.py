@@ -1,4 +1,5 @@
-"""trainer.fast_forward against the transformers forward (an independent implementation of the same function).
+"""trainer.evaluation.fast_forward against the transformers forward (an independent implementation of the same
+function).
 
 Every pooler, BERT and RoBERTa layouts, oneDNN-packed and plain products, both GELUs, the folded
 [CLS]-only last layer, weights changing between calls, and the fall-back for models it does not support.
@@ -11,8 +12,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from trainer.fast_forward import FastEncoderForward, PackedLinear, onednn_usable, unsupported_reason
-from trainer.sentence_encoder import POOLERS, SentenceEncoder
+from trainer.evaluation.encoder import SentenceEncoder
+from trainer.evaluation.fast_forward import FastEncoderForward, PackedLinear, onednn_usable, unsupported_reason
+from trainer.vocabulary import POOLERS
 
 SENTENCES = [
     "a man is playing the guitar .",

@@ -1,4 +1,4 @@
-"""The average is the seven-task STS average and nothing else (trainer.sts_average).
+"""The average is the seven-task STS average and nothing else (trainer.evaluation.sts_average).
 
 A study that evaluates STS-B test alone (the quickstart, `eval.final_tasks: [STSBenchmark]`) shows that score
 under its own name: no summary field, trials.csv column, Optuna attribute, table column or figure label
@@ -16,7 +16,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from analysis import figures, report, tables
+from analysis import figure_marks, figures, mtd_figures, report, tables
 from analysis.load import load_results
 from sweep.commands.status import seven_task_average
 from sweep.records.mirror import summary_attrs, summary_from_attrs
@@ -24,7 +24,7 @@ from sweep.records.store import metric_value, summary_columns
 from tests import fake_train
 from tests import helpers as fx
 from trainer.config import RunConfig
-from trainer.sts_average import SEVEN_TASK_LABEL
+from trainer.evaluation.sts_average import SEVEN_TASK_LABEL
 
 NAMES_THE_AVERAGE = re.compile(r"\bavg\b|\baverage\b", re.IGNORECASE)
 PARAMS = ["ema.decay", "queue.size"]
@@ -78,12 +78,12 @@ def test_one_task_summary_row_and_optuna_attributes_name_the_task(written):
 
 def test_seven_task_summary_keeps_its_average_everywhere():
     summary = fake_summary(None)
-    assert set(summary["test"]) == {*fx.TASKS, "avg"} and summary["test_label"] == SEVEN_TASK_LABEL
+    assert set(summary["test"]) == {*fx.STS_TASKS, "avg"} and summary["test_label"] == SEVEN_TASK_LABEL
     avg = summary["test"]["avg"]
     assert summary_columns(summary)["avg"] == avg and metric_value(summary, "avg") == avg
     assert summary_attrs(summary)["avg"] == avg
     assert summary_from_attrs(summary_attrs(summary))["test"]["avg"] == avg
-    assert seven_task_average({**{t: "1.0" for t in fx.TASKS}, "avg": "2.0"}) == "2.0"
+    assert seven_task_average({**{t: "1.0" for t in fx.STS_TASKS}, "avg": "2.0"}) == "2.0"
 
 
 def test_a_subset_of_tasks_has_no_average():
@@ -145,16 +145,16 @@ def test_one_task_figures_name_the_score_and_draw_no_paper_average(one_task_dir)
             continue  # alignment and uniformity: no score, no paper values
         score_axis = fig.axes[-1] if name == "queue_heatmap" else fig.axes[0]  # the heat map's colour bar
         assert score_axis.get_ylabel() == "STS-B test Spearman x100", name
-        assert any(figures.PAPER_LEFT_OUT in t for t in texts["labels"] + texts["legends"]), name
+        assert any(figure_marks.PAPER_LEFT_OUT in t for t in texts["labels"] + texts["legends"]), name
         if name == "queue_heatmap":
             assert data["paper"].isna().all() and not any("paper" in t.get_text() for t in fig.axes[0].texts)
 
 
 def test_seven_task_figures_keep_the_average_and_the_paper_values(tmp_path):
     table = load_results(fx.mtd_study(tmp_path / "seven"))
-    for fig, data in (figures.figure_score_vs_mtd(table, n_boot=20, by=PARAMS), figures.figure_ema_decay(table)):
+    for fig, data in (mtd_figures.figure_score_vs_mtd(table, n_boot=20, by=PARAMS), figures.figure_ema_decay(table)):
         assert fig.axes[0].get_ylabel() == "STS avg Spearman x100" and "paper" in set(data["series"])
-        assert figures.PAPER_LEFT_OUT not in str(figure_texts(fig))
+        assert figure_marks.PAPER_LEFT_OUT not in str(figure_texts(fig))
 
 
 def test_analyze_writes_the_one_task_study_under_the_task_name(one_task_dir, tmp_path):

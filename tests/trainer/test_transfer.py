@@ -1,9 +1,9 @@
-"""Transfer tasks: trainer.transfer against an independent, hand-written SentEval procedure.
+"""Transfer tasks: trainer.evaluation.transfer against an independent, hand-written SentEval procedure.
 
 The reference here is written from SentEval's tools/classifier.py and tools/validation.py: an
 nn.Linear created after np.random.seed/torch.manual_seed(1111), CrossEntropyLoss, torch.optim with
 autograd, a fresh np.random.permutation per pass, copy.deepcopy of the best model; the protocols with
-sklearn's StratifiedKFold. trainer.transfer must give the same models bit for bit and the same numbers.
+sklearn's StratifiedKFold. trainer.evaluation.transfer must give the same models bit for bit and the same numbers.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from sklearn.model_selection import StratifiedKFold
 
 from tests.deadlines import scaled
 from tests.helpers import REPO
-from trainer import senteval_classifier, transfer
 from trainer.errors import UserError
+from trainer.evaluation import classifier, transfer, transfer_data
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 REGS = [1e-5, 1e-4, 1e-3, 1e-2]
@@ -112,9 +112,9 @@ def synthetic(n, dim, nclasses, seed):
 
 
 SMALL = {
-    "fasttest": transfer.ClassifierSettings(kfold=3, optim="rmsprop", batch_size=32, tenacity=3, epoch_size=2,
+    "fasttest": classifier.ClassifierSettings(kfold=3, optim="rmsprop", batch_size=32, tenacity=3, epoch_size=2,
                                             max_epoch=40),
-    "test": transfer.ClassifierSettings(kfold=3, optim="adam", batch_size=32, tenacity=5, epoch_size=4,
+    "test": classifier.ClassifierSettings(kfold=3, optim="adam", batch_size=32, tenacity=5, epoch_size=4,
                                         max_epoch=16),
 }
 
@@ -127,14 +127,14 @@ def test_classifier_is_senteval_bit_for_bit(mode, dim, nclasses, with_dev):
     s = SMALL[mode]
     X, y = synthetic(150, dim, nclasses, seed=dim + nclasses)
     dev = synthetic(40, dim, nclasses, seed=99) if with_dev else None
-    ours = transfer.fit_candidates(X, y, REGS, s, nclasses, dev)
+    ours = classifier.fit_candidates(X, y, REGS, s, nclasses, dev)
     for fit, reg in zip(ours, REGS):
         best, epochs, model = senteval_fit(X, y, s, nclasses, reg, dev)
         assert (fit["dev"], fit["epochs"]) == (best, epochs)
         assert torch.equal(fit["model"][0], model.weight.detach())
         assert torch.equal(fit["model"][1], model.bias.detach())
         # the torch.optim path used on CUDA, run here on the CPU: the same fit
-        other = senteval_classifier.fit_torch(X, y, reg, s, nclasses, dev, "cpu")
+        other = classifier.fit_torch(X, y, reg, s, nclasses, dev, "cpu")
         assert (other["dev"], other["epochs"]) == (best, epochs) and torch.equal(other["model"][0], fit["model"][0])
     if (mode, dim, nclasses) == ("fasttest", 16, 6):  # one weight stops early while the others go on
         assert [f["epochs"] for f in ours] == [12, 12, 12, 10]
@@ -142,10 +142,10 @@ def test_classifier_is_senteval_bit_for_bit(mode, dim, nclasses, with_dev):
 
 def test_early_stopping_counts_failed_checks_without_reset():
     # A constant dev set that is never beaten after the first check: SentEval trains tenacity + 2 checks.
-    s = transfer.ClassifierSettings(kfold=2, optim="rmsprop", batch_size=8, tenacity=3, epoch_size=2, max_epoch=200)
+    s = classifier.ClassifierSettings(kfold=2, optim="rmsprop", batch_size=8, tenacity=3, epoch_size=2, max_epoch=200)
     X, y = synthetic(40, 4, 2, seed=3)
     dev = (np.zeros((4, 4), np.float32), np.array([0, 0, 1, 1]))  # every model scores 0.5 on it
-    fit = transfer.fit_candidates(X, y, [1e-5], s, 2, dev)[0]
+    fit = classifier.fit_candidates(X, y, [1e-5], s, 2, dev)[0]
     assert fit["dev"] == 0.5 and fit["epochs"] == (3 + 2) * s.epoch_size
 
 
@@ -191,31 +191,31 @@ def test_cuda_in_process_path_on_cpu_gives_the_process_pool_accuracies():
               "TREC": (X, y, {"train": np.arange(110), "test": np.arange(110, 150)}, 6),
               "SST2": (X, y % 2, {"train": np.arange(90), "dev": np.arange(90, 120), "test": np.arange(120, 150)}, 2)}
     calls = []
-    original = senteval_classifier.fit_torch
+    original = classifier.fit_torch
     try:
-        senteval_classifier.fit_torch = lambda *args: calls.append(args[-1]) or original(*args)
+        classifier.fit_torch = lambda *args: calls.append(args[-1]) or original(*args)
         in_process = transfer.run_protocols_in_process(shared, s, "cpu", solver="torch_optim")
     finally:
-        senteval_classifier.fit_torch = original
+        classifier.fit_torch = original
     assert calls and set(calls) == {"cpu"}  # the torch.optim fits ran, on the CPU
     pool = transfer.run_protocols(shared, s, workers=2)
     for task in shared:
         assert (in_process[task]["devacc"], in_process[task]["acc"]) == (pool[task]["devacc"], pool[task]["acc"])
-    assert transfer.solver_for("cuda:0") == "torch_optim" and transfer.solver_for("cpu") == "lockstep"
+    assert classifier.solver_for("cuda:0") == "torch_optim" and classifier.solver_for("cpu") == "lockstep"
     with pytest.raises(ValueError, match="solver"):
-        transfer.fit_candidates(X, y, REGS, s, 6, solver="adamw")
+        classifier.fit_candidates(X, y, REGS, s, 6, solver="adamw")
 
 
 # ---- the loaders and the MRPC feature ----------------------------------------------------------------
 def test_loaders_sort_and_label_as_senteval(tmp_path):
     (tmp_path / "pos").write_bytes("a b  c\nsingle\ncaf\xe9 au lait\n".encode("latin-1"))
     (tmp_path / "neg").write_bytes(b"x\ny   z\n")
-    data = transfer.read_binary(tmp_path / "pos", tmp_path / "neg", "MR")
+    data = transfer_data.read_binary(tmp_path / "pos", tmp_path / "neg", "MR")
     # sorted by (number of tokens, label), stable; tokens re-joined with single spaces
     assert data.splits["all"] == ["x", "single", "y z", "a b c", "caf\xe9 au lait"]
     assert data.labels["all"].tolist() == [0, 1, 0, 1, 1]
     (tmp_path / "trec").write_text("NUM:date When was it ?\nHUM:ind Who  ?\n", encoding="latin-1")
-    trec = transfer.read_trec(tmp_path / "trec", tmp_path / "trec")
+    trec = transfer_data.read_trec(tmp_path / "trec", tmp_path / "trec")
     assert trec.splits["train"] == ["Who ?", "When was it ?"] and trec.labels["train"].tolist() == [3, 5]
 
 
@@ -223,14 +223,14 @@ def test_mrpc_pairs_and_feature(tmp_path):
     header = "Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n"
     rows = "1\t1\t2\tthe cat sat\ta cat\n0\t3\t4\tdog\tthe big dog\n1\t5\t6\tdog\tthe dog\n"
     (tmp_path / "m.txt").write_text(header + rows, encoding="utf-8")
-    data = transfer.read_mrpc(tmp_path / "m.txt", tmp_path / "m.txt")
+    data = transfer_data.read_mrpc(tmp_path / "m.txt", tmp_path / "m.txt")
     # sorted by (len A, len B, label)
     assert data.splits["train"] == ["dog", "dog", "the cat sat"]
     assert data.pairs["train"] == ["the dog", "the big dog", "a cat"]
     assert data.labels["train"].tolist() == [1, 0, 1]
     vectors = {s: np.random.RandomState(len(s)).randn(3).astype(np.float32)
                for s in data.splits["train"] + data.pairs["train"]}
-    X, y, rows_ = transfer.features(data, lambda ss: np.stack([vectors[s] for s in ss]))
+    X, y, rows_ = transfer_data.features(data, lambda ss: np.stack([vectors[s] for s in ss]))
     a, b = vectors["dog"], vectors["the big dog"]
     assert np.array_equal(X[1], np.concatenate([np.abs(a - b), a * b]))
     assert X.shape == (6, 6) and rows_["test"].tolist() == [3, 4, 5]
@@ -241,13 +241,13 @@ def test_missing_or_altered_file_is_a_user_error(tmp_path, shared_data_dir):
     shutil.copytree(shared_data_dir / "senteval" / "TREC", tmp_path / "senteval" / "TREC")
     (tmp_path / "senteval" / "TREC" / "TREC_10.label").unlink()
     with pytest.raises(UserError, match=r"TREC_10\.label is missing.*sweep data fetch"):
-        transfer.load_transfer_task(tmp_path, "TREC")
+        transfer_data.load_transfer_task(tmp_path, "TREC")
     shutil.copytree(shared_data_dir / "senteval" / "CR", tmp_path / "senteval" / "CR")
     path = tmp_path / "senteval" / "CR" / "custrev.pos"
     text = path.read_bytes()
     path.write_bytes(text[:100] + (b"X" if text[100:101] != b"X" else b"Y") + text[101:])
     with pytest.raises(UserError, match=r"custrev\.pos is checksum mismatch.*sweep data fetch"):
-        transfer.load_transfer_task(tmp_path, "CR")
+        transfer_data.load_transfer_task(tmp_path, "CR")
     with pytest.raises(UserError, match="unknown transfer task 'SST5'"):
         transfer.check_tasks(["SST5"])
 
@@ -303,9 +303,10 @@ def test_summary_transfer_reaches_csv_columns_attrs_and_metric():
 
     summary = {"status": "ok", "test": {"avg": 76.0}, "transfer": TRANSFER, "transfer_mode": "test"}
     columns = summary_columns(summary)
-    wanted = [*transfer.TRANSFER_TASKS, "transfer_avg"]
+    wanted = [*transfer_data.TRANSFER_TASKS, "transfer_avg"]
     assert [c for c in RESULT_COLUMNS if c in wanted] == wanted
-    assert {t: columns[t] for t in transfer.TRANSFER_TASKS} == {t: TRANSFER[t] for t in transfer.TRANSFER_TASKS}
+    tasks = transfer_data.TRANSFER_TASKS
+    assert {t: columns[t] for t in tasks} == {t: TRANSFER[t] for t in tasks}
     assert columns["transfer_avg"] == 85.4
     attrs = summary_attrs(summary)
     assert attrs["MRPC"] == 74.7 and attrs["transfer_avg"] == 85.4 and attrs["transfer_mode"] == "test"
@@ -325,7 +326,7 @@ def test_table2_mean_std_over_seeds(tmp_path):
     rng = np.random.RandomState(0)
     for path in sorted(study.glob("trials/*/summary.json")):
         summary = json.loads(path.read_text())
-        summary["transfer"] = {t: round(80 + rng.rand() * 5, 2) for t in transfer.TRANSFER_TASKS}
+        summary["transfer"] = {t: round(80 + rng.rand() * 5, 2) for t in transfer_data.TRANSFER_TASKS}
         summary["transfer"]["avg"] = round(float(np.mean(list(summary["transfer"].values()))), 2)
         summary["transfer_mode"] = "test"
         path.write_text(json.dumps(summary))

@@ -14,12 +14,12 @@ from torch import nn
 
 import trainer.train as train_mod
 from trainer.config import RunConfig
-from trainer.ema import ema_decay_at
 from trainer.errors import UserError
 from trainer.heads import build_predictor, build_projection
 from trainer.methods import GSInfoNCE, MixCSE, MoCoSE, SimCSE, method_class
 from trainer.mtd import TraceableDistanceMeter
 from trainer.queue import NegativeQueue
+from trainer.schedules import ema_decay_at
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 B, K, K0 = 8, 32, 4
@@ -312,7 +312,7 @@ def test_test_selected_checkpoint_is_reported_labelled_and_used_only_on_request(
     step = {"now": 0}
 
     def fake_evaluate(encode, root, tasks=None, align_uniform_split="dev"):
-        if align_uniform_split is None and list(tasks) == list(train_mod.TASKS):  # the per-evaluation test pass
+        if align_uniform_split is None and list(tasks) == list(train_mod.STS_TASKS):  # the per-evaluation test pass
             value = next(tests)
             step["now"] += 1
             return type("R", (), {"scores": {t: value for t in tasks}, "avg": value})()

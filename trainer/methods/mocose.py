@@ -34,14 +34,14 @@ import torch
 from torch import Tensor, nn
 
 from trainer.augment import EmbeddingCutoff, EvaluationAugments
-from trainer.ema import ema_decay_at, ema_update
+from trainer.ema import ema_update
 from trainer.heads import build_predictor, build_projection, make_pooler_dense
 from trainer.losses.mocose import mocose_loss
 from trainer.method_rules import MoCoSERules
 from trainer.methods.base import Method, StepOutput
 from trainer.mtd import TraceableDistanceMeter, config_traceable_distance, effective_eta
 from trainer.queue import NegativeQueue, released_read_length
-from trainer.schedules import ema_schedule_step
+from trainer.schedules import ema_decay_at, ema_schedule_step
 from trainer.slices import parse_slices
 
 if TYPE_CHECKING:  # the config type only: trainer.config imports the methods to resolve defaults

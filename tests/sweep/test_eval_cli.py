@@ -121,7 +121,7 @@ def test_eval_embedded_json(tmp_path, shared_data_dir):
     assert -8.0 < out["uniform"] < 0.0 and out["uniform"] == round(out["uniform"], 4)
     assert out["seconds"] > 0
     assert out["forward"] == ("fast" if _device_is_cpu() else "transformers")
-    # the transformers forward gives the same figures (trainer.fast_forward is only a faster way)
+    # the transformers forward gives the same figures (trainer.evaluation.fast_forward is only a faster way)
     proc = subprocess.run(
         sweep_cmd() + ["eval", "--model", "embedded", "--json", "--tasks", "STSBenchmark", "--hf-forward",
                        "--data-dir", str(shared_data_dir)],
@@ -134,7 +134,7 @@ def test_eval_embedded_json(tmp_path, shared_data_dir):
 
 
 def test_eval_json_holds_the_per_subset_sts_details(tiny_model_dir, shared_data_dir, capsys):
-    from trainer.eval_command import eval_command
+    from sweep.commands.eval import eval_command
 
     assert eval_command(str(tiny_model_dir), pooler="avg", data_dir=str(shared_data_dir), tasks=["STS13"],
                         as_json=True, device="cpu") == 0

@@ -1,6 +1,6 @@
 """`sweep eval`: evaluate any HF id, local path or `embedded` on the STS and transfer tasks and print the
-tables (or one JSON object). The scoring is trainer.evaluation's and trainer.transfer's; this is the command's
-own part: checking the input before the model loads, choosing the device, and printing the results.
+tables (or one JSON object). The scoring is trainer.evaluation's (sts and transfer); this is the command's own
+part: checking the input before the model loads, choosing the device, and printing the results.
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from typing import Sequence
 
 from trainer.data import data_dir as resolve_data_dir
 from trainer.errors import UserError
-from trainer.evaluation import STSResult, evaluate_sts, load_task, split_tasks
+from trainer.evaluation.score_table import format_table
+from trainer.evaluation.sts import STSResult, evaluate_sts, load_task, split_tasks
+from trainer.evaluation.transfer_data import TRANSFER_MODES, load_transfer_tasks
 from trainer.files import json_safe
-from trainer.score_table import format_table
-from trainer.transfer_data import TRANSFER_MODES, load_transfer_tasks
 from trainer.vocabulary import POOLERS, STS_BENCHMARK
 
 
@@ -24,7 +24,7 @@ def eval_command(model: str, pooler: str = "cls_before_pooler", data_dir: str | 
 
     `tasks` mixes STS and transfer task names (`transfer` = all seven transfer tasks); transfer tasks run
     in `transfer_mode` (test or fasttest). `fast=False` (`--hf-forward`) runs the transformers forward
-    instead of trainer.fast_forward, to check that both give the same figures."""
+    instead of trainer.evaluation.fast_forward, to check that both give the same figures."""
     if pooler not in POOLERS:
         raise UserError(f"unknown pooler '{pooler}': choose from {', '.join(POOLERS)}")
     if transfer_mode not in TRANSFER_MODES:
@@ -37,9 +37,9 @@ def eval_command(model: str, pooler: str = "cls_before_pooler", data_dir: str | 
         load_task(root, STS_BENCHMARK, "dev")
     load_transfer_tasks(root, transfer_tasks)
 
-    from trainer import transfer as transfer_eval
+    from trainer.evaluation import transfer as transfer_eval
+    from trainer.evaluation.encoder import SentenceEncoder
     from trainer.models import load_encoder, pick_device
-    from trainer.sentence_encoder import SentenceEncoder
 
     torch_device = pick_device(device)
     encoder_model, tokenizer = load_encoder(model)

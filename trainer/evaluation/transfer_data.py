@@ -1,5 +1,5 @@
 """Reading SentEval's transfer task files (MR, CR, SUBJ, MPQA, SST2, TREC, MRPC) as SentEval reads them, and the
-feature matrix a task's classifier trains on (trainer.transfer runs the tasks; methods.md 10).
+feature matrix a task's classifier trains on (trainer.evaluation.transfer runs the tasks; methods.md 10).
 
 - Loaders: MR/CR/SUBJ/MPQA read latin-1 with `splitlines()` (label 1 = the first file: pos, or
   objective for SUBJ); SST2 utf-8 `sentence<TAB>label`; TREC latin-1 `LABEL:fine words`; MRPC utf-8
@@ -19,12 +19,13 @@ from typing import Sequence
 import numpy as np
 
 from trainer.data import verified_path
-from trainer.embedding_cache import EncodeFn
 from trainer.errors import UserError
+from trainer.evaluation.cache import EncodeFn
 from trainer.vocabulary import TRANSFER_TASKS as TRANSFER_TASK_NAMES
 
 TRANSFER_TASKS = list(TRANSFER_TASK_NAMES)
-# SentEval's two classifier protocols (settings: trainer.transfer.MODES): the papers' tables, SimCSE's quick one
+# SentEval's two classifier protocols (settings: trainer.evaluation.transfer.MODES): the papers' tables, and
+# SimCSE's quick one
 TRANSFER_MODES = ("test", "fasttest")
 _FILES = {
     "MR": ["senteval/MR/rt-polarity.pos", "senteval/MR/rt-polarity.neg"],

@@ -19,8 +19,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
-from trainer.vocabulary import STS_TASK_LABELS as TASK_NAMES
-from trainer.vocabulary import STS_TASKS
+from trainer.vocabulary import STS_TASK_LABELS, STS_TASKS
 
 AVG = "avg"  # the key of the seven-task average in a summary's `test`, trials.csv and the Optuna attributes
 SEVEN_TASK_LABEL = ("seven STS tasks (STS12-16, STS-B, SICK-R) test Spearman x100; "
@@ -55,5 +54,5 @@ def sts_test_label(tasks: Iterable[str]) -> str | None:
         return None
     if covers_seven_tasks(tasks):
         return SEVEN_TASK_LABEL
-    names = ", ".join(TASK_NAMES[task] for task in tasks)
+    names = ", ".join(STS_TASK_LABELS[task] for task in tasks)
     return f"{names} test Spearman x100 only (eval.final_tasks): no avg, which needs all seven STS tasks"

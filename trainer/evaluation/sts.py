@@ -14,13 +14,13 @@ Protocol, reproduced line by line from SentEval's `STSEval` / `STSBenchmarkEval`
   truncation below the model's maximum length, no lowercasing in code); similarity is the cosine of the two
   embeddings with NaN -> 0.
 - Scores are x100 with 2 decimals; Avg = mean of the 2-decimal figures, itself printed with 2 decimals.
-  Avg exists only when all seven tasks were evaluated (trainer.sts_average): a subset has no average.
+  Avg exists only when all seven tasks were evaluated (trainer.evaluation.sts_average): a subset has no average.
 
 What differs from SentEval is only how the work is done: each distinct sentence is encoded once, in
 length-sorted batches, and only the splits that are reported are encoded (SentEval also encodes the
 STS-B and SICK train/dev splits it does not report). The numbers are the same.
 
-The encoder is trainer.sentence_encoder's; the `sweep eval` command is trainer.eval_command.
+The encoder is trainer.evaluation.encoder's; the `sweep eval` command is sweep.commands.eval.
 """
 
 from __future__ import annotations
@@ -34,10 +34,10 @@ import numpy as np
 
 from trainer.data import data_dir as resolve_data_dir
 from trainer.data import verified_path
-from trainer.embedding_cache import EmbeddingCache, EncodeFn
 from trainer.errors import UserError
-from trainer.sts_average import AVG, STS_TASKS, covers_seven_tasks
-from trainer.vocabulary import SICK_RELATEDNESS, STS12, STS13, STS14, STS15, STS16, STS_BENCHMARK
+from trainer.evaluation.cache import EmbeddingCache, EncodeFn
+from trainer.evaluation.sts_average import AVG, covers_seven_tasks
+from trainer.vocabulary import SICK_RELATEDNESS, STS12, STS13, STS14, STS15, STS16, STS_BENCHMARK, STS_TASKS
 
 if TYPE_CHECKING:
     import torch
@@ -49,7 +49,6 @@ STS_YEARS: dict[str, tuple[str, list[str]]] = {
     STS15: ("STS15-en-test", ["answers-forums", "answers-students", "belief", "headlines", "images"]),
     STS16: ("STS16-en-test", ["answer-answer", "headlines", "plagiarism", "postediting", "question-question"]),
 }
-TASKS = list(STS_TASKS)
 
 
 
@@ -130,7 +129,7 @@ def load_task(root: Path, task: str, split: str = "test") -> list[PairSet]:
     if task == SICK_RELATEDNESS:
         name = {"train": "SICK_train", "dev": "SICK_trial", "test": "SICK_test_annotated"}[split]
         return [read_sick(verified_path(root, f"senteval/SICK/{name}.txt"))]
-    raise UserError(f"unknown task '{task}': choose from {', '.join(TASKS)}")
+    raise UserError(f"unknown task '{task}': choose from {', '.join(STS_TASKS)}")
 
 
 # ---- scoring (pure functions of embeddings) --------------------------------------------------------
@@ -236,10 +235,10 @@ def evaluate_sts(encode: EncodeFn, data_root: str | Path | None = None, tasks: S
     """The seven STS tasks (or `tasks`), plus alignment/uniformity on STS-B `align_uniform_split` (None: skip)."""
     started = time.perf_counter()
     root = resolve_data_dir(data_root)
-    tasks = list(tasks or TASKS)
+    tasks = list(tasks or STS_TASKS)
     for task in tasks:
-        if task not in TASKS:
-            raise UserError(f"unknown task '{task}': choose from {', '.join(TASKS)}")
+        if task not in STS_TASKS:
+            raise UserError(f"unknown task '{task}': choose from {', '.join(STS_TASKS)}")
     loaded = {task: load_task(root, task, "test") for task in tasks}
     au_pairs = load_task(root, STS_BENCHMARK, align_uniform_split)[0] if align_uniform_split else None
     everything: list[str] = []
@@ -277,19 +276,19 @@ def split_tasks(tasks: Sequence[str] | None) -> tuple[list[str], list[str]]:
 
     None -> the seven STS tasks only. An unknown name is a UserError listing both families.
     """
-    from trainer.transfer_data import TRANSFER_TASKS
+    from trainer.evaluation.transfer_data import TRANSFER_TASKS
 
     if not tasks:
-        return list(TASKS), []
+        return list(STS_TASKS), []
     sts, transfer = [], []
     for task in tasks:
-        if task in TASKS:
+        if task in STS_TASKS:
             sts.append(task)
         elif task == "transfer":
             transfer += TRANSFER_TASKS
         elif task in TRANSFER_TASKS:
             transfer.append(task)
         else:
-            raise UserError(f"unknown task '{task}': choose from {', '.join(TASKS)}, "
+            raise UserError(f"unknown task '{task}': choose from {', '.join(STS_TASKS)}, "
                             f"{', '.join(TRANSFER_TASKS)} or `transfer` (all seven transfer tasks)")
     return list(dict.fromkeys(sts)), list(dict.fromkeys(transfer))

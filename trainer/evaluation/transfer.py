@@ -2,7 +2,7 @@
 the task protocols and the entry point, `evaluate_transfer`.
 
 What is computed is SentEval's, step for step:
-- Loaders and features: trainer.transfer_data. Classifier and its fits: trainer.senteval_classifier.
+- Loaders and features: trainer.evaluation.transfer_data. Classifier and its fits: trainer.evaluation.classifier.
 - Protocols: MR/CR/SUBJ/MPQA `InnerKFoldClassifier` (outer and inner StratifiedKFold(kfold, shuffle,
   1111), inner mean accuracy rounded to 2 decimals picks the L2 weight, refit on the outer training part
   with a 5% validation split, test = mean of the 2-decimal outer-fold accuracies); SST2 `SplitClassifier`
@@ -11,7 +11,7 @@ What is computed is SentEval's, step for step:
   `[|u-v|, u*v]`. L2 weights `10**t, t in -5..-2`; modes `test` and `fasttest` as in SimCSE's evaluation.py.
 
 How it is done differs, never what: each distinct sentence is encoded once; the classifier's fits are
-SentEval's, done faster (trainer.senteval_classifier); all fits are independent, so they run in parallel
+SentEval's, done faster (trainer.evaluation.classifier); all fits are independent, so they run in parallel
 processes with one torch thread each; SST2's refit with the chosen weight is the chosen candidate itself
 (same seed, same data, same kernels: the same model). tests/trainer/test_transfer.py checks the classifier bit for
 bit against a hand-written SentEval loop; bench/transfer_speed.py compares all seven with SentEval's procedure.
@@ -33,47 +33,25 @@ import torch
 from sklearn.model_selection import StratifiedKFold
 
 from trainer.data import data_dir as resolve_data_dir
-from trainer.embedding_cache import EmbeddingCache, EncodeFn
 from trainer.errors import UserError
-from trainer.senteval_classifier import (
+from trainer.evaluation.cache import EmbeddingCache, EncodeFn
+from trainer.evaluation.classifier import (
     SEED,
     SHARED,
-    VALIDATION_SPLIT,
     ClassifierSettings,
     FitJob,
-    accuracy,
-    fit_candidates,
     init_worker,
-    initial_linear,
-    predict,
     run_job,
     solver_for,
 )
-from trainer.transfer_data import (
+from trainer.evaluation.transfer_data import (
     TRANSFER_MODES,
     TRANSFER_TASKS,
-    TREC_LABELS,
-    TransferData,
     features,
-    load_transfer_task,
     load_transfer_tasks,
-    read_binary,
-    read_mrpc,
-    read_sst2,
-    read_trec,
     task_sentences,
 )
 
-# the entry points, and the names of trainer.transfer_data and trainer.senteval_classifier that were defined
-# here before those modules existed (re-exported, so that `from trainer.transfer import X` keeps working)
-__all__ = [
-    "L2_WEIGHTS", "MODES", "TransferResult", "check_tasks", "evaluate_transfer", "run_protocols",
-    "run_protocols_in_process",
-    "TRANSFER_TASKS", "TREC_LABELS", "TransferData", "features", "load_transfer_task", "load_transfer_tasks",
-    "read_binary", "read_mrpc", "read_sst2", "read_trec", "task_sentences",
-    "SEED", "VALIDATION_SPLIT", "ClassifierSettings", "FitJob", "accuracy", "fit_candidates", "initial_linear",
-    "predict", "run_job", "solver_for",
-]
 L2_WEIGHTS = [10 ** t for t in range(-5, -1)]  # SentEval's `regs` with usepytorch
 MODES = dict(zip(TRANSFER_MODES, (  # test, fasttest
     ClassifierSettings(kfold=10, optim="adam", batch_size=64, tenacity=5, epoch_size=4),

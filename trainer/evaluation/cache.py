@@ -1,5 +1,5 @@
-"""Encoding each distinct sentence once: the block both the STS evaluation (trainer.evaluation) and the
-transfer tasks (trainer.transfer) look their embeddings up in.
+"""Encoding each distinct sentence once: the block both the STS evaluation (trainer.evaluation.sts) and the
+transfer tasks (trainer.evaluation.transfer) look their embeddings up in.
 
     cache = EmbeddingCache(encoder.encode, sts_b.sent1 + sts_b.sent2)   # one pass over the distinct sentences
     left, right = cache(sts_b.sent1), cache(sts_b.sent2)                 # rows looked up by sentence
@@ -11,7 +11,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-# sentences -> float32 embeddings, one row per sentence (e.g. trainer.sentence_encoder.SentenceEncoder(...).encode)
+# sentences -> float32 embeddings, one row per sentence (e.g. trainer.evaluation.encoder.SentenceEncoder(...).encode)
 EncodeFn = Callable[[Sequence[str]], np.ndarray]
 
 

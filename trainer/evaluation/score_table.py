@@ -23,7 +23,8 @@ from typing import Protocol
 
 
 class Scores(Protocol):
-    """What a table is made of: trainer.evaluation.STSResult and trainer.transfer.TransferResult have both."""
+    """What a table is made of: trainer.evaluation.sts.STSResult and trainer.evaluation.transfer.TransferResult
+    have both."""
 
     @property
     def scores(self) -> dict[str, float]: ...

@@ -1,8 +1,9 @@
 """Sentences -> embeddings: a HF encoder and one of SimCSE's poolers, in length-sorted batches.
 
-The encoder every evaluation uses (STS in trainer.evaluation, the transfer tasks in trainer.transfer, STS-B
-dev during training) and the reference `sweep export` checks an exported folder against. SentEval's
-protocol is kept: no truncation below the model's maximum length, each distinct sentence encoded once.
+The encoder every evaluation uses (STS in trainer.evaluation.sts, the transfer tasks in
+trainer.evaluation.transfer, STS-B dev during training) and the reference `sweep export` checks an exported
+folder against. SentEval's protocol is kept: no truncation below the model's maximum length, each distinct
+sentence encoded once.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ class SentenceEncoder:
 
     `cls` applies `mlp` (the trained MLP) to [CLS] when given, else the model's own pooler output.
     `avg_first_last` averages the first transformer layer's output (hidden_states[1]) and the last one.
-    On CPU, BERT-family float32 models run through `trainer.fast_forward` (same function, fewer FLOPs;
+    On CPU, BERT-family float32 models run through `trainer.evaluation.fast_forward` (same function, fewer FLOPs;
     `fast=False` forces the transformers forward); anything else runs the model's own forward.
     `augments` (trainer.augment.EvaluationAugments, `released.eval_cutoff` only) wraps each batch's forward
     with the training's cutoffs and token shuffle; they act through hooks, so the transformers forward runs.
@@ -44,7 +45,7 @@ class SentenceEncoder:
         self._takes_token_types = "token_type_ids" in inspect.signature(model.forward).parameters
 
     def uses_fast_forward(self) -> bool:
-        from trainer.fast_forward import unsupported_reason
+        from trainer.evaluation.fast_forward import unsupported_reason
 
         return (self.fast and self.augments is None and self.device.type == "cpu"
                 and unsupported_reason(self.model) is None)
@@ -88,7 +89,7 @@ class SentenceEncoder:
                 for start in starts:
                     run_batch(start)
             else:
-                from trainer.fast_forward import FastEncoderForward
+                from trainer.evaluation.fast_forward import FastEncoderForward
 
                 fast = FastEncoderForward(self.model)  # packs the current weights, once per call
                 forward = lambda ids, mask: self._fast_batch(fast, ids, mask)  # noqa: E731
