@@ -35,10 +35,11 @@ import yaml
 from trainer.evaluation.sts_average import AVG
 from trainer.mtd import ETA_CHOICES, K_CHOICES, config_traceable_distance
 from trainer.summary_row import summary_row
-from trainer.vocabulary import OK, STS_TASKS, TRANSFER_TASKS, optuna_state_name
+from trainer.vocabulary import FINAL_FAIL_STATUSES, OK, PRUNED, STS_TASKS, TRANSFER_TASKS, optuna_state_name
 
 MTD_SOURCES = ("formula", "measured")
 SCORES = STS_TASKS + ("avg",)
+ENDED_EARLY = (*FINAL_FAIL_STATUSES, PRUNED)  # statuses of runs that stopped before their planned steps
 # SentEval transfer accuracies (summary["transfer"]; "avg" there is the column transfer_avg)
 TRANSFER_SCORES = TRANSFER_TASKS + ("transfer_avg",)
 
@@ -262,12 +263,33 @@ def _trial_mtd(row: pd.Series, summary: dict[str, Any] | None, eta_choice: str, 
     steps = row.get("steps")
     if _is_missing(steps) and summary:
         steps = summary.get("steps")
-    total_steps = None if _is_missing(steps) else int(steps)
+    steps_run = None if _is_missing(steps) else int(steps)
+    # the planned length sets the cosine period; a run that ended early averages the etas of its own steps
+    # (a trial that ended as planned ran them all; one that ended early says how many it planned, or the
+    # config does)
+    planned = (summary or {}).get("total_steps")
+    status = row.get("status") if not _is_missing(row.get("status")) else (summary or {}).get("status")
+    if _is_missing(planned) and status in ENDED_EARLY:
+        planned = config.get("max_steps") or planned_steps_or_none(config)
+    total_steps = steps_run if _is_missing(planned) else int(planned)
     try:
-        value = config_traceable_distance(config, total_steps=total_steps, eta_choice=eta_choice, k_choice=k_choice)
+        value = config_traceable_distance(config, total_steps=total_steps, eta_choice=eta_choice, k_choice=k_choice,
+                                          steps_run=steps_run)
     except (KeyError, TypeError, ValueError):
         return math.nan  # a config without (valid) EMA/queue fields: MTD unknown for this trial
     return math.nan if value is None else float(value)
+
+
+def planned_steps_or_none(config: dict[str, Any]) -> int | None:
+    """The steps a run of `config` planned (trainer.data.planned_steps: from the corpus when `max_steps` is
+    unset); None when that cannot be told here (no corpus, an incomplete config)."""
+    from trainer.data import planned_steps
+    from trainer.errors import UserError
+
+    try:
+        return planned_steps(config)
+    except (UserError, KeyError, TypeError, ValueError):
+        return None
 
 
 def _config_from_row(row: pd.Series) -> dict[str, Any] | None:

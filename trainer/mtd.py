@@ -93,29 +93,43 @@ def config_traceable_distance(
     total_steps: int | None = None,
     eta_choice: str = "mean",
     k_choice: str = "oldest",
+    steps_run: int | None = None,
 ) -> float | None:
     """d_trace of a resolved trainer config dict; None for methods without an EMA target and queue, and
     when the run length the mean needs is unknown (`total_steps` None and no `max_steps`).
 
-    Configs written before the `hold_after_schedule` key read as the paper's schedule (held at eta1).
+    `total_steps` is the run's planned length: the cosine period T unless the config sets `schedule_steps`
+    (or the released schedule's own T). `steps_run`, for a run that ended before its planned steps
+    (diverged, collapsed, stopped by a scheduler), is how many it took: the mean then runs over the etas of
+    those steps, each still on the planned period. Configs written before the `hold_after_schedule` key read
+    as the paper's schedule (held at eta1).
     """
     if config.get("method") != "mocose":
         return None
-    ema, queue = config["ema"], config["queue"]
+    queue = config["queue"]
     slices = parse_slices(queue.get("slices"), queue["size"]) if queue.get("slices") else None
+    eta = config_eta(config, total_steps, eta_choice, steps_run)
+    if eta is None or eta >= 1.0:
+        return None  # unknown, or eta1 = 1.0 (the released schedule's end): the first term is unbounded
+    return traceable_distance(eta, queue["size"], config["batch_size"], slices, k_choice)
+
+
+def config_eta(config: dict[str, Any], total_steps: int | None = None, eta_choice: str = "mean",
+               steps_run: int | None = None) -> float | None:
+    """The eta that enters d_trace for a resolved MoCoSE config dict (`config_traceable_distance`'s
+    arguments); None when a cosine mean needs a length that is unknown or a run that took no step."""
+    ema = config["ema"]
     total_steps = total_steps or config.get("max_steps")
-    if ema["schedule"] == "cosine" and eta_choice == "mean" and not total_steps:
-        return None
     period = ema.get("schedule_steps")
     hold = ema.get("hold_after_schedule")
     released = (config.get("released") or {}).get("ema_schedule")
     if period is None and released:
         period = RELEASED_SCHEDULE_STEPS
-    eta = effective_eta(ema["schedule"], ema["decay"], ema["decay_end"], total_steps, period, eta_choice,
-                        hold=True if hold is None else hold, released_counter=bool(released))
-    if eta >= 1.0:
-        return None  # eta1 = 1.0 (the released schedule's end): the first term is unbounded
-    return traceable_distance(eta, queue["size"], config["batch_size"], slices, k_choice)
+    steps = total_steps if steps_run is None else min(steps_run, total_steps or steps_run)
+    if ema["schedule"] == "cosine" and eta_choice == "mean" and (not steps or not (period or total_steps)):
+        return None
+    return effective_eta(ema["schedule"], ema["decay"], ema["decay_end"], steps, period or total_steps, eta_choice,
+                         hold=True if hold is None else hold, released_counter=bool(released))
 
 
 class TraceableDistanceMeter:

@@ -7,7 +7,7 @@ A method is an `nn.Module` holding the encoder and its own heads. The loop calls
     method.after_step(step, out)                      # EMA update, queue push (MoCoSE); nothing (SimCSE)
 
 and at evaluations `method.log_values()` (metrics.jsonl) and `method.checkpoint_modules()` (what the
-best-dev state keeps); at the end `method.summary_fields(total_steps)` (e.g. the MTD block).
+best-dev state keeps); at the end `method.summary_fields(steps_run)` (e.g. the MTD block).
 """
 
 from __future__ import annotations
@@ -111,8 +111,8 @@ class Method(MethodRules, nn.Module):
         """Values for metrics.jsonl at an evaluation (beside step, loss, dev score, lr)."""
         return {}
 
-    def summary_fields(self, total_steps: int) -> dict[str, Any]:
-        """Fields this method adds to summary.json (MoCoSE: the MTD block)."""
+    def summary_fields(self, steps_run: int) -> dict[str, Any]:
+        """Fields this method adds to summary.json after `steps_run` optimiser steps (MoCoSE: the MTD block)."""
         return {}
 
     def checkpoint_modules(self) -> dict[str, nn.Module]:

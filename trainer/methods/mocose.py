@@ -39,7 +39,7 @@ from trainer.heads import build_predictor, build_projection, make_pooler_dense
 from trainer.losses.mocose import mocose_loss
 from trainer.method_rules import MoCoSERules
 from trainer.methods.base import Method, StepOutput
-from trainer.mtd import TraceableDistanceMeter, config_traceable_distance, effective_eta
+from trainer.mtd import TraceableDistanceMeter, config_eta, config_traceable_distance
 from trainer.queue import NegativeQueue, released_read_length
 from trainer.schedules import ema_decay_at, ema_schedule_step
 from trainer.slices import parse_slices
@@ -148,17 +148,15 @@ class MoCoSE(MoCoSERules, Method):
     def log_values(self) -> dict[str, Any]:
         return {"eta": self.eta, "queue_fill": len(self.queue), **self.meter.current()}
 
-    def summary_fields(self, total_steps: int) -> dict[str, Any]:
-        config, ema = self.config, self.config.ema
-        period = ema.schedule_steps or total_steps
-        eta = effective_eta(ema.schedule, ema.decay, ema.decay_end, total_steps, period, "mean",
-                            hold=ema.hold_after_schedule, released_counter=bool(config.released.ema_schedule))
+    def summary_fields(self, steps_run: int) -> dict[str, Any]:
+        # the etas of the steps run, each on the planned period (a run that ends early keeps its schedule)
+        config = self.config.to_dict()
         return {"mtd": {
-            "formula": config_traceable_distance(config.to_dict(), total_steps, eta_choice="mean"),
-            "eta": eta,
-            "eta_choice": "constant" if ema.schedule == "constant" else "mean",
+            "formula": config_traceable_distance(config, self.total_steps, eta_choice="mean", steps_run=steps_run),
+            "eta": config_eta(config, self.total_steps, "mean", steps_run),
+            "eta_choice": "constant" if self.config.ema.schedule == "constant" else "mean",
             "queue_k": self.oldest_position,
-            "batch_size": config.batch_size,
+            "batch_size": self.config.batch_size,
             **self.meter.summary(),
         }}
 
