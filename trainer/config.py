@@ -1,8 +1,9 @@
 """The run configuration: one typed, validated config for one training run (pydantic v2 models).
 
-Defaults follow the MoCoSE paper's bert-base settings (methods.md sections 1-5). Fields a method sets
-differently are `None` here and filled by `resolved()` (weight decay: 0 for SimCSE, 1e-6 for MoCoSE).
-A new field is one line in its section. Dotted overrides: `RunConfig().override(["queue.size=1024"])`.
+Defaults follow the MoCoSE paper's bert-base settings (methods.md sections 1-5). Fields a method or the
+variant sets are `None` here; `trainer.method_rules.resolve`, above this module, fills them (each method
+declares its own defaults there) and `RunConfig.resolved()` calls it. A new field is one line in its section.
+Dotted overrides: `RunConfig().override(["queue.size=1024"])`.
 
 >>> RunConfig.from_dict({"queue": {"size": 1024}}).override(["ema.decay=0.9"]).ema.decay
 0.9
@@ -19,7 +20,6 @@ import yaml
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, Strict, ValidationError
 
 from trainer.errors import ConfigError, UserError, config_error, excerpt
-from trainer.method_rules import method_rules
 from trainer.slices import parse_slices
 from trainer.vocabulary import METHODS, POOLERS
 
@@ -92,7 +92,7 @@ class DataConfig(Section):
 
 class OptimConfig(Section):
     lr: Float = Field(3e-5, gt=0)
-    weight_decay: Float | None = Field(None, ge=0)  # method default: SimCSE/GS/Mix 0.0, MoCoSE 1e-6
+    weight_decay: Float | None = Field(None, ge=0)  # null: the method's default (trainer.method_rules)
     schedule: Literal["linear", "constant"] = "linear"  # linear decay to 0 over the run
     warmup_steps: Int = Field(0, ge=0)
     grad_clip: Float = Field(1.0, ge=0)  # 0 disables clipping
@@ -102,7 +102,8 @@ class OptimConfig(Section):
 
 class EMAConfig(Section):
     """EMA of the target branch (MoCoSE eq. 2): theta_t <- eta*theta_t + (1-eta)*theta_o; null keys follow
-    `released.ema_schedule` (paper: 0.75 -> 0.95 over the run, held; released: -> 1.0 over 15000, unclamped)."""
+    `released.ema_schedule` (trainer.method_rules; paper: 0.75 -> 0.95 over the run, held; released: -> 1.0 over
+    15000, unclamped)."""
 
     schedule: Literal["constant", "cosine"] = "cosine"
     decay: Float = Field(0.75, ge=0, lt=1)  # eta (constant) or eta0 (cosine start)
@@ -118,7 +119,7 @@ class QueueConfig(Section):
 
 
 class FGSMConfig(Section):
-    eps: Float | None = Field(None, ge=0)  # method default: MoCoSE 5e-9 (Table 9), others 0 (off)
+    eps: Float | None = Field(None, ge=0)  # null: the method's default (trainer.method_rules); 0 is off
     mode: Literal["exact", "lagged"] = "lagged"
 
 
@@ -144,7 +145,7 @@ class GaussianConfig(Section):
 class MixConfig(Section):
     """MixCSE mixed hard negatives."""
 
-    enabled: Bool | None = None  # None: on for method "mix", off otherwise
+    enabled: Bool | None = None  # null: the method's default (trainer.method_rules)
     lam: Float = Field(0.2, ge=0, le=1)
     directions: Literal["both", "single"] = "both"
     stop_grad: Bool = True
@@ -158,7 +159,7 @@ class AugmentConfig(Section):
 
 
 class EvalConfig(Section):
-    eval_steps: Int | None = Field(None, ge=1)  # method default: SimCSE/GS/Mix 125, MoCoSE 100
+    eval_steps: Int | None = Field(None, ge=1)  # null: the method's default (trainer.method_rules)
     batch_size: Int = Field(64, ge=1)  # sentences per evaluation batch (length-sorted); 64 is fastest on 2 CPU cores
     final_tasks: StrList | None = None  # None: the seven STS tasks
     align_uniform_split: Literal["dev", "test"] = "dev"
@@ -199,10 +200,10 @@ class RunConfig(Section):
     # passes over the corpus; at most a million keeps the run's step count finite (1e308 epochs overflowed it)
     epochs: Float = Field(1.0, gt=0, le=1_000_000)
     temperature: Float = Field(0.05, gt=0)
-    dropout: Float | None = Field(None, ge=0, lt=1)  # method default: 0.1; GS-InfoNCE released 0.2 (RoBERTa 0.1)
+    dropout: Float | None = Field(None, ge=0, lt=1)  # null: the method's default (trainer.method_rules)
     device: Annotated[Str, AfterValidator(_device)] = "auto"  # auto | cpu | cuda | cuda:N
-    # fp32|bf16|fp16: honoured on any device (CPU autocast too). auto: fp32 on CPU; on CUDA each method's release:
-    # SimCSE and GS-InfoNCE fp16, MoCoSE and MixCSE fp32
+    # fp32|bf16|fp16: honoured on any device (CPU autocast too). auto: fp32 on CPU; on CUDA each method's release
+    # (trainer.method_rules)
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
     output_dir: PathStr | None = None  # where summary.json and metrics.jsonl go; None: nowhere
     save_model: Bool = False
@@ -267,21 +268,11 @@ class RunConfig(Section):
         return type(self).from_dict(data)
 
     def resolved(self) -> RunConfig:
-        """Fill the variant's and the method's defaults (the keys left null) and return a new config.
+        """`trainer.method_rules.resolve(self)`: a new config with the variant's and the method's defaults in
+        the keys left null, checked. Callers that know the rules call `resolve` directly."""
+        from trainer.method_rules import resolve  # above this module: the rules import nothing of it
 
-        The released-code flags follow `variant`; then the method's rules (trainer.method_rules, which the
-        method objects inherit; no torch) fill and check its own defaults, e.g. weight decay 0 for SimCSE
-        and 1e-6 for MoCoSE.
-        """
-        data = self.to_dict()
-        for flag, value in data["released"].items():
-            if value is None:
-                data["released"][flag] = self.variant == "released"
-        rules = method_rules(self.method)
-        rules.fill_defaults(data)
-        resolved = type(self).from_dict(data)
-        rules.check(resolved)
-        return resolved
+        return resolve(self)
 
     def gaussian_count(self) -> int:
         """M, the number of Gaussian negatives per step (0 when off)."""

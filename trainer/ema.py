@@ -5,18 +5,13 @@
 eta = 0 copies the online weights (the symmetric, collapsing case of Appendix A.2); eta -> 1 freezes
 the target.
 
->>> online = torch.nn.Linear(2, 2)
->>> target = make_target(online)
->>> with torch.no_grad():
-...     _ = online.weight.add_(1.0)
+>>> online, target = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)
 >>> ema_update(target, online, decay=0.0)
 >>> torch.equal(target.weight, online.weight)
 True
 """
 
 from __future__ import annotations
-
-import copy
 
 import torch
 from torch import nn
@@ -43,12 +38,3 @@ def ema_update(target: nn.Module, online: nn.Module, decay: float) -> None:
         if target_buffer is not online_buffer:
             target_buffer.copy_(online_buffer)
 
-
-def make_target(online: nn.Module) -> nn.Module:
-    """A deep copy of `online` with gradients off: the EMA target branch.
-
-    Call it before attaching hooks to `online` (e.g. `FGSM.attach`): a deep copy copies module hooks.
-    """
-    target = copy.deepcopy(online)
-    target.requires_grad_(False)
-    return target

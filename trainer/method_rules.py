@@ -1,81 +1,104 @@
-"""Each method's config rules: the defaults it fills into the keys left null, the combinations it refuses,
-and the precision it runs under `precision: auto`. The method objects (trainer.methods) inherit them.
+"""Each method's rules, declared as data: the defaults it fills into the config keys left null, the
+combinations it refuses, and the precision it runs under `precision: auto`; and `resolve`, the one step that
+applies them to a run config.
 
-    rules = method_rules("mocose")   # MoCoSERules: weight decay 1e-6, eval every 100 steps, FGSM eps 5e-9
-    rules.fill_defaults(data)        # a config dict, changed in place
-    rules.check(config)              # raises ConfigError naming the key
+    resolve(RunConfig(method="mocose"))   # a new config: weight decay 1e-6, eval every 100 steps, FGSM eps 5e-9
+    method_rules("gs").defaults           # dotted config key -> default
 
-Kept apart from the nn.Module side and free of torch, so a sweep driver resolves thousands of configs
-without importing torch (about 2 s of a study's start, before the first trial can run).
+A default is a value, `ByFlag` (chosen by a `released.*` flag) or `FromKey` (computed from another key);
+a tuple of keys is filled together, and only where every one of them is null. A method's defaults are laid
+over SHARED_DEFAULTS. Every key a rule names is a dotted RunConfig key (tests/trainer/test_method_rules.py
+checks each against RunConfig's fields).
+
+This module imports neither torch nor trainer.config: the sweep driver resolves thousands of configs without
+torch, `RunConfig.resolved()` calls `resolve`, and the nn.Module side (trainer.methods) finds a method's rules
+by its name.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar
+from dataclasses import dataclass, field
+from functools import reduce
+from typing import Any, Callable, Mapping, Protocol, TypeVar
 
 from trainer.errors import ConfigError
+from trainer.schedules import RELEASED_SCHEDULE_STEPS
 from trainer.vocabulary import GS_INFONCE, MIXCSE, MOCOSE, SIMCSE
 
-if TYPE_CHECKING:  # types only: trainer.config imports this module to resolve defaults
-    import torch
 
-    from trainer.config import RunConfig
+class Resolvable(Protocol):
+    """What `resolve` needs of a run config (trainer.config.RunConfig); refusals read its attributes."""
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> Any: ...
 
 
+Config = TypeVar("Config", bound=Resolvable)
+
+
+@dataclass(frozen=True)
+class ByFlag:
+    """The `released` default where the `released.*` flag `flag` is on, else the `paper` one. The flags are
+    filled from `variant` before any default, so a flag set alone switches its own behaviour."""
+
+    flag: str
+    paper: Any
+    released: Any
+
+
+@dataclass(frozen=True)
+class FromKey:
+    """A default computed from the value of `key`, a key no rule fills: `compute(value)`."""
+
+    key: str
+    compute: Callable[[Any], Any]
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A combination a method cannot run: where `when(resolved config)` holds, a ConfigError naming `key`
+    with `detail`, in which {value} stands for the key's value."""
+
+    key: str
+    when: Callable[[Any], bool]
+    detail: str
+
+
+Keys = str | tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class MethodRules:
-    """The rules every method shares; a method overrides the class values or extends the two hooks."""
+    """One method's rules: its config name, the release's precision on CUDA, its defaults (laid over
+    SHARED_DEFAULTS) and its refusals."""
 
-    name: ClassVar[str]
-    cuda_precision: ClassVar[str] = "fp32"  # the release's precision on CUDA (precision: auto)
-    weight_decay: ClassVar[float] = 0.0
-    eval_steps: ClassVar[int] = 125
-    fgsm_eps: ClassVar[float] = 0.0
+    name: str
+    cuda_precision: str  # precision: auto on CUDA; fp32 on any other device (CPU half precision is slower)
+    defaults: Mapping[Keys, Any] = field(default_factory=dict)
+    refusals: tuple[Refusal, ...] = ()
 
-    @classmethod
-    def fill_defaults(cls, data: dict[str, Any]) -> None:
-        """Fill the keys left null with this method's defaults; `data` is a config dict, changed in place."""
-        if data["optim"]["weight_decay"] is None:
-            data["optim"]["weight_decay"] = cls.weight_decay
-        if data["eval"]["eval_steps"] is None:
-            data["eval"]["eval_steps"] = cls.eval_steps
-        if data["fgsm"]["eps"] is None:
-            data["fgsm"]["eps"] = cls.fgsm_eps
-        if data["mix"]["enabled"] is None:
-            data["mix"]["enabled"] = False
-        if data["dropout"] is None:
-            data["dropout"] = 0.1  # SimCSE's, standard HF dropout
-        ema = data["ema"]  # only MoCoSE reads it; filled for every method so configs have one shape
-        released = data["released"]["ema_schedule"]
-        if ema["decay_end"] is None:
-            ema["decay_end"] = 1.0 if released else 0.95
-        if ema["schedule_steps"] is None and released:
-            from trainer.schedules import RELEASED_SCHEDULE_STEPS
+    def all_defaults(self) -> dict[Keys, Any]:
+        return {**SHARED_DEFAULTS, **self.defaults}
 
-            ema["schedule_steps"] = RELEASED_SCHEDULE_STEPS
-        if ema["hold_after_schedule"] is None:
-            ema["hold_after_schedule"] = not released
-
-    @classmethod
-    def check(cls, config: RunConfig) -> None:
-        """Refuse combinations this method cannot run (raise UserError naming the key)."""
-
-    @classmethod
-    def precision_on(cls, device: torch.device, requested: str) -> str:
-        """The precision a run uses: the request on any device (the CPU runs bf16/fp16 autocast too); for
-        auto, the release's on CUDA and fp32 elsewhere (CPU half precision is slower than fp32)."""
+    def precision_on(self, device_type: str, requested: str) -> str:
+        """The precision a run uses on a device of this type ("cpu", "cuda", ...): the request on any device
+        (the CPU runs bf16/fp16 autocast too); for auto, the release's on CUDA and fp32 elsewhere."""
         if requested != "auto":
             return requested
-        return cls.cuda_precision if device.type == "cuda" else "fp32"
+        return self.cuda_precision if device_type == "cuda" else "fp32"
+
+    def check(self, config: Any) -> None:
+        """Raise the ConfigError of the first refusal that holds for a resolved config."""
+        for refusal in self.refusals:
+            if refusal.when(config):
+                value = reduce(getattr, refusal.key.split("."), config)
+                raise ConfigError(refusal.key, refusal.detail.format(value=value))
 
 
-class SimCSERules(MethodRules):
-    """Unsupervised SimCSE. Released code: fp16 on CUDA (`run_unsup_example.sh`)."""
-
-    name = SIMCSE
-    cuda_precision = "fp16"
-
-
-RELEASED_GAUSSIAN_COUNT = 192  # run.sh: random_size=192, whatever the model and batch size
+# ---- the declarations ----------------------------------------------------------------------------------
+RELEASED_GAUSSIAN_COUNT = 192  # GS-InfoNCE run.sh: random_size=192, whatever the model and batch size
 
 
 def released_gs_dropout(model: str) -> float:
@@ -88,68 +111,98 @@ def released_gs_dropout(model: str) -> float:
     return 0.1 if "roberta" in model.lower() else 0.2
 
 
-class GSInfoNCERules(SimCSERules):
-    """GS-InfoNCE: M = 3N Gaussian negatives unless set. Released code (`gsInfoNCE/run.sh`): M = 192 for every
-    model and batch size, dropout 0.2 for BERT and 0.1 for RoBERTa, lambda unused, fp16."""
+SHARED_DEFAULTS: dict[Keys, Any] = {
+    "optim.weight_decay": 0.0,
+    "eval.eval_steps": 125,
+    "fgsm.eps": 0.0,
+    "mix.enabled": False,
+    "dropout": 0.1,  # SimCSE's, standard HF dropout
+    # the EMA schedule: only MoCoSE reads it; filled for every method so that resolved configs have one shape.
+    # Paper: to eta1 = 0.95 over the run, then held; released: to 1.0 over 15000 steps, not clamped
+    "ema.decay_end": ByFlag("released.ema_schedule", paper=0.95, released=1.0),
+    "ema.schedule_steps": ByFlag("released.ema_schedule", paper=None, released=RELEASED_SCHEDULE_STEPS),
+    "ema.hold_after_schedule": ByFlag("released.ema_schedule", paper=True, released=False),
+}
 
-    name = GS_INFONCE
-    cuda_precision = "fp16"
+# Unsupervised SimCSE. Released code: fp16 on CUDA (`run_unsup_example.sh`).
+SIMCSE_RULES = MethodRules(SIMCSE, cuda_precision="fp16")
 
-    @classmethod
-    def fill_defaults(cls, data: dict[str, Any]) -> None:
-        gaussian, released = data["gaussian"], data["released"]
-        if gaussian["count"] is None and gaussian["count_per_batch"] is None:
-            if released["gaussian_count"]:
-                gaussian["count"] = RELEASED_GAUSSIAN_COUNT
-            else:
-                gaussian["count_per_batch"] = 3.0  # the paper: M = 3 x batch size
-        if data["dropout"] is None:
-            data["dropout"] = released_gs_dropout(data["model"]) if released["dropout"] else 0.1
-        super().fill_defaults(data)
+# GS-InfoNCE: M = 3N Gaussian negatives unless set. Released code (`gsInfoNCE/run.sh`): M = 192 for every
+# model and batch size, dropout 0.2 for BERT and 0.1 for RoBERTa, lambda unused, fp16.
+GS_INFONCE_RULES = MethodRules(
+    GS_INFONCE,
+    cuda_precision="fp16",
+    defaults={
+        "dropout": ByFlag("released.dropout", paper=0.1, released=FromKey("model", released_gs_dropout)),
+        ("gaussian.count", "gaussian.count_per_batch"): ByFlag(
+            "released.gaussian_count", paper=(None, 3.0), released=(RELEASED_GAUSSIAN_COUNT, None)),
+    },
+    refusals=(Refusal("gaussian.weight", lambda c: c.variant == "released" and c.gaussian.weight != 1.0,
+                      ": expected 1 under variant released (the released GS-InfoNCE code parses lambda but never "
+                      "uses it), got {value}"),),
+)
 
-    @classmethod
-    def check(cls, config: RunConfig) -> None:
-        if config.variant == "released" and config.gaussian.weight != 1.0:
-            raise ConfigError("gaussian.weight", ": expected 1 under variant released (the released GS-InfoNCE "
-                              f"code parses lambda but never uses it), got {config.gaussian.weight}")
+# MixCSE: mixed negatives on unless `mix.enabled: false` (an ablation back to SimCSE); fp32.
+MIXCSE_RULES = MethodRules(MIXCSE, cuda_precision="fp32", defaults={"mix.enabled": True})
 
+# MoCoSE: the release's weight decay, validation interval ("validate every 100 steps") and Table 9's best FGSM
+# step; fp32 (the release has no fp16 flag).
+MOCOSE_RULES = MethodRules(
+    MOCOSE,
+    cuda_precision="fp32",
+    defaults={"optim.weight_decay": 1e-6, "eval.eval_steps": 100, "fgsm.eps": 5e-9},
+    refusals=(Refusal("heads.embedding_dim",
+                      lambda c: c.heads.projection_layers == 0 and c.heads.embedding_dim is not None,
+                      ": a projection of 0 layers keeps the encoder's size; set heads.projection_layers >= 1 "
+                      "or leave embedding_dim null"),),
+)
 
-class MixCSERules(SimCSERules):
-    """MixCSE: mixed negatives on unless `mix.enabled: false` (an ablation back to SimCSE); fp32."""
-
-    name = MIXCSE
-    cuda_precision = "fp32"
-
-    @classmethod
-    def fill_defaults(cls, data: dict[str, Any]) -> None:
-        if data["mix"]["enabled"] is None:
-            data["mix"]["enabled"] = True
-        super().fill_defaults(data)
-
-
-class MoCoSERules(MethodRules):
-    """MoCoSE: the release's weight decay, validation interval and Table 9's best FGSM step; fp32."""
-
-    name = MOCOSE
-    cuda_precision = "fp32"  # the release has no fp16 flag
-    weight_decay = 1e-6
-    eval_steps = 100  # "validate every 100 steps"
-    fgsm_eps = 5e-9  # Table 9's best
-
-    @classmethod
-    def check(cls, config: RunConfig) -> None:
-        heads = config.heads
-        if heads.projection_layers == 0 and heads.embedding_dim is not None:
-            raise ConfigError("heads.embedding_dim", ": a projection of 0 layers keeps the encoder's size; set "
-                              "heads.projection_layers >= 1 or leave embedding_dim null")
+RULES: dict[str, MethodRules] = {rules.name: rules
+                                 for rules in (SIMCSE_RULES, GS_INFONCE_RULES, MIXCSE_RULES, MOCOSE_RULES)}
 
 
-RULES: dict[str, type[MethodRules]] = {cls.name: cls for cls in (SimCSERules, GSInfoNCERules, MixCSERules, MoCoSERules)}
-
-
-def method_rules(name: str) -> type[MethodRules]:
-    """The config rules for a method name (`simcse`, `gs`, `mix`, `mocose`)."""
+def method_rules(name: str) -> MethodRules:
+    """The rules of a method name (`simcse`, `gs`, `mix`, `mocose`)."""
     try:
         return RULES[name]
     except KeyError:
         raise ValueError(f"unknown method {name!r}; known: {', '.join(RULES)}") from None
+
+
+# ---- the resolve step ----------------------------------------------------------------------------------
+def resolve(config: Config) -> Config:
+    """A new config with the null keys filled and the whole checked once: first each null `released.*` flag
+    from `variant` (on under released), then the method's defaults; then the config's own validation and
+    the method's refusals. Resolving a resolved config returns an equal one."""
+    data = config.to_dict()
+    released = data["released"]
+    for flag, value in released.items():
+        if value is None:
+            released[flag] = data["variant"] == "released"
+    rules = method_rules(data["method"])
+    for keys, default in rules.all_defaults().items():
+        names = keys if isinstance(keys, tuple) else (keys,)
+        if all(_get(data, name) is None for name in names):
+            value = _value(default, data)
+            for name, part in zip(names, value if isinstance(keys, tuple) else (value,)):
+                _set(data, name, part)
+    resolved = type(config).from_dict(data)
+    rules.check(resolved)
+    return resolved
+
+
+def _value(default: Any, data: dict[str, Any]) -> Any:
+    if isinstance(default, ByFlag):
+        default = default.released if _get(data, default.flag) else default.paper
+    if isinstance(default, FromKey):
+        return default.compute(_get(data, default.key))
+    return default
+
+
+def _get(data: dict[str, Any], key: str) -> Any:
+    return reduce(lambda node, part: node[part], key.split("."), data)
+
+
+def _set(data: dict[str, Any], key: str, value: Any) -> None:
+    *sections, last = key.split(".")
+    reduce(lambda node, part: node[part], sections, data)[last] = value

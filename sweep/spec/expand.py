@@ -32,6 +32,7 @@ from sweep.text import (
 from trainer import config as run_config
 from trainer.config import check_value, set_dotted
 from trainer.errors import ConfigError, UserError, excerpt
+from trainer.method_rules import resolve
 from trainer.mtd import planned_traceable_distance
 
 TRIAL_KEY_LENGTH = 12
@@ -274,7 +275,7 @@ def _make_trial(spec: StudySpec, raw: dict[str, Any], seed: int, where: Marks) -
         return None
     try:
         asked = run_config.RunConfig.from_dict(config)
-        requested, resolved, problem = asked.to_dict(), asked.resolved().to_dict(), None
+        requested, resolved, problem = asked.to_dict(), resolve(asked).to_dict(), None
     except ConfigError as exc:
         requested, resolved, problem = None, None, exc
     # Constraints see the method defaults (fgsm.eps, optim.weight_decay) when the combination is a
@@ -365,7 +366,7 @@ def planning_config(spec: StudySpec) -> dict[str, Any]:
     if trial is not None:
         return trial.config
     try:
-        return run_config.RunConfig.from_dict(spec.base).resolved().to_dict()
+        return resolve(run_config.RunConfig.from_dict(spec.base)).to_dict()
     except ConfigError as exc:
         raise _combination_error(exc, {}, spec, where) from None
 

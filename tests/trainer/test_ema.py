@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from trainer.ema import ema_update, make_target
+from trainer.ema import ema_update
 from trainer.schedules import ema_decay_at
 
 
@@ -46,16 +46,6 @@ def test_repeated_updates_converge_geometrically():
         ema_update(target, online, 0.5)
     expected = 0.5**5 * start + (1 - 0.5**5) * online.weight.detach()
     torch.testing.assert_close(target.weight.detach(), expected)
-
-
-def test_make_target_is_a_frozen_independent_copy():
-    online = small_model(0)
-    target = make_target(online)
-    assert all(not p.requires_grad for p in target.parameters())
-    assert all(p.requires_grad for p in online.parameters())
-    for a, b in zip(target.parameters(), online.parameters()):
-        assert torch.equal(a, b) and a.data_ptr() != b.data_ptr()
-    assert target.training == online.training  # the target keeps dropout on, like the online branch
 
 
 def np_cosine_eta(t, eta0, eta1, total):

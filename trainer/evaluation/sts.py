@@ -262,15 +262,6 @@ def evaluate_sts(encode: EncodeFn, data_root: str | Path | None = None, tasks: S
     return result
 
 
-def stsb_dev_spearman(encode: EncodeFn, data_root: str | Path | None = None) -> float:
-    """STS-B dev Spearman (fraction), the model-selection score during training."""
-    pairs = load_task(resolve_data_dir(data_root), STS_BENCHMARK, "dev")[0]
-    cache = EmbeddingCache(encode, pairs.sent1 + pairs.sent2)
-    from scipy.stats import spearmanr
-
-    return float(spearmanr(cosine_scores(cache(pairs.sent1), cache(pairs.sent2)), pairs.gold)[0])
-
-
 def split_tasks(tasks: Sequence[str] | None) -> tuple[list[str], list[str]]:
     """(STS tasks, transfer tasks) of a `--tasks` list; `transfer` stands for the seven transfer tasks.
 

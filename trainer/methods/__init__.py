@@ -2,11 +2,11 @@
 
     METHODS = {"simcse": SimCSE, "gs": GSInfoNCE, "mix": MixCSE, "mocose": MoCoSE}
 
-Each method class fills and checks its own config defaults (`fill_defaults`, `check`: inherited from
-its rules class in trainer.method_rules, which needs no torch, so a sweep driver resolves configs
-without it), owns its modules, computes its loss on a batch (`loss`), does what follows the optimiser
-step (`after_step`: the EMA update and the queue push for MoCoSE), and reports its log values and
-summary fields. See `base.Method`.
+Each method class owns its modules, computes its loss on a batch (`loss`), does what follows the optimiser
+step (`after_step`: the EMA update and the queue push for MoCoSE), and reports its log values and summary
+fields. See `base.Method`. Its config defaults, refusals and precision are declared apart, as data, in
+trainer.method_rules (no torch, so a sweep driver resolves configs without it); the class finds them by
+its `name` (`Method.rules()`).
 """
 
 from __future__ import annotations

@@ -13,16 +13,16 @@ best-dev state keeps); at the end `method.summary_fields(steps_run)` (e.g. the M
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from torch import Tensor, nn
 
 from trainer.losses.gaussian import gaussian_logits, sample_gaussian_negatives
 from trainer.losses.mix import mix_logits
-from trainer.method_rules import MethodRules
+from trainer.method_rules import MethodRules, method_rules
 
-if TYPE_CHECKING:  # the config type only: trainer.config imports the methods to resolve defaults
+if TYPE_CHECKING:  # types for annotations only
     from trainer.augment import EvaluationAugments
     from trainer.config import RunConfig
 
@@ -37,8 +37,10 @@ class StepOutput:
 
 
 class NegativeBlocks:
-    """The extra negative blocks any method may append to its InfoNCE logits: GS-InfoNCE's Gaussian
-    noise (`gaussian.*`) and MixCSE's mixed negatives (`mix.*`), in the paper's or the released layout."""
+    """The extra negative blocks a method appends to its InfoNCE logits, each built by a pure function of
+    trainer.losses: GS-InfoNCE's Gaussian noise (`gaussian.*`, `gaussian_logits`) and MixCSE's mixed
+    negatives (`mix.*`, `mix_logits`), in the paper's or the released layout. Every method gets the blocks
+    its config turns on, in the order [Gaussian | mixed] after its own logits."""
 
     def __init__(self, config: RunConfig, generator: torch.Generator):
         self.temperature = config.temperature
@@ -48,19 +50,16 @@ class NegativeBlocks:
         self.mix_layout = "released" if config.released.mix_negatives else "paper"
         self.generator = generator
 
-    def __call__(self, anchor: Tensor, positive: Tensor, gaussian: bool = True, mix: bool = True) -> list[Tensor]:
-        """The enabled blocks for one batch; a method that builds one kind itself turns it off here."""
+    def __call__(self, anchor: Tensor, positive: Tensor) -> list[Tensor]:
+        """The enabled blocks for one batch (fresh Gaussian noise on every call)."""
         blocks = []
-        if gaussian and self.gaussian_count:
+        if self.gaussian_count:
             blocks.append(gaussian_logits(anchor, self.noise(anchor), self.temperature, self.gaussian.weight))
-        if mix and self.mix is not None:
-            blocks += self.mix_blocks(anchor, positive)
+        if self.mix is not None:
+            mix = self.mix
+            blocks += mix_logits(anchor, positive, mix.lam, self.temperature, mix.directions, mix.stop_grad,
+                                 self.mix_layout, mix.hard_negative_weight)
         return blocks
-
-    def mix_blocks(self, anchor: Tensor, positive: Tensor) -> list[Tensor]:
-        mix = self.mix
-        return mix_logits(anchor, positive, mix.lam, self.temperature, mix.directions, mix.stop_grad,
-                          self.mix_layout, mix.hard_negative_weight)
 
     def noise(self, anchor: Tensor) -> Tensor:
         """M fresh Gaussian vectors of the anchor's size (GS-InfoNCE draws them every step)."""
@@ -78,9 +77,21 @@ def prepared_attention_mask(encoder: nn.Module, mask: Tensor) -> Tensor:
     return mask.bool()[:, None, None, :]
 
 
-class Method(MethodRules, nn.Module):
-    """Base class; see the module docstring for the contract. The config rules (defaults, checks,
-    precision) come from trainer.method_rules, which the sweep driver reads without torch."""
+class Method(nn.Module):
+    """Base class; see the module docstring for the contract. A subclass sets `name`, its config name; its
+    config rules (defaults, refusals, precision) are `method_rules(name)` in trainer.method_rules, which
+    the sweep driver reads without torch."""
+
+    name: ClassVar[str]
+
+    @classmethod
+    def rules(cls) -> MethodRules:
+        return method_rules(cls.name)
+
+    @classmethod
+    def precision_on(cls, device: torch.device, requested: str) -> str:
+        """The precision a run of this method uses on `device` (`MethodRules.precision_on`)."""
+        return cls.rules().precision_on(device.type, requested)
 
     # ---- the run -------------------------------------------------------------------------------------
     def __init__(self, encoder: nn.Module, config: RunConfig, generator: torch.Generator,

@@ -37,19 +37,21 @@ from trainer.augment import EmbeddingCutoff, EvaluationAugments
 from trainer.ema import ema_update
 from trainer.heads import build_predictor, build_projection, make_pooler_dense
 from trainer.losses.mocose import mocose_loss
-from trainer.method_rules import MoCoSERules
 from trainer.methods.base import Method, StepOutput
 from trainer.mtd import TraceableDistanceMeter, config_eta, config_traceable_distance
 from trainer.queue import NegativeQueue, released_read_length
 from trainer.schedules import ema_decay_at, ema_schedule_step
 from trainer.slices import parse_slices
+from trainer.vocabulary import MOCOSE
 
-if TYPE_CHECKING:  # the config type only: trainer.config imports the methods to resolve defaults
+if TYPE_CHECKING:  # the config type for annotations only
     from trainer.config import RunConfig
 
 
-class MoCoSE(MoCoSERules, Method):
-    """Defaults and checks: trainer.method_rules.MoCoSERules."""
+class MoCoSE(Method):
+    """Defaults and refusals: trainer.method_rules.MOCOSE_RULES."""
+
+    name = MOCOSE
 
     def __init__(self, encoder: nn.Module, config: RunConfig, generator: torch.Generator,
                  device_generator: torch.Generator):

@@ -15,18 +15,18 @@ from torch import Tensor, nn
 
 from trainer.augment import EmbeddingCutoff
 from trainer.heads import MLPHead
-from trainer.losses.gaussian import gs_infonce_loss
-from trainer.losses.mix import mixcse_loss
 from trainer.losses.simcse import simcse_loss
-from trainer.method_rules import GSInfoNCERules, MixCSERules, SimCSERules
 from trainer.methods.base import Method, StepOutput
+from trainer.vocabulary import GS_INFONCE, MIXCSE, SIMCSE
 
-if TYPE_CHECKING:  # the config type only: trainer.config imports the methods to resolve defaults
+if TYPE_CHECKING:  # the config type for annotations only
     from trainer.config import RunConfig
 
 
-class SimCSE(SimCSERules, Method):
-    """Unsupervised SimCSE (Gao et al. 2021). Released code: fp16 on CUDA (`run_unsup_example.sh`)."""
+class SimCSE(Method):
+    """Unsupervised SimCSE (Gao et al. 2021). Defaults, refusals, precision: trainer.method_rules.SIMCSE_RULES."""
+
+    name = SIMCSE
 
     def __init__(self, encoder: nn.Module, config: RunConfig, generator: torch.Generator,
                  device_generator: torch.Generator):
@@ -54,32 +54,21 @@ class SimCSE(SimCSERules, Method):
         return self.mlp
 
 
-class GSInfoNCE(GSInfoNCERules, SimCSE):
-    """GS-InfoNCE (Chen et al. 2022): SimCSE + M Gaussian negatives per step, M = 3N by default.
-    Released code: M = 192, dropout 0.2 (BERT) or 0.1 (RoBERTa), lambda unused (weight 1), fp16."""
+class GSInfoNCE(SimCSE):
+    """GS-InfoNCE (Chen et al. 2022): SimCSE + M Gaussian negatives per step (the Gaussian block of
+    `NegativeBlocks`, which SimCSE's loss appends). Its defaults (M = 3N; the release's M = 192 and dropout)
+    and refusals: trainer.method_rules.GS_INFONCE_RULES."""
 
-    def loss(self, ids: Tensor, mask: Tensor, position_ids: Tensor | None = None) -> StepOutput:
-        z1, z2 = self.two_views(ids, mask, position_ids)
-        g = self.config.gaussian
-        noise = self.negatives.noise(z1)
-        loss = gs_infonce_loss(z1, z2, noise, self.config.temperature, g.weight,
-                               extra_logits=self.negatives(z1, z2, gaussian=False))
-        return StepOutput(loss)
+    name = GS_INFONCE
 
 
-class MixCSE(MixCSERules, SimCSE):
-    """MixCSE (Zhang et al. 2022): SimCSE + mixed hard negatives with stop-gradient. Released code: all N
-    mixes per direction (`released.mix_negatives`), dev scored on MLP([CLS]) (`released.dev_on_mlp`), fp32."""
+class MixCSE(SimCSE):
+    """MixCSE (Zhang et al. 2022): SimCSE + mixed hard negatives with stop-gradient (the mix blocks of
+    `NegativeBlocks`, on while `mix.enabled`; false makes the run SimCSE, an ablation). Released code: all N
+    mixes per direction (`released.mix_negatives`), dev scored on MLP([CLS]) (`released.dev_on_mlp`).
+    Defaults and precision: trainer.method_rules.MIXCSE_RULES."""
 
-    def loss(self, ids: Tensor, mask: Tensor, position_ids: Tensor | None = None) -> StepOutput:
-        z1, z2 = self.two_views(ids, mask, position_ids)
-        m = self.config.mix
-        if not m.enabled:  # mix.enabled: false turns a MixCSE run into SimCSE (an ablation)
-            return StepOutput(simcse_loss(z1, z2, self.config.temperature, self.negatives(z1, z2)))
-        loss = mixcse_loss(z1, z2, m.lam, self.config.temperature, m.directions, m.stop_grad,
-                           self.negatives.mix_layout, m.hard_negative_weight,
-                           extra_logits=self.negatives(z1, z2, mix=False))
-        return StepOutput(loss)
+    name = MIXCSE
 
     def dev_head(self) -> tuple[str | None, nn.Module | None]:
         # The release trains without --mlp_only_train: its dev evaluation runs [CLS] through the MLP.
