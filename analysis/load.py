@@ -34,7 +34,7 @@ import yaml
 
 from trainer.evaluation.sts_average import AVG
 from trainer.mtd import ETA_CHOICES, K_CHOICES, config_traceable_distance
-from trainer.summary_row import summary_row
+from trainer.summary import summary_row
 from trainer.vocabulary import FINAL_FAIL_STATUSES, OK, PRUNED, STS_TASKS, TRANSFER_TASKS, optuna_state_name
 
 MTD_SOURCES = ("formula", "measured")
@@ -117,7 +117,7 @@ def load_results(
         table["mtd"] = table["mtd_measured"]
     else:
         table["mtd"] = [
-            _trial_mtd(row, summaries.get(str(row["key"])), eta_choice, k_choice) for _, row in table.iterrows()
+            trial_mtd(row, summaries.get(str(row["key"])), eta_choice, k_choice) for _, row in table.iterrows()
         ]
     table["gaussian.m_per_batch"] = [_gaussian_ratio(row) for _, row in table.iterrows()]
     return table.reset_index(drop=True)
@@ -208,7 +208,7 @@ def _read_trials_csv(path: Path) -> pd.DataFrame:
 
 
 def _row_from_summary(key: str, summary: dict[str, Any], state: str | None = None) -> dict[str, Any]:
-    """A trials.csv-like row from one summary.json (trainer.summary_row's analysis view: its config flattened
+    """A trials.csv-like row from one summary.json (trainer.summary's analysis view: its config flattened
     to dotted columns; its `mtd` is renamed mtd_recorded with the CSV's column); `state` is the Optuna state
     from trials.csv, else the one the status implies (trainer.vocabulary)."""
     config = summary.get("config") or {}
@@ -256,7 +256,7 @@ def _state_counts(table: pd.DataFrame) -> dict[str, int]:
     return pd.Series(labels).value_counts().to_dict()
 
 
-def _trial_mtd(row: pd.Series, summary: dict[str, Any] | None, eta_choice: str, k_choice: str) -> float:
+def trial_mtd(row: pd.Series, summary: dict[str, Any] | None, eta_choice: str, k_choice: str) -> float:
     config = (summary or {}).get("config") or _config_from_row(row)
     if config is None or config.get("method") != "mocose":
         return math.nan

@@ -63,7 +63,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
                      rerun_changed=args.rerun_changed, rebuild_storage=args.rebuild_storage)
     if code >= 128:
         # Stopped by a signal, everything recorded and Ray shut down: exit now. Ray's core worker can crash
-        # in the interpreter's teardown after a signal came while it was starting (seen: SIGSEGV).
+        # in the interpreter's teardown (SIGSEGV) after a signal came while it was starting.
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)

@@ -6,7 +6,7 @@ import copy
 import difflib
 from typing import Any
 
-from trainer.errors import excerpt, printable
+from trainer.errors import dotted_loc, excerpt, printable
 
 
 def dotted_get(data: dict[str, Any], dotted: str, default: Any = None) -> Any:
@@ -21,17 +21,6 @@ def dotted_get(data: dict[str, Any], dotted: str, default: Any = None) -> Any:
             return default
         node = node[part]
     return node
-
-
-def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested dicts by dotted key: {"queue": {"size": 512}} -> {"queue.size": 512}."""
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        if isinstance(value, dict):
-            out.update(flatten(value, f"{prefix}{key}."))
-        else:
-            out[prefix + key] = value
-    return out
 
 
 MISSING = object()  # dotted_get's default when "absent" must differ from a stored None
@@ -113,14 +102,9 @@ def format_value_excerpt(value: Any, limit: int = 80) -> str:
 
 
 def format_path(path: tuple) -> str:
-    """('seeds', 1) -> 'seeds[1]'; ('base', 'queue', 'size') -> 'base.queue.size' (a key of 1 MB: its first
-    60 characters)."""
-    text = ""
-    for part in path:
-        if not isinstance(part, int):
-            part = printable(shorten(part, 60))
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
-    return text
+    """('seeds', 1) -> 'seeds[1]'; ('base', 'queue', 'size') -> 'base.queue.size' (trainer.errors.dotted_loc),
+    each key shown printable and at most 60 characters long (a key of 1 MB: its first 60 characters)."""
+    return dotted_loc(tuple(part if isinstance(part, int) else printable(shorten(part, 60)) for part in path))
 
 
 def suggestion(word: Any, choices: Any) -> str:

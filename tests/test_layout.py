@@ -1,5 +1,6 @@
 """The test suite's layout: tests/ mirrors the packages (trainer/, sweep/, analysis/, plus e2e/ for the slow
-end-to-end tests), and no test module imports another: what several of them use is in tests/helpers.py.
+end-to-end tests), and no test module imports another: what several of them use is in tests/helpers.py
+(and tests/synthetic_results.py).
 
 Read from the source with `ast` (nothing is imported).
 """
@@ -14,10 +15,10 @@ from tests.helpers import REPO
 
 TESTS = REPO / "tests"
 PROJECT_PACKAGES = ("trainer", "sweep", "analysis")
-# the modules under tests/ a test module may import: the helpers, the deadlines, the fake trainer, the import
-# hook and the namespace cluster (conftest.py's fixtures come by name, never by import)
-IMPORTABLE = {"tests.helpers", "tests.deadlines", "tests.fake_train", "tests.signal_at_import",
-              "tests.cluster.netns_cluster"}
+# the modules under tests/ a test module may import: the helpers, the synthetic results, the deadlines, the fake
+# trainer, the import hook and the namespace cluster (conftest.py's fixtures come by name, never by import)
+IMPORTABLE = {"tests.helpers", "tests.synthetic_results", "tests.deadlines", "tests.fake_train",
+              "tests.signal_at_import", "tests.cluster.netns_cluster"}
 FOLDERS = {"trainer", "sweep", "analysis", "e2e"}
 
 

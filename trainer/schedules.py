@@ -34,7 +34,7 @@ def cosine_eta(step: int, eta0: float, eta1: float, period: int, hold: bool = Tr
 def mean_cosine_eta(first: int, last: int, eta0: float, eta1: float, period: int, hold: bool = True) -> float:
     """The mean of `cosine_eta(t, eta0, eta1, period, hold)` over the steps t = first..last (first >= 0), in
     closed form: the same number as summing the steps (to ~1e-15), in constant time and memory for any run
-    length (a plan of a billion steps summed a billion floats).
+    length.
 
     The sum of cos(pi t / T) over t = a..b is sin(n pi / 2T) / sin(pi / 2T) * cos((a + b) pi / 2T), n = b - a + 1;
     both arguments are reduced modulo 4T as integers first, so that huge step counts stay exact.

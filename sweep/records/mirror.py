@@ -31,14 +31,13 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, Floa
 from optuna.trial import FrozenTrial, TrialState
 
 from sweep.records.optuna_reads import first_distributions, group_by_key, read_trials
-from sweep.records.store import is_final as _is_final
 from sweep.records.store import metric_value
 from sweep.spec.schema import StudySpec, Trial
 from sweep.text import hide_password
 from trainer.errors import UserError
-from trainer.evaluation.sts_average import readable_test
 from trainer.files import json_safe
-from trainer.vocabulary import ERROR, INTERRUPTED, STS_TASKS, TRANSFER_TASKS, optuna_state_name
+from trainer.summary import optuna_attrs
+from trainer.vocabulary import ERROR, INTERRUPTED, optuna_state_name
 
 # Which attempts are final (is_final) is decided in sweep.records.store, for this mirror and for sweep.records.resume.
 
@@ -232,18 +231,12 @@ class OptunaMirror:
         """Every Optuna trial of the study grouped by its `key` user attr, oldest first."""
         return group_by_key(read_trials(self.storage, self._study_id()))
 
-    @staticmethod
-    def is_final(frozen: FrozenTrial) -> bool:
-        """True when this attempt ended the key for good (not re-run on resume)."""
-        return _is_final(frozen)
-
     # ---- live trials ----------------------------------------------------------------------------
     def start(self, trial: Trial, attrs: dict[str, Any] | None = None) -> int:
         """Create the trial RUNNING with its parameters and start attributes; return its Optuna number.
 
-        One storage transaction (the trial created from a template, as `study.add_trial` does), where
-        `enqueue_trial` + `ask` took one per parameter and attribute: ~7 ms instead of ~25 ms of the
-        driver's time per trial. The parameters are the study's own, so no sampler is asked."""
+        One storage transaction (the trial created from a template, as `study.add_trial` does), not one per
+        parameter and attribute. The parameters are the study's own, so no sampler is asked."""
         params = {name: optuna_value(trial.params[name]) for name in self.distributions if name in trial.params}
         template = optuna.trial.create_trial(
             state=TrialState.RUNNING, params=params, user_attrs=self._start_attrs(trial, attrs),
@@ -298,7 +291,7 @@ class OptunaMirror:
         state, value = self.state_for(summary)
         params = {name: optuna_value(trial.params[name]) for name in self.distributions if name in trial.params}
         user_attrs = self._start_attrs(trial, attrs)
-        user_attrs.update({k: json_safe(v) for k, v in summary_attrs(summary).items()})
+        user_attrs.update({k: json_safe(v) for k, v in optuna_attrs(summary).items()})
         intermediate = {int(m["step"]): float(m["dev_stsb"]) for m in metrics
                         if isinstance(m.get("step"), (int, float)) and isinstance(m.get("dev_stsb"), (int, float))}
         frozen = optuna.trial.create_trial(
@@ -335,58 +328,5 @@ class OptunaMirror:
         return {k: json_safe(v) for k, v in out.items()}
 
     def _set_summary_attrs(self, trial_id: int, summary: dict[str, Any]) -> None:
-        for name, value in summary_attrs(summary).items():
+        for name, value in optuna_attrs(summary).items():
             self.storage.set_trial_user_attr(trial_id, name, json_safe(value))
-
-
-def summary_attrs(summary: dict[str, Any]) -> dict[str, Any]:
-    """User attributes recorded from a summary.json: status, reason, scores, MTD, alignment, ..."""
-    attrs: dict[str, Any] = {"status": summary.get("status"), "reason": summary.get("reason")}
-    for name in ("steps", "best_step", "best_dev_stsb", "align", "uniform", "sentences_per_s", "wall_time_s"):
-        if summary.get(name) is not None:
-            attrs[name] = summary[name]
-    test = readable_test(summary.get("test")) or {}  # `avg` only when it averages the seven tasks
-    for name in (*STS_TASKS, "avg"):
-        if test.get(name) is not None:
-            attrs[name] = test[name]
-    transfer = summary.get("transfer") or {}
-    for name in TRANSFER_TASKS:
-        if transfer.get(name) is not None:
-            attrs[name] = transfer[name]
-    if transfer.get("avg") is not None:
-        attrs["transfer_avg"] = transfer["avg"]
-    if summary.get("transfer_mode") is not None:
-        attrs["transfer_mode"] = summary["transfer_mode"]
-    mtd = summary.get("mtd") or {}
-    if mtd.get("formula") is not None:
-        attrs["mtd"] = mtd["formula"]
-    for name in ("measured", "ema_age", "queue_age_mean", "queue_age_max", "eta"):
-        if mtd.get(name) is not None:
-            attrs[f"mtd_{name}"] = mtd[name]
-    for name in ("variant", "precision"):
-        if summary.get(name) is not None:
-            attrs[name] = summary[name]
-    return attrs
-
-
-def summary_from_attrs(attrs: dict[str, Any]) -> dict[str, Any]:
-    """The summary.json fields that summary_attrs recorded in Optuna (the inverse, for a damaged
-    summary.json); marked "restored_from": "optuna" (curves and the config are not in Optuna)."""
-    summary: dict[str, Any] = {"status": attrs.get("status"), "reason": attrs.get("reason")}
-    for name in ("steps", "best_step", "best_dev_stsb", "align", "uniform", "sentences_per_s", "wall_time_s"):
-        if name in attrs:
-            summary[name] = attrs[name]
-    test = readable_test({name: attrs[name] for name in (*STS_TASKS, "avg") if name in attrs})
-    if test:
-        summary["test"] = test
-    mtd = {name: attrs[f"mtd_{name}"] for name in ("measured", "ema_age", "queue_age_mean", "queue_age_max", "eta")
-           if f"mtd_{name}" in attrs}
-    if "mtd" in attrs:
-        mtd["formula"] = attrs["mtd"]
-    if mtd:
-        summary["mtd"] = mtd
-    for name in ("variant", "precision"):
-        if name in attrs:
-            summary[name] = attrs[name]
-    summary["restored_from"] = "optuna"
-    return summary

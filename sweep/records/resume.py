@@ -1,5 +1,5 @@
 """What `sweep run` does with each trial key, decided in one place for `sweep run`, `--dry-run` and
-`sweep status` (the dry run used to read trials.csv while the run read the folders + Optuna).
+`sweep status`, all from the trial folders and Optuna.
 
     decide(attempts, summary) -> "skip" | "record" | "run"
     trial_states(spec) -> {key: state shown}   (read-only: creates no storage, writes nothing)

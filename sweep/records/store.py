@@ -27,14 +27,14 @@ from sweep.spec.schema import StudySpec, Trial
 from sweep.text import dotted_get
 from trainer.evaluation.sts_average import readable_test
 from trainer.files import json_safe, write_text_atomic
-from trainer.summary_row import summary_row
+from trainer.summary import summary_row
 from trainer.vocabulary import STS_TASKS, TRAINED_STATUSES, TRANSFER_TASKS, ends_for_good
 
 # STS_TASKS, TRANSFER_TASKS (summary["transfer"] = {task: acc, ..., "avg": ...}) and what each trial status means
 # (final, a result, its Optuna state) are trainer.vocabulary's.
 
-# libyaml's parser when PyYAML was built with it (the same documents, ~20x faster than the pure-Python one):
-# a resume reads every finished trial's config.yaml.
+# libyaml's parser when PyYAML was built with it (the same documents as the pure-Python one, parsed in C): a
+# resume reads every finished trial's config.yaml.
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 # trials.csv: these come first, then one column per swept parameter, then CONFIG_COLUMNS, RESULT_COLUMNS.
@@ -234,7 +234,7 @@ class TrialsTable:
 
     def set_summary(self, key: str, summary: dict[str, Any]) -> None:
         """Copy a trainer summary's results into the row."""
-        self.rows[key].update(summary_columns(summary))
+        self.rows[key].update(summary_row(summary, "trials.csv"))
 
     def write(self) -> None:
         started = time.monotonic()
@@ -261,11 +261,6 @@ class TrialsTable:
             self.write()
 
 
-def summary_columns(summary: dict[str, Any]) -> dict[str, Any]:
-    """trials.csv columns taken from a summary.json (trainer.summary_row, the conversion analysis.load shares)."""
-    return summary_row(summary, "trials.csv")
-
-
 def weights_state(folder: StudyFolder, key: str, summary: dict[str, Any]) -> str:
     """kept (trials/<key>/model/ is there), deleted (the trainer saved it: save_model was set and the run
     ended with a best-dev state; a better trial's end removed it), none (never saved), or, on a cluster,
@@ -288,14 +283,12 @@ def is_final(attempt: Any) -> bool:
 
 
 def metric_value(summary: dict[str, Any], name: str) -> float | None:
-    """The study metric from a summary: dev_stsb -> best_dev_stsb, task names and avg -> test[...] (avg: None
-    unless the trial evaluated all seven STS tasks), transfer task names and transfer_avg -> transfer[...]."""
+    """The study metric (sweep.spec.schema.METRIC_NAMES) from a summary: dev_stsb -> best_dev_stsb, STS task
+    names and avg -> test[...] (avg: None unless the trial evaluated all seven STS tasks), align and uniform."""
     if name == "dev_stsb":
         value = summary.get("best_dev_stsb")
     elif name in STS_TASKS or name == "avg":
         value = (readable_test(summary.get("test")) or {}).get(name)
-    elif name in TRANSFER_TASKS or name == "transfer_avg":
-        value = (summary.get("transfer") or {}).get("avg" if name == "transfer_avg" else name)
     else:
         value = summary.get(name)
     if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):

@@ -1,10 +1,11 @@
 """The trial feed: the Tune searcher that hands Tune the study's trials, one job at a time.
 
 Owns: TrialFeed, which gives Tune the next trial of the plan (grid and random: the expanded list; tpe:
-an Optuna ask, run once per seed), the job a worker receives (sweep.run.worker.run_trial), and the Optuna
-asks the study's constraints drop. Tune asks the feed for a trial whenever it has room
-(`max_concurrent_trials`, sized by sweep.run.ray_session.trial_room); the feed hands out nothing once a stop
-signal came.
+an Optuna ask, run once per seed) as the job its worker runs (a sweep.run.job.TrialJob, in the form of a
+Tune trial config: sweep.run.worker.run_trial), and the Optuna asks the study's constraints drop. Taking a
+trial off the plan's queue costs O(1) however many trials it holds. Tune asks the feed for a trial whenever
+it has room (`max_concurrent_trials`, sized by sweep.run.ray_session.trial_room); the feed hands out nothing
+once a stop signal came.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 from ray.tune.search import Searcher
 
+from sweep.run.job import TrialJob
 from sweep.run.plan import StudyPlan, make_trial
 from trainer.vocabulary import DROPPED, DUPLICATE
 
@@ -26,7 +28,8 @@ class TrialFeed(Searcher):
     """A Tune searcher that hands out the study's trials (grid/random list, or Optuna asks for tpe).
 
         feed = TrialFeed(plan)            # plan: a prepared sweep.run.plan.StudyPlan
-        job = feed.next_job()             # the next trial's job, or None when there is none
+        job = feed.next_job()             # the next trial's sweep.run.job.TrialJob, or None when there is none
+        config = feed.suggest(trial_id)   # what Tune asks: job.tune_config(), or Searcher.FINISHED
     """
 
     def __init__(self, plan: StudyPlan, stopping: Any = None):
@@ -36,12 +39,12 @@ class TrialFeed(Searcher):
 
     def suggest(self, trial_id: str) -> dict[str, Any] | str | None:
         job = self.next_job()
-        return job if job is not None else self.FINISHED
+        return job.tune_config() if job is not None else self.FINISHED
 
     def has_more(self) -> bool:
         return bool(self.plan.to_run) or self.plan.asks_left > 0
 
-    def next_job(self) -> dict[str, Any] | None:
+    def next_job(self) -> TrialJob | None:
         """The next trial as the job its worker runs (sweep.run.worker.run_trial); None when there is none."""
         if self.stopping is not None and self.stopping.requested:
             return None  # stopping: launch nothing new
@@ -50,7 +53,7 @@ class TrialFeed(Searcher):
             self.ask_tpe()
         if not plan.to_run:
             return None
-        trial = plan.to_run.pop(0)
+        trial = plan.to_run.popleft()  # O(1): plan.to_run is a deque
         plan.handed_out.add(trial.key)
         plan.folder.clear_attempt(trial.key)
         plan.folder.write_trial_config(trial)
@@ -59,12 +62,11 @@ class TrialFeed(Searcher):
         config["output_dir"] = str(trial_dir)
         if plan.spec.keep_weights != 0:  # set here, not in trial.config: the trial key stays the same
             config["save_model"] = True
-        return {
-            "key": trial.key, "seed": trial.seed, "params": dict(trial.params), "config": config,
-            "trial_dir": str(trial_dir),
-            "cwd": os.getcwd(), "train_fn": plan.train_fn, "files": plan.files,
-            "resources": {"cpu": float(plan.spec.resources.cpu), "gpu": float(plan.spec.resources.gpu)},
-        }
+        return TrialJob(
+            key=trial.key, seed=trial.seed, params=dict(trial.params), config=config, trial_dir=str(trial_dir),
+            cwd=os.getcwd(), train_fn=plan.train_fn, files=plan.files,
+            cpu=float(plan.spec.resources.cpu), gpu=float(plan.spec.resources.gpu),
+        )
 
     def ask_tpe(self) -> None:
         """tpe: ask Optuna for a parameter set; it becomes one trial per seed (the first seed's trial is

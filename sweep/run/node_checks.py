@@ -27,6 +27,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable
 
+from sweep.run.job import TrialJob
 from trainer.errors import UserError
 
 # The Ray namespace of the study's named actors (the receiver of trial files: sweep.run.trial_files).
@@ -173,16 +174,16 @@ def fence_node(node_id: str, resources: dict[str, float]) -> Any:
     ).remote()
 
 
-def check_this_node(job: dict[str, Any]) -> None:
+def check_this_node(job: TrialJob) -> None:
     """In a trial's worker on a cluster: the driver's receiver knows this node's verdict, or this trial checks
     the node now (its own config) and the receiver judges it against the driver's versions. A failed node
     is fenced off by the receiver and this attempt ends with NodeUnfit naming the node."""
     import ray
 
-    receiver = ray.get_actor(job["files"]["receiver"], namespace=NAMESPACE)
+    receiver = ray.get_actor(job.files["receiver"], namespace=NAMESPACE)
     node_id = ray.get_runtime_context().get_node_id()
     known, problem = ray.get(receiver.verdict.remote(node_id))
     if not known:
-        problem = ray.get(receiver.judge.remote(node_id, node_report([job["config"]])))
+        problem = ray.get(receiver.judge.remote(node_id, node_report([job.config])))
     if problem:
         raise NodeUnfit(f"node {socket.gethostname()} ({ray.util.get_node_ip_address()}) failed its check: {problem}")

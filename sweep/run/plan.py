@@ -28,17 +28,20 @@ from __future__ import annotations
 
 import math
 import subprocess
+from collections import deque
 from pathlib import Path
 from typing import Any
 
 from sweep.records.history import keep_weights_changed, record_change
-from sweep.records.mirror import OptunaMirror, infer_distributions, rebuild_storage, summary_from_attrs
+from sweep.records.mirror import OptunaMirror, infer_distributions, rebuild_storage
 from sweep.records.resume import decide
 from sweep.records.store import StudyFolder, TrialsTable, is_final, metric_value
 from sweep.records.weights import WeightKeeper
 from sweep.run.progress import Progress
 from sweep.spec import StudySpec, Trial, expansion, planning_config, search_space, trial_from_params
-from sweep.text import flatten, hide_password, plural
+from sweep.text import hide_password, plural
+from trainer.config import flatten
+from trainer.summary import summary_from_attrs
 from trainer.vocabulary import OK
 
 WEIGHTS_WANTED = "weights.wanted"  # trials/<key>/<this>: the trial runs again until its weights are back
@@ -47,7 +50,10 @@ WEIGHTS_WANTED = "weights.wanted"  # trials/<key>/<this>: the trial runs again u
 class StudyPlan:
     """The trials of one run of a study and what is known about them (see the module docstring)."""
 
-    def __init__(self, spec: StudySpec, train_fn: str, rerun_changed: bool = False, rebuild_storage: bool = False):
+    def __init__(self, spec: StudySpec, train_fn: str, rerun_changed: bool = False, rebuild_storage: bool = False,
+                 change: Any = None):
+        """`change`: the sweep.records.history.StudyChange when this run extends the recorded study (prepare()
+        records it), else None."""
         self.spec = spec
         self.train_fn = train_fn
         self.rerun_changed = rerun_changed
@@ -57,7 +63,8 @@ class StudyPlan:
         self.storage_url = spec.storage or self.folder.default_storage()
         self.param_names = list(spec.parameters)
         self.trials: dict[str, Trial] = {}  # key -> trial, every trial of this run (known so far)
-        self.to_run: list[Trial] = []
+        # the trials to hand out, in order: the feed takes each from the left, so a hand-out costs O(1)
+        self.to_run: deque[Trial] = deque()
         self.asks_left = 0  # tpe: Optuna asks still to make (each runs once per seed)
         self.asked: dict[str, int] = {}  # tpe: key -> number of the asked Optuna trial it starts as
         self.handed_out: set[str] = set()  # keys given to Tune and not ended yet
@@ -65,13 +72,19 @@ class StudyPlan:
         self.table: TrialsTable | None = None
         self.progress: Progress | None = None
         self.keeper = WeightKeeper(self.folder, spec.keep_weights, spec.metric.name, spec.metric.goal)
-        self.change: Any = None  # sweep.records.history.StudyChange when this run extends the recorded study
+        self.change = change
         self.progress_note = ""
         self.rebuild_storage = rebuild_storage  # an unreadable SQLite storage is rebuilt from the records
         # On a Ray cluster (--address): the `files` entry of each job (sweep.run.trial_files) and the node watch
-        # (sweep.run.node_watch); None on one machine.
+        # (sweep.run.node_watch), set by use_cluster(); None on one machine.
         self.files: dict[str, Any] | None = None
         self.node_watch: Any = None
+
+    def use_cluster(self, files: dict[str, Any], node_watch: Any) -> None:
+        """The run is on a Ray cluster: every job from now on carries `files` (where its worker sends the trial's
+        files: sweep.run.trial_files), and `node_watch` (sweep.run.node_watch.NodeWatch) names a lost trial's node."""
+        self.files = files
+        self.node_watch = node_watch
 
     # ---- plan -----------------------------------------------------------------------------------
     def prepare(self) -> int:
@@ -108,12 +121,12 @@ class StudyPlan:
         return total
 
     def configs_planned(self) -> list[dict[str, Any]]:
-        """Every config the study plans, before anything is resumed (tpe: as _configs_to_run)."""
+        """Every config the study plans, before anything is resumed (tpe: as configs_to_run)."""
         if self.spec.method != "tpe":
             return [t.config for t in self._planned_trials()]
-        return self._configs_to_run()
+        return self.configs_to_run()
 
-    def _configs_to_run(self) -> list[dict[str, Any]]:
+    def configs_to_run(self) -> list[dict[str, Any]]:
         """The configs this run will start (tpe: the base with each model the study may choose)."""
         if self.spec.method != "tpe":
             return [t.config for t in self.to_run]

@@ -71,7 +71,8 @@ DEFAULT_TRAIN_FN = "trainer.train:train"
 def run_study(spec: StudySpec, address: str | None = None, max_concurrent: int | None = None,
               *, extend: bool = False, rerun_changed: bool = False, rebuild_storage: bool = False,
               _train_fn: str | None = None) -> int:
-    """Run every trial of `spec` that has not ended yet; return 0, or 130 when interrupted (Ctrl-C).
+    """Run every trial of `spec` that has not ended yet; return the exit code (the module docstring): 0, 1,
+    or 128 + the number of the signal that stopped it.
 
     `address`: an existing Ray cluster ("host:port" or "auto"); None starts Ray on this machine.
     `extend`: accept a spec that differs from the one recorded in results/<name>/ by more than added
@@ -85,13 +86,8 @@ def run_study(spec: StudySpec, address: str | None = None, max_concurrent: int |
     train_fn = _train_fn or os.environ.get("SWEEP_TRAIN_FN") or DEFAULT_TRAIN_FN
     change = check_same_study(spec, extend=extend)  # before anything is written
     check_loggers(spec.loggers)  # before Ray starts
-    run = StudyRun(spec, train_fn, rerun_changed=rerun_changed, rebuild_storage=rebuild_storage)
-    run.change = change
-    if not run.folder.study_yaml.exists():
-        # A new study: check every model and data path before its folder exists. A folder left by a
-        # refused spec would claim the name, and the corrected spec would be refused as another study.
-        preflight_inputs(run.configs_planned())
-        run.inputs_checked = True
+    run = StudyRun(spec, train_fn, rerun_changed=rerun_changed, rebuild_storage=rebuild_storage, change=change)
+    run.check_inputs_of_a_new_study()
     try:
         with run.stop.installed(), run.locked():
             code = run.execute(address, max_concurrent)
@@ -116,43 +112,69 @@ def _storage_problem(exc: BaseException, run: "StudyRun") -> str | None:
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
         if isinstance(exc, OSError) and exc.errno in _NO_WRITE_ERRNOS:
-            path = exc.filename or run.folder.path
+            path = exc.filename or run.plan.folder.path
             return f"cannot write {path}: {exc.strerror}"
         text = str(exc).lower()
         for needle in _NO_WRITE_DB:
             if needle in text:
-                return f"cannot write the Optuna storage {hide_password(run.storage_url)}: {needle}"
+                return f"cannot write the Optuna storage {hide_password(run.plan.storage_url)}: {needle}"
         exc = exc.__cause__ or exc.__context__
     return None
 
 
 
-class StudyRun(StudyPlan):
-    """Everything one `sweep run` does: plan, resume (StudyPlan), run under Tune, stop, finish."""
+class StudyRun:
+    """Everything one `sweep run` does: plan and resume (its `plan`, a StudyPlan), run under Tune, stop, finish.
 
-    def __init__(self, spec: StudySpec, train_fn: str, rerun_changed: bool = False, rebuild_storage: bool = False):
-        super().__init__(spec, train_fn, rerun_changed=rerun_changed, rebuild_storage=rebuild_storage)
+        run = StudyRun(spec, train_fn)
+        run.prepare()                     # plan only: run.plan holds the trials and their states
+        code = run.execute(address, max_concurrent)   # inside run.stop.installed() and run.locked()
+
+    `rerun_changed`, `rebuild_storage` and `change` (the sweep.records.history.StudyChange when this run
+    extends the recorded study, else None) go to the plan (sweep.run.plan.StudyPlan).
+    """
+
+    def __init__(self, spec: StudySpec, train_fn: str, rerun_changed: bool = False, rebuild_storage: bool = False,
+                 change: Any = None):
+        self.plan = StudyPlan(spec, train_fn, rerun_changed=rerun_changed, rebuild_storage=rebuild_storage,
+                              change=change)
         self.interrupted = False
         self.stop_said = False  # the summary's "interrupted by ..." line was printed
         self.stop = StopSignals()
-        self.events = TrialEvents(self, self.stop)
+        self.events = TrialEvents(self.plan, self.stop)
         self.children_before: set[int] = set()  # processes below the driver before Ray started (not Ray's)
         self.inputs_checked = False  # preflight_inputs already passed for every planned config
         self.fences: list[Any] = []  # actors holding the nodes left out (sweep.run.node_checks)
         self.receiver: Any = None  # the receiver of trial files on a cluster (sweep.run.trial_files)
 
+    def prepare(self) -> int:
+        """Plan the run (sweep.run.plan.StudyPlan.prepare, which writes the study's records); return how many
+        trials it will run."""
+        return self.plan.prepare()
+
+    def check_inputs_of_a_new_study(self) -> None:
+        """A new study (no study.yaml in its results folder yet): check every model and data path of every
+        planned config now, before its folder exists (a folder left by a refused spec would claim the name,
+        and the corrected spec would be refused as another study); execute() then does not check them again.
+        A study that exists already: nothing (execute() checks the configs it will run)."""
+        if self.plan.folder.study_yaml.exists():
+            return
+        preflight_inputs(self.plan.configs_planned())
+        self.inputs_checked = True
+
     # ---- lock -----------------------------------------------------------------------------------
     @contextlib.contextmanager
     def locked(self):
         """Hold an exclusive flock on results/<study>/.driver.lock (released by the OS if we die)."""
-        self.folder.path.mkdir(parents=True, exist_ok=True)
-        with open(self.folder.lock_file, "a+") as handle:
+        folder = self.plan.folder
+        folder.path.mkdir(parents=True, exist_ok=True)
+        with open(folder.lock_file, "a+") as handle:
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
                 handle.seek(0)
                 owner = handle.read().strip() or "another process"
-                raise UserError(f"study '{self.spec.name}' is already running ({owner}); "
+                raise UserError(f"study '{self.plan.spec.name}' is already running ({owner}); "
                                 "wait for it or stop it first") from None
             handle.seek(0)
             handle.truncate()
@@ -164,13 +186,15 @@ class StudyRun(StudyPlan):
                 fcntl.flock(handle, fcntl.LOCK_UN)
 
     def execute(self, address: str | None, max_concurrent: int | None) -> int:
+        """Plan, then run the trials under Tune (on the Ray cluster at `address`, else on a Ray started here)
+        and print the summary; return the exit code (the module docstring)."""
         if self.prepare() == 0 or self.stop.requested:
             return self._finish()
-        cpu, gpu = self.spec.resources.cpu, self.spec.resources.gpu
+        cpu, gpu = self.plan.spec.resources.cpu, self.plan.spec.resources.gpu
         if not address:
             preflight_resources(cpu, gpu)  # before Ray starts: seconds, not a 60 s Ray warning and a hang
         if not self.inputs_checked:
-            preflight_inputs(self._configs_to_run())
+            preflight_inputs(self.plan.configs_to_run())
         self.stop.on_stuck = lambda: self._abandon(local=not address)
         with contextlib.ExitStack() as stack:
             if not address:
@@ -180,7 +204,7 @@ class StudyRun(StudyPlan):
             started_ray = False
             try:
                 try:
-                    started_ray = start_ray(address, self.stop, self.folder.path)
+                    started_ray = start_ray(address, self.stop, self.plan.folder.path)
                     if address and not self.stop.requested:
                         preflight_resources(cpu, gpu, cluster_nodes(), f"the Ray cluster at {address}")
                         self._prepare_cluster(address)
@@ -218,12 +242,12 @@ class StudyRun(StudyPlan):
         """Print the summary; the exit code (module docstring)."""
         if self.stop.requested:
             self.interrupted = True
-        if self.mirror is not None:
-            self.mirror.wait_for_note(timeout=5.0 if self.stop.requested else 60.0)
+        if self.plan.mirror is not None:
+            self.plan.mirror.wait_for_note(timeout=5.0 if self.stop.requested else 60.0)
         self.print_summary()
         if self.stop.requested:
             return self.stop.exit_code
-        errors = [r for r in self.table.rows.values()
+        errors = [r for r in self.plan.table.rows.values()
                   if r["state"] == "FAIL" and (r.get("status") or ERROR) not in RESULT_STATUSES]
         return 1 if errors or self.interrupted else 0
 
@@ -246,30 +270,32 @@ class StudyRun(StudyPlan):
     def _prepare_cluster(self, address: str) -> None:
         """Check every node from the node itself (bad ones are named and left out: sweep.run.node_checks), then
         start the receiver of trial files on this node (sweep.run.trial_files) and the node watch."""
-        cpu, gpu = float(self.spec.resources.cpu), float(self.spec.resources.gpu)
-        verdicts, self.fences = check_nodes(self._configs_to_run(), cpu, gpu, self.progress.say,
+        plan = self.plan
+        cpu, gpu = float(plan.spec.resources.cpu), float(plan.spec.resources.gpu)
+        verdicts, self.fences = check_nodes(plan.configs_to_run(), cpu, gpu, plan.progress.say,
                                             f"the Ray cluster at {address}")
-        self.receiver, self.files = start_receiver(self.folder.path, software_versions(), verdicts)
-        self.node_watch = NodeWatch(self.progress.say, cpu, gpu)
+        self.receiver, files = start_receiver(plan.folder.path, software_versions(), verdicts)
+        plan.use_cluster(files, NodeWatch(plan.progress.say, cpu, gpu))
 
     # ---- Tune -----------------------------------------------------------------------------------
     def _fit(self, max_concurrent: int | None, address: str | None = None) -> None:
-        resources = {"cpu": float(self.spec.resources.cpu), "gpu": float(self.spec.resources.gpu)}
+        plan = self.plan
+        resources = {"cpu": float(plan.spec.resources.cpu), "gpu": float(plan.spec.resources.gpu)}
         if max_concurrent is None:
-            max_concurrent = trial_room(resources, address, self.spec.method, len(self.to_run))
-        searcher = TrialFeed(self, self.stop)
-        watch = [self.node_watch] if self.node_watch is not None else []
+            max_concurrent = trial_room(resources, address, plan.spec.method, len(plan.to_run))
+        searcher = TrialFeed(plan, self.stop)
+        watch = [plan.node_watch] if plan.node_watch is not None else []
         tuner = tune.Tuner(
             tune.with_resources(run_trial, resources),
             tune_config=tune.TuneConfig(
                 search_alg=searcher, scheduler=self._scheduler(), num_samples=-1,
-                max_concurrent_trials=max_concurrent, reuse_actors=self.spec.reuse_workers,
+                max_concurrent_trials=max_concurrent, reuse_actors=plan.spec.reuse_workers,
                 trial_name_creator=lambda t: f"{t.config['key']}",
                 trial_dirname_creator=lambda t: f"{t.config['key']}-{t.trial_id}",
             ),
             run_config=tune.RunConfig(
-                name=time.strftime("run-%Y%m%d-%H%M%S"), storage_path=str(self.folder.ray_dir),
-                verbose=0, callbacks=[self.events, *watch, *logger_callbacks(self.spec)],
+                name=time.strftime("run-%Y%m%d-%H%M%S"), storage_path=str(plan.folder.ray_dir),
+                verbose=0, callbacks=[self.events, *watch, *logger_callbacks(plan.spec)],
                 # on a cluster a trial lost with its node runs again (sweep.run.node_watch); on one machine a
                 # trial's worker that dies is an error of that trial
                 failure_config=tune.FailureConfig(max_failures=LOST_NODE_RETRIES if watch else 0),
@@ -279,46 +305,49 @@ class StudyRun(StudyPlan):
         skip_tracker_imports_in_tune_usage_tag()  # the first trial starts sooner (bench/RESULTS.md)
         tuner.fit()
         # Tune ends fit() quietly when its stopper stops it: trials still running were interrupted.
-        if self.mirror.running or self.handed_out or searcher.has_more():
+        if plan.mirror.running or plan.handed_out or searcher.has_more():
             self.interrupted = True
 
     def _scheduler(self) -> Any:
-        def configs() -> list[dict[str, Any]]:
-            planned = [t.config for t in self.trials.values()]
-            # tpe before its first ask: its planning config tells the run length
-            return planned or [planning_config(self.spec)]
+        plan = self.plan
 
-        return trial_scheduler(self.spec.scheduler, configs, CURVE_KEY)
+        def configs() -> list[dict[str, Any]]:
+            planned = [t.config for t in plan.trials.values()]
+            # tpe before its first ask: its planning config tells the run length
+            return planned or [planning_config(plan.spec)]
+
+        return trial_scheduler(plan.spec.scheduler, configs, CURVE_KEY)
 
     # ---- the end --------------------------------------------------------------------------------
     def print_summary(self) -> None:
-        rows = list(self.table.rows.values())
+        plan, say = self.plan, self.plan.progress.say
+        rows = list(plan.table.rows.values())
         counts: dict[str, int] = {}
         for row in rows:
             label = row["state"] if row["state"] != "FAIL" else f"FAIL/{row.get('status') or ERROR}"
             counts[label] = counts.get(label, 0) + 1
         text = ", ".join(f"{n} {label}" for label, n in sorted(counts.items()))
         head = "interrupted" if self.interrupted else "finished"
-        self.progress.say(f"study {self.spec.name} {head} after {self.progress.elapsed():.0f}s: "
-                          f"{len(rows)} trials: {text}")
-        if self.progress.best is not None:
-            value, key = self.progress.best
-            self.progress.say(f"best {self.spec.metric.name}: {value:.2f} (trial {key})")
+        say(f"study {plan.spec.name} {head} after {plan.progress.elapsed():.0f}s: {len(rows)} trials: {text}")
+        if plan.progress.best is not None:
+            value, key = plan.progress.best
+            say(f"best {plan.spec.metric.name}: {value:.2f} (trial {key})")
         for row in rows:
             if row["state"] == "FAIL" and row.get("reason"):
-                log = self.folder.log_path(row["key"])
+                log = plan.folder.log_path(row["key"])
                 where = f"log: {log}" if log.is_file() else "no log here: it stayed on the trial's node"
-                self.progress.say(f"  {row['key']} {row.get('status')}: {shorten(row['reason'])}  ({where})")
-        self.progress.say(f"trials.csv: {self.folder.trials_csv}")
+                say(f"  {row['key']} {row.get('status')}: {shorten(row['reason'])}  ({where})")
+        say(f"trials.csv: {plan.folder.trials_csv}")
         if self.stop.requested:
             self._say_stopped()
         elif self.interrupted:
-            self.progress.say("run the same command again to resume")
+            say("run the same command again to resume")
 
     def _say_stopped(self) -> None:
-        done = sum(1 for r in self.table.rows.values() if _is_done(r))
-        self.progress.say(f"interrupted by {self.stop.name}: {done} of {len(self.table.rows)} trials done; "
-                          "run the same command to go on")
+        table = self.plan.table
+        done = sum(1 for r in table.rows.values() if _is_done(r))
+        self.plan.progress.say(f"interrupted by {self.stop.name}: {done} of {len(table.rows)} trials done; "
+                               "run the same command to go on")
         self.stop_said = True
 
     def late_stop(self, code: int) -> int:
@@ -326,7 +355,7 @@ class StudyRun(StudyPlan):
         not lost: it gets the same line and exit status 128 + N as one a moment earlier."""
         if not self.stop.requested or self.stop_said:
             return code
-        if self.table is not None and self.progress is not None:
+        if self.plan.table is not None and self.plan.progress is not None:
             self._say_stopped()
         return self.stop.exit_code
 

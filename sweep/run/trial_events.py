@@ -19,12 +19,17 @@ from pathlib import Path
 from typing import Any
 
 from ray import tune
+from ray.tune import result as tune_result
 
 from sweep.records.store import metric_value
 from sweep.run.plan import StudyPlan, number_or_none
 from sweep.run.worker import CURVE_KEY, ERROR_KEY, STEP_KEY, SUMMARY_KEY
 from sweep.text import shorten
 from trainer.vocabulary import ERROR, INTERRUPTED, PRUNED
+
+# The keys Tune adds to every result a trial reports; the rest is the trainer's metrics line as it reported it.
+TUNE_RESULT_KEYS = frozenset({*tune_result.AUTO_RESULT_KEYS, tune_result.DONE, tune_result.TRIAL_ID,
+                              tune_result.EXPERIMENT_TAG, tune_result.SHOULD_CHECKPOINT, tune_result.TRIAL_INFO})
 
 
 class TrialEvents(tune.Callback):
@@ -119,8 +124,7 @@ class TrialEvents(tune.Callback):
         elif ERROR_KEY in result:
             live["error"] = result[ERROR_KEY]
         elif STEP_KEY in result:
-            live["metrics"].append({k: result[k] for k in ("step", "loss", "dev_stsb", "lr", "eta", "queue_fill")
-                                    if k in result})
+            live["metrics"].append(reported_metrics(result))
             self.trial_result(live["key"], live["number"], result)
 
     def _stopped_by_signal(self, trial: Any) -> bool:
@@ -191,6 +195,11 @@ class TrialEvents(tune.Callback):
             folder.write_summary(key, summary)
         if not folder.metrics_path(key).exists() and live["metrics"]:
             folder.write_metrics(key, live["metrics"])
+
+
+def reported_metrics(result: dict[str, Any]) -> dict[str, Any]:
+    """The metrics line the trainer reported (every field of its metrics.jsonl line), from a Tune result."""
+    return {name: value for name, value in result.items() if name not in TUNE_RESULT_KEYS}
 
 
 def trial_error(trial: Any) -> str:

@@ -19,9 +19,9 @@ Whether the node sees the driver's folder (one machine, or a shared disk) is tes
 driver writes a fresh token into results/<study>/.driver-token at each run, and a trial that reads the same
 token there writes in place, as on one machine.
 
-    receiver = start_receiver(study_dir)                  # driver (sweep.run.runner), with --address
-    place = output_place(job)                             # worker: (folder to write, staged?)
-    outcome = send_trial_folder(job["files"], key, folder)  # worker, after the trainer returned
+    receiver, files = start_receiver(study_dir, reference, verdicts)  # driver (sweep.run.runner), --address
+    place = output_place(job)          # worker (job: its sweep.run.job.TrialJob): (folder to write, staged?)
+    outcome = send_trial_folder(job.files, job.key, folder)  # worker, after the trainer returned
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ import uuid
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from sweep.run.job import TrialJob
 from sweep.run.node_checks import NAMESPACE, fence_node, node_problem
 
 # Bytes a call; chunks under way at once (sender side): the memory a transfer holds is their product.
@@ -204,18 +205,19 @@ def _safe_relative(relative: str) -> PurePosixPath:
 
 
 # ---- the trial's side --------------------------------------------------------------------------------
-def output_place(job: dict[str, Any]) -> tuple[Path, bool]:
-    """Where this trial writes: (the driver's trial folder, False) when this node sees the driver's results
-    folder (its token file holds this run's token), else (a fresh staging folder on this node, True)."""
-    trial_dir = Path(job["trial_dir"])
-    files = job.get("files")
+def output_place(job: TrialJob) -> tuple[Path, bool]:
+    """Where this trial writes: (the driver's trial folder, False) on one machine (no `files` in the job) or when
+    this node sees the driver's results folder (its token file holds this run's token), else (a fresh staging
+    folder on this node, True)."""
+    trial_dir = Path(job.trial_dir)
+    files = job.files
     if not files or _sees_driver_folder(Path(files["study_dir"]), files["token"]):
         return trial_dir, False
     root = Path(os.environ.get(STAGING_ENV) or Path(tempfile.gettempdir()) / "contrastive-sweep" / "staging")
     run_dir = root / files["token"][:12]
-    for earlier in run_dir.glob(f"{job['key']}-*"):  # an attempt of this trial killed on this node
+    for earlier in run_dir.glob(f"{job.key}-*"):  # an attempt of this trial killed on this node
         shutil.rmtree(earlier, ignore_errors=True)
-    staging = run_dir / f"{job['key']}-{uuid.uuid4().hex[:8]}"
+    staging = run_dir / f"{job.key}-{uuid.uuid4().hex[:8]}"
     staging.mkdir(parents=True)
     return staging, True
 

@@ -1,9 +1,10 @@
 """The trial's side of a sweep: what runs inside the Ray worker process for one trial.
 
 Owns: the Tune trainable (`run_trial`), which runs the train function ("module:function", by default
-trainer.train:train) on the trial's config, sends the trainer's evaluation reports and its summary to
-the driver through Tune, and writes the trial's log.txt and summary.json (with `resources`: what the
-trial asked for, the GPU ids Ray gave it, the node's host and address; the trainer does not import Ray).
+trainer.train:train) on the trial's config (the trial's sweep.run.job.TrialJob comes as its Tune trial
+config), sends the trainer's evaluation reports and its summary to the driver through Tune, and writes
+the trial's log.txt and summary.json (with `resources`: what the trial asked for, the GPU ids Ray gave it,
+the node's host and address; the trainer does not import Ray).
 Also the report keys the driver reads (STEP_KEY, CURVE_KEY, SUMMARY_KEY, ERROR_KEY).
 
 On a Ray cluster (`sweep run --address`) a trial first has its node checked (sweep.run.node_checks), and a
@@ -24,12 +25,14 @@ import socket
 import sys
 import time
 import traceback
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
 from ray import tune
 
 from sweep.records.store import write_json_atomic
+from sweep.run.job import TrialJob
 from sweep.run.node_checks import check_this_node
 from sweep.run.trial_files import output_place, send_trial_folder
 from sweep.text import shorten
@@ -42,32 +45,33 @@ STEP_KEY, CURVE_KEY = "step", "dev_stsb"
 SUMMARY_KEY, ERROR_KEY = "sweep_summary", "sweep_error"
 
 
-def run_trial(job: dict[str, Any]) -> None:
+def run_trial(config: dict[str, Any]) -> None:
     """The Tune trainable: one trainer run in this worker process (fresh, or reused after earlier trials).
+    `config`: the trial's job as its Tune trial config (sweep.run.job.TrialJob.tune_config).
 
     summary.json gains `resources`: what the trial asked for and the GPU ids Ray gave it (the trainer
     does not import Ray). Out of GPU memory ends the trial `failed`, with a reason naming batch_size
     and resources.gpu; any other exception ends it `error`.
     """
     try:
-        _run_one(job)
+        _run_one(TrialJob.from_tune_config(config))
     finally:
         _release_memory()  # outside the trial's frames: a caught exception's traceback holds its model
 
 
-def _run_one(job: dict[str, Any]) -> None:
-    if job.get("files"):
+def _run_one(job: TrialJob) -> None:
+    if job.files:
         check_this_node(job)  # a node that joined after the driver's check: checked before its first trial
     out_dir, staged = output_place(job)  # staged: this node does not see the driver's results folder
     out_dir.mkdir(parents=True, exist_ok=True)
     if staged:
-        job = {**job, "config": {**job["config"], "output_dir": str(out_dir)}}
-    if os.path.isdir(job["cwd"]):
-        os.chdir(job["cwd"])  # relative paths in the spec mean what they meant where `sweep run` ran
+        job = replace(job, config={**job.config, "output_dir": str(out_dir)})
+    if os.path.isdir(job.cwd):
+        os.chdir(job.cwd)  # relative paths in the spec mean what they meant where `sweep run` ran
     redirect_output(out_dir / "log.txt")
     entered = time.time()
-    resources = trial_resources(job.get("resources") or {})
-    print(f"=== trial {job['key']} pid {os.getpid()} host {socket.gethostname()} "
+    resources = trial_resources(job.cpu, job.gpu)
+    print(f"=== trial {job.key} pid {os.getpid()} host {socket.gethostname()} "
           f"{time.strftime('%Y-%m-%d %H:%M:%S')} t={entered:.3f} gpu_ids={resources['gpu_ids']}"
           + (f" staging={out_dir}" if staged else ""), flush=True)
     finish = _Finish(job, out_dir, staged, resources)
@@ -78,8 +82,8 @@ def _run_one(job: dict[str, Any]) -> None:
     try:
         from trainer.config import RunConfig
 
-        train = import_function(job["train_fn"])
-        config = RunConfig.from_dict(job["config"])
+        train = import_function(job.train_fn)
+        config = RunConfig.from_dict(job.config)
         started = time.time()
         print(f"=== train function imported in {started - entered:.2f}s t={started:.3f}", flush=True)
         summary = train(config, report=report)
@@ -89,17 +93,17 @@ def _run_one(job: dict[str, Any]) -> None:
         traceback.print_exc()
         oom = out_of_memory(exc)
         if oom is not None:
-            summary = {"status": FAILED, "reason": oom_reason(oom, job), "config": job["config"]}
+            summary = {"status": FAILED, "reason": oom_reason(oom, job), "config": job.config}
             finish.report(summary, SUMMARY_KEY)  # a verdict of its own: `failed`, not `error`
             return
         reason = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
-        finish.report({"status": ERROR, "reason": reason, "config": job["config"]}, ERROR_KEY)
+        finish.report({"status": ERROR, "reason": reason, "config": job.config}, ERROR_KEY)
         return
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
     summary = dict(summary)
-    summary.setdefault("config", job["config"])
+    summary.setdefault("config", job.config)
     finish.report(summary, SUMMARY_KEY)  # the trainer's own, plus `resources`
 
 
@@ -109,23 +113,23 @@ class _Finish:
     reported to the driver. Files that did not reach the driver make the verdict an error naming the node:
     a result whose files live only on a worker node does not count (the next `sweep run` runs it again)."""
 
-    def __init__(self, job: dict[str, Any], out_dir: Path, staged: bool, resources: dict[str, Any]):
+    def __init__(self, job: TrialJob, out_dir: Path, staged: bool, resources: dict[str, Any]):
         self.job, self.out_dir, self.staged, self.resources = job, out_dir, staged, resources
 
     def report(self, summary: dict[str, Any], key: str) -> None:
         summary = {**summary, "resources": self.resources}
-        if self.job.get("files") and summary.get("status") != OK and summary.get("reason"):
+        if self.job.files and summary.get("status") != OK and summary.get("reason"):
             # on a cluster a failure says where it happened
             summary["reason"] += f" (on node {self.resources['host']} ({self.resources.get('node_ip')}))"
         if self.staged and isinstance(summary.get("config"), dict):
-            summary["config"] = {**summary["config"], "output_dir": self.job["trial_dir"]}
+            summary["config"] = {**summary["config"], "output_dir": self.job.trial_dir}
         if self.staged:
             summary["files"] = {"from": self.resources["host"], "node_ip": self.resources.get("node_ip")}
         write_json_atomic(self.out_dir / "summary.json", summary)
         sys.stdout.flush()
         sys.stderr.flush()
         if self.staged:
-            outcome = send_trial_folder(self.job["files"], self.job["key"], self.out_dir)
+            outcome = send_trial_folder(self.job.files, self.job.key, self.out_dir)
             summary["files"].update(outcome)
             if not outcome["arrived"]:
                 host = self.resources["host"]
@@ -149,9 +153,9 @@ def _release_memory() -> None:
         torch.cuda.empty_cache()
 
 
-def trial_resources(asked: dict[str, Any]) -> dict[str, Any]:
-    """What the trial asked for and what Ray gave it: the GPU ids (ray.get_gpu_ids()) and the
-    CUDA_VISIBLE_DEVICES Ray set for this worker, and the node's host name."""
+def trial_resources(cpu: float, gpu: float) -> dict[str, Any]:
+    """What the trial asked for (`cpu`, `gpu`) and what Ray gave it: the GPU ids (ray.get_gpu_ids()) and the
+    CUDA_VISIBLE_DEVICES Ray set for this worker, and the node's host name and address."""
     import ray
 
     try:
@@ -162,7 +166,7 @@ def trial_resources(asked: dict[str, Any]) -> dict[str, Any]:
         node_ip = ray.util.get_node_ip_address()
     except Exception:
         node_ip = None
-    return {"cpu": asked.get("cpu"), "gpu": asked.get("gpu"), "gpu_ids": gpu_ids,
+    return {"cpu": cpu, "gpu": gpu, "gpu_ids": gpu_ids,
             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "host": socket.gethostname(),
             "node_ip": node_ip}
 
@@ -181,14 +185,12 @@ def out_of_memory(exc: BaseException) -> BaseException | None:
     return None
 
 
-def oom_reason(exc: BaseException, job: dict[str, Any]) -> str:
+def oom_reason(exc: BaseException, job: TrialJob) -> str:
     """One line: out of GPU memory at this batch size and GPU share, and what to change."""
-    batch = (job.get("config") or {}).get("batch_size")
-    gpu = (job.get("resources") or {}).get("gpu")
+    batch = job.config.get("batch_size")
     detail = shorten(str(exc).split(". ")[0] if str(exc) else type(exc).__name__, 120)
-    share = f"resources.gpu={gpu:g}" if isinstance(gpu, (int, float)) else "resources.gpu unknown"
-    return (f"out of GPU memory at batch_size={batch} with {share} ({detail}); lower batch_size, or give each "
-            "trial more of a GPU (a larger resources.gpu: fewer trials share one)")
+    return (f"out of GPU memory at batch_size={batch} with resources.gpu={job.gpu:g} ({detail}); lower batch_size, "
+            "or give each trial more of a GPU (a larger resources.gpu: fewer trials share one)")
 
 
 def redirect_output(path: Path) -> None:

@@ -23,14 +23,13 @@ from sweep.text import (
     MISSING,
     copy_plain,
     dotted_get,
-    flatten,
     format_value_excerpt,
     is_expr,
     overlay,
     shorten,
 )
 from trainer import config as run_config
-from trainer.config import check_value, set_dotted
+from trainer.config import check_value, flatten, set_dotted
 from trainer.errors import ConfigError, UserError, excerpt
 from trainer.method_rules import resolve
 from trainer.mtd import planned_traceable_distance

@@ -3,9 +3,9 @@
     planned_trials(parameters, method, budget, seeds) -> int      # an upper bound, from the lists' lengths
     space_size(parameters) -> int | None                          # configurations random/tpe can draw; None: endless
 
-A grid of 100 x 100 x 100 values is a million trials from a 2 KB file, each built and checked (about
-0.4 ms each: minutes); `budget: 1000000000` over two values asked the sampler for a billion distinct
-configurations. load_study refuses a study of more than MAX_TRIALS trials unless asked for (`sweep run
+A grid of 100 x 100 x 100 values is a million trials from a 2 KB file, each of which would be built and
+checked; `budget: 1000000000` over two values would ask the sampler for a billion distinct configurations.
+load_study refuses a study of more than MAX_TRIALS trials unless asked for (`sweep run
 --many-trials`), and a random or tpe budget larger than the space it draws from.
 """
 

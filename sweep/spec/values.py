@@ -19,7 +19,6 @@ from sweep.spec.marks import Marks
 from sweep.text import (
     MISSING,
     dotted_get,
-    flatten,
     format_value_excerpt,
     is_expr,
     overlay,
@@ -28,7 +27,7 @@ from sweep.text import (
     type_name,
 )
 from trainer import config as run_config  # run_config.RunConfig read at call time (tests swap it)
-from trainer.config import check_value, field_names, set_dotted
+from trainer.config import check_value, field_names, flatten, set_dotted
 from trainer.errors import ConfigError, excerpt
 
 DISTRIBUTION_KEYS = {
@@ -61,7 +60,7 @@ def _defaults_of(config_class: type) -> dict[str, Any]:
 
 
 def flat_default_config() -> dict[str, Any]:
-    """default_config() by dotted key (sweep.text.flatten); never modified."""
+    """default_config() by dotted key (trainer.config.flatten); never modified."""
     return _flat_defaults_of(run_config.RunConfig)
 
 

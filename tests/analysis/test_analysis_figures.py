@@ -17,9 +17,10 @@ from analysis import figures, mtd_figures, paper_values
 from analysis.load import ResultsError, load_results, slices_label
 from analysis.report import analyze
 from analysis.stats import fit_peak
-from tests import helpers as fx
+from tests import synthetic_results as fx
+from tests.helpers import REPO
 
-METHODS_MD = fx.REPO.parent / "shared" / "docs" / "methods.md"
+METHODS_MD = REPO.parent / "shared" / "docs" / "methods.md"
 
 # Copied by hand from docs/methods.md (MoCoSE Tables 3, 7, 8; GS-InfoNCE Table 3).
 EXPECTED_TABLE3 = {0.5: 75.76, 0.8: 75.19, 0.85: 76.49, 0.9: 76.05, 0.95: 76.08, 0.99: 75.12}
@@ -374,5 +375,5 @@ def test_analysis_imports_no_runtime_packages():
     code = ("import sys, analysis.report, analysis.figures, analysis.tables, analysis.stats, analysis.load; "
             "print([m for m in ('torch', 'ray', 'optuna') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=fx.REPO)
+                         cwd=REPO)
     assert out.stdout.strip() == "[]"

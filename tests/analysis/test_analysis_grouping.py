@@ -14,7 +14,7 @@ from matplotlib.container import ErrorbarContainer
 from analysis import figures, mtd_figures
 from analysis.load import load_results
 from analysis.report import analyze
-from tests import helpers as fx
+from tests import synthetic_results as fx
 
 TRANSFER = ("MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC")
 # What each method's and variant's defaults make differ between trials (a side effect, not a knob).

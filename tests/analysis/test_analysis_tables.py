@@ -8,7 +8,7 @@ import pytest
 
 from analysis.load import load_results
 from analysis.tables import format_mean_std, latex_table, markdown_table, score_table
-from tests import helpers as fx
+from tests import synthetic_results as fx
 
 TASK_HEADERS = ["STS12", "STS13", "STS14", "STS15", "STS16", "STS-B", "SICK-R", "Avg"]
 

@@ -13,7 +13,7 @@ import pytest
 from analysis import figure_style
 from analysis.load import load_results
 from analysis.report import analyze
-from tests import helpers as fx
+from tests import synthetic_results as fx
 
 
 def png_size_and_dpi(path: Path) -> tuple[int, int, float]:

@@ -24,7 +24,7 @@ from matplotlib.testing.compare import compare_images
 from analysis import figures, mtd_figures
 from analysis.figure_style import save_figure
 from analysis.load import load_results
-from tests import helpers as fx
+from tests import synthetic_results as fx
 
 BASELINES = Path(__file__).parent / "figure_baselines"
 VERSION = BASELINES / "VERSION"

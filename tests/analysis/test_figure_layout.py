@@ -38,9 +38,10 @@ from matplotlib.transforms import Bbox
 
 from analysis import figure_style, report
 from analysis.load import load_results
-from tests import helpers as fx
+from tests import synthetic_results as fx
+from tests.helpers import REPO
 
-STUDIES = sorted((fx.REPO / "studies").glob("*.yaml"))
+STUDIES = sorted((REPO / "studies").glob("*.yaml"))
 OKABE_ITO = {"#e69f00", "#56b4e9", "#009e73", "#f0e442", "#0072b2", "#d55e00", "#cc79a7", "#000000"}
 WIDTHS = (3.5, 7.2)
 SLACK = 0.5  # px: rounding in the text extents
@@ -306,7 +307,7 @@ def test_every_figure_of_every_study_is_laid_out_for_print(study_file, seeds, tm
 
 @pytest.mark.parametrize("study", ["mtd_grid", "queue_init", "quickstart", "proj_pred"])
 def test_double_column_figures_are_laid_out_for_print(study, tmp_path):
-    drawn = draw_study(fx.stand_in_study(fx.REPO / "studies" / f"{study}.yaml", tmp_path / study, 3),
+    drawn = draw_study(fx.stand_in_study(REPO / "studies" / f"{study}.yaml", tmp_path / study, 3),
                        size="double")
     assert drawn and {round(float(fig.get_size_inches()[0]), 3) for _, fig in drawn} == {7.2}
     assert_laid_out(drawn)
@@ -314,7 +315,7 @@ def test_double_column_figures_are_laid_out_for_print(study, tmp_path):
 
 def test_scores_that_differ_in_the_third_decimal_read_plainly(tmp_path):
     # the quickstart's shape (STS-B test alone: no paper values widen the axis), scores within 0.01
-    folder = fx.stand_in_study(fx.REPO / "studies" / "quickstart.yaml", tmp_path / "quick", 3, spread=0.001)
+    folder = fx.stand_in_study(REPO / "studies" / "quickstart.yaml", tmp_path / "quick", 3, spread=0.001)
     drawn = dict(draw_study(folder))
     assert set(drawn) == {"score_vs_mtd", "align_uniform_vs_mtd", "queue_slices", "ema_decay"}
     assert_laid_out(list(drawn.items()))
@@ -324,7 +325,7 @@ def test_scores_that_differ_in_the_third_decimal_read_plainly(tmp_path):
 
 
 def test_points_with_different_seed_counts_carry_their_n_beside_them(tmp_path):
-    folder = fx.stand_in_study(fx.REPO / "studies" / "quickstart.yaml", tmp_path / "quick", 3)
+    folder = fx.stand_in_study(REPO / "studies" / "quickstart.yaml", tmp_path / "quick", 3)
     table = load_results(folder)
     table = table[~((table["ema.decay"] == 0.9) & (table["seed"] > 0))]  # the eta 0.9 trials: one seed
     drawn = draw_study(folder, table=table)
@@ -334,7 +335,7 @@ def test_points_with_different_seed_counts_carry_their_n_beside_them(tmp_path):
 
 
 def test_measured_mtd_figures_are_laid_out_and_say_measured(tmp_path):
-    folder = fx.stand_in_study(fx.REPO / "studies" / "mtd_grid.yaml", tmp_path / "grid", 2)
+    folder = fx.stand_in_study(REPO / "studies" / "mtd_grid.yaml", tmp_path / "grid", 2)
     drawn = dict(draw_study(folder, mtd_source="measured"))
     assert_laid_out(list(drawn.items()))
     for name in ("score_vs_mtd", "score_vs_mtd_by_batch", "align_uniform_vs_mtd"):
@@ -347,7 +348,7 @@ def test_measured_mtd_figures_are_laid_out_and_say_measured(tmp_path):
 def test_the_inspection_finds_what_it_looks_for(tmp_path):
     """Each check fails on a figure broken on purpose: a legend over the points, a title off the canvas,
     an offset on the score axis, a line back and forth through configurations, bars from a non-zero base."""
-    folder = fx.stand_in_study(fx.REPO / "studies" / "quickstart.yaml", tmp_path / "quick", 3, spread=0.001)
+    folder = fx.stand_in_study(REPO / "studies" / "quickstart.yaml", tmp_path / "quick", 3, spread=0.001)
     fig = dict(draw_study(folder, only=("ema_decay",)))["ema_decay"]
     assert layout_problems(fig) == []
     ax = fig.axes[0]

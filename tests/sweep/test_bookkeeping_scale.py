@@ -100,7 +100,7 @@ def plan(path: Path) -> int:
     """What `sweep run` does before Ray starts (no trial runs: Ray never starts); how many trials it would run."""
     run = StudyRun(load_study(path), "unused:train")
     to_run = run.prepare()
-    run.mirror.wait_for_note()  # the dashboard note is written by a thread: counted here, not by chance
+    run.plan.mirror.wait_for_note()  # the dashboard note is written by a thread: counted here, not by chance
     return to_run
 
 

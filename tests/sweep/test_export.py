@@ -63,7 +63,7 @@ def test_keep_weights_keeps_the_top_k_as_trials_end(tmp_path, keep, kept_after):
                                  "parameters": {"ema.decay": [0.1, 0.2, 0.3, 0.4]},
                                  "results_dir": str(tmp_path / "results")})
     spec = load_study(path)
-    run = StudyRun(spec, "x:y")
+    run = StudyRun(spec, "x:y").plan
     run.table = TrialsTable(run.folder, spec.parameters)
     trials = dict(zip("abcd", expand(spec)))
     keys = {name: trial.key for name, trial in trials.items()}
@@ -92,15 +92,15 @@ def test_keep_weights_keeps_the_top_k_as_trials_end(tmp_path, keep, kept_after):
 def test_keep_weights_none_saves_nothing(tmp_path):
     path = study_file(tmp_path, {"name": "k", "base": {"model": "embedded"}, "keep_weights": "none",
                                  "results_dir": str(tmp_path / "results")})
-    run = StudyRun(load_study(path), "x:y")
-    run.to_run = list(expand(run.spec))
-    job = TrialFeed(run).next_job()
+    run = StudyRun(load_study(path), "x:y").plan
+    run.to_run.extend(expand(run.spec))
+    job = TrialFeed(run).suggest("tune-1")  # the job as Tune gets it
     assert "save_model" not in job["config"] or job["config"]["save_model"] is False
     path.write_text(path.read_text().replace("keep_weights: none", "keep_weights: 2"))
-    run = StudyRun(load_study(path), "x:y")
-    run.to_run = list(expand(run.spec))
+    run = StudyRun(load_study(path), "x:y").plan
+    run.to_run.extend(expand(run.spec))
     trial = run.to_run[0]
-    job = TrialFeed(run).next_job()
+    job = TrialFeed(run).suggest("tune-1")  # the job as Tune gets it
     assert job["config"]["save_model"] is True and job["key"] == trial.key
     assert "save_model" not in trial.config or trial.config["save_model"] is False  # the key's config is unchanged
 

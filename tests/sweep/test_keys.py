@@ -50,7 +50,7 @@ def write_study(tmp_path: Path) -> Path:
 def finish_every_trial(path: Path, config_in_summary: bool = True) -> list[str]:
     """Run the study's plan and record every trial as the driver does when a trial ends ok (a summary
     without its config when `config_in_summary` is False, as a stand-in trainer might write)."""
-    run = StudyRun(load_study(path), "unused:train")
+    run = StudyRun(load_study(path), "unused:train").plan
     assert run.prepare() == 8
     for trial in list(run.to_run):
         number = run.mirror.start(trial)
@@ -96,7 +96,7 @@ def test_rerun_changed_plans_exactly_the_changed_trials(tmp_path, monkeypatch, c
     finish_every_trial(path, config_in_summary)
     monkeypatch.setattr(trainer.config, "RunConfig", WithOtherDefault)
     assert StudyRun(load_study(path), "unused:train").prepare() == 0
-    run = StudyRun(load_study(path), "unused:train", rerun_changed=True)
+    run = StudyRun(load_study(path), "unused:train", rerun_changed=True).plan
     assert run.prepare() == 8
     assert all(fields == ["collapse_threshold"] for fields in run.changed.values())
 
@@ -137,7 +137,7 @@ def test_a_finished_study_that_keeps_weights_resolves_the_same(tmp_path, capsys,
     # and --rerun-changed re-runs none.
     path = tmp_path / "keys.yaml"
     path.write_text(STUDY + f"keep_weights: {keep}\nresults_dir: {tmp_path / 'results'}\n")
-    run = StudyRun(load_study(path), "unused:train")
+    run = StudyRun(load_study(path), "unused:train").plan
     assert run.prepare() == 8
     for trial in list(run.to_run):
         number = run.mirror.start(trial)

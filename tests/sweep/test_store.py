@@ -15,7 +15,7 @@ from optuna.trial import TrialState
 
 from sweep.commands.status import show_status
 from sweep.records.mirror import OptunaMirror, infer_distributions, optuna_value
-from sweep.records.store import StudyFolder, TrialsTable, locate_study, metric_value
+from sweep.records.store import StudyFolder, TrialsTable, is_final, locate_study, metric_value
 from sweep.run.feed import TrialFeed
 from sweep.run.runner import StudyRun
 from sweep.spec import Metric, Resources, StudySpec, Trial, load_study
@@ -143,7 +143,7 @@ def test_mirror_records_running_curves_states_and_attrs(tmp_path):
     assert trials[diverged].state == TrialState.FAIL
     assert trials[diverged].user_attrs["status"] == "diverged"
     assert trials[diverged].user_attrs["reason"].startswith("diverged")
-    assert OptunaMirror.is_final(trials[ok]) and OptunaMirror.is_final(trials[diverged])
+    assert is_final(trials[ok]) and is_final(trials[diverged])
     assert mirror.study.metric_names == ["dev_stsb"]
 
     from optuna_dashboard import get_note
@@ -165,7 +165,7 @@ def write_study_file(tmp_path: Path) -> Path:
 
 def test_resume_plan_skips_finished_recovers_from_disk_and_reruns_the_rest(tmp_path, capsys):
     spec = load_study(write_study_file(tmp_path))
-    first = StudyRun(spec, "unused:train")
+    first = StudyRun(spec, "unused:train").plan
     assert first.prepare() == 4
     done, stale, on_disk, never = (t.key for t in first.to_run)
     # 1) finished in Optuna and on disk; 2) left RUNNING by a driver that died; 3) finished on disk
@@ -178,7 +178,7 @@ def test_resume_plan_skips_finished_recovers_from_disk_and_reruns_the_rest(tmp_p
     first.folder.write_metrics(on_disk, [{"step": 3, "dev_stsb": 40.0}])
     mtime = os.stat(first.folder.summary_path(done)).st_mtime_ns
 
-    second = StudyRun(spec, "unused:train")
+    second = StudyRun(spec, "unused:train").plan
     assert second.prepare() == 2
     assert [t.key for t in second.to_run] == [stale, never]
     by_key = second.mirror.trials_by_key()
@@ -192,7 +192,7 @@ def test_resume_plan_skips_finished_recovers_from_disk_and_reruns_the_rest(tmp_p
     assert rows[stale]["state"] == "PENDING" and rows[never]["state"] == "PENDING"
     assert os.stat(first.folder.summary_path(done)).st_mtime_ns == mtime
 
-    third = StudyRun(spec, "unused:train")  # nothing new: the same plan, no new Optuna trials
+    third = StudyRun(spec, "unused:train").plan  # nothing new: the same plan, no new Optuna trials
     assert third.prepare() == 2
     assert len(third.mirror.study.trials) == len(second.mirror.study.trials)
 
@@ -235,10 +235,11 @@ def test_tpe_asks_optuna_per_configuration_runs_every_seed_and_resumes(tmp_path)
         f"results_dir: {tmp_path / 'results'}\n"
     )
     spec = load_study(path)
-    run = StudyRun(spec, "unused:train")
+    driver = StudyRun(spec, "unused:train")
+    run = driver.plan
     assert run.prepare() == 4  # two configurations x two seeds
-    feed, events = TrialFeed(run), run.events
-    first = feed.next_job()
+    feed, events = TrialFeed(run), driver.events
+    first = feed.suggest("tune-1")  # what Tune gets: the job as its trial config
     number = events.trial_started(first["key"], "tune-1")
     asked = run.mirror.study.trials[number]
     assert asked.state == TrialState.RUNNING and asked.user_attrs["asked"] is True
@@ -246,12 +247,12 @@ def test_tpe_asks_optuna_per_configuration_runs_every_seed_and_resumes(tmp_path)
     assert first["config"]["output_dir"] == str(run.folder.trial_dir(first["key"]))
     events.trial_result(first["key"], number, {"step": 3, "dev_stsb": 50.0})
     events.trial_ended(first["key"], number, summary())
-    second = feed.next_job()  # the same configuration with the second seed
+    second = feed.suggest("tune-2")  # the same configuration with the second seed
     assert second["seed"] == 2 and second["config"]["ema"]["decay"] == first["config"]["ema"]["decay"]
     events.trial_started(second["key"], "tune-2")
     # the driver dies here: second is left RUNNING, the second configuration was never asked
 
-    again = StudyRun(spec, "unused:train")
+    again = StudyRun(spec, "unused:train").plan
     assert again.prepare() == 3  # second (again) + one new configuration x two seeds
     assert [t.key for t in again.to_run] == [second["key"]] and again.asks_left == 1
     rows = {r["key"]: r["state"] for r in again.folder.read_trials_csv()}
@@ -264,14 +265,15 @@ def test_callback_records_pruned_and_crashed_trials(tmp_path):
 
     spec = load_study(write_study_file(tmp_path))
     spec.scheduler = Scheduler()
-    run = StudyRun(spec, "unused:train")
+    run = StudyRun(spec, "unused:train").plan
     run.prepare()
     callback, feed = TrialEvents(run), TrialFeed(run)
-    pruned = StubTuneTrial("t1", feed.next_job())
+    pruned = StubTuneTrial("t1", feed.suggest("t1"))
     callback.on_trial_start(0, [], pruned)
     callback.on_trial_result(0, [], pruned, {"step": 3, "dev_stsb": 40.0, "loss": 1.0})
     callback.on_trial_complete(0, [], pruned)  # no summary: the scheduler stopped it
-    crashed = StubTuneTrial("t2", feed.next_job(), error="Traceback ...\nray.exceptions.RayActorError: The actor died")
+    crashed = StubTuneTrial("t2", feed.suggest("t2"),
+                            error="Traceback ...\nray.exceptions.RayActorError: The actor died")
     callback.on_trial_start(0, [], crashed)
     callback.on_trial_error(0, [], crashed)
 
@@ -286,7 +288,7 @@ def test_callback_records_pruned_and_crashed_trials(tmp_path):
     rows = {r["key"]: r for r in run.folder.read_trials_csv()}
     assert rows[pruned.config["key"]]["state"] == "PRUNED" and rows[crashed.config["key"]]["status"] == "error"
     # a pruned trial is final: not run again
-    again = StudyRun(spec, "unused:train")
+    again = StudyRun(spec, "unused:train").plan
     assert again.prepare() == 3 and pruned.config["key"] not in {t.key for t in again.to_run}
 
 
@@ -306,18 +308,19 @@ def test_changed_categorical_choices_fail_before_anything_runs(tmp_path):
 def test_trials_csv_is_rewritten_at_most_once_per_interval_while_trials_run(tmp_path, monkeypatch):
     # One rewrite per trial event would cost O(study size) each, O(n^2) for a study of n trials.
     spec = load_study(write_study_file(tmp_path))
-    run = StudyRun(spec, "unused:train")
+    driver = StudyRun(spec, "unused:train")
+    run = driver.plan
     run.prepare()  # writes trials.csv: every trial PENDING
     feed = TrialFeed(run)
-    key = feed.next_job()["key"]
+    key = feed.next_job().key
     monkeypatch.setattr(TrialsTable, "REWRITE_EVERY_S", 3600.0)
-    number = run.events.trial_started(key, "tune-1")
-    run.events.trial_result(key, number, {"step": 3, "dev_stsb": 50.0})
+    number = driver.events.trial_started(key, "tune-1")
+    driver.events.trial_result(key, number, {"step": 3, "dev_stsb": 50.0})
     states = {r["key"]: r["state"] for r in run.folder.read_trials_csv()}
     assert states[key] == "PENDING" and run.table.unwritten  # not rewritten within the interval
     monkeypatch.setattr(TrialsTable, "REWRITE_EVERY_S", 0.0)
     run.table.last_write_seconds = 0.0
-    run.events.on_step_end(0, [])  # Tune's loop: the change is written once the interval has passed
+    driver.events.on_step_end(0, [])  # Tune's loop: the change is written once the interval has passed
     rows = {r["key"]: r for r in run.folder.read_trials_csv()}
     assert rows[key]["state"] == "RUNNING" and rows[key]["dev_stsb"] == "50.0" and not run.table.unwritten
 
@@ -353,7 +356,8 @@ def _event_costs(folder: Path, trials: int, monkeypatch) -> list[tuple[int, int,
     path.write_text("name: many\nbase: {model: embedded, method: simcse}\nkeep_weights: 2\n"
                     f"parameters:\n  optim.lr: {[round(1e-6 * (i + 1), 9) for i in range(trials)]}\n"
                     f"results_dir: {folder / 'results'}\n")
-    run = StudyRun(load_study(path), "unused:train")
+    driver = StudyRun(load_study(path), "unused:train")
+    run = driver.plan
     run.prepare()
     monkeypatch.setattr(TrialsTable, "REWRITE_EVERY_S", 1e9)  # rewrites within the interval: the test above
     rewrites = []
@@ -363,15 +367,15 @@ def _event_costs(folder: Path, trials: int, monkeypatch) -> list[tuple[int, int,
         _WRITE_TRIALS_CSV(table)
 
     monkeypatch.setattr(TrialsTable, "write", counted_write)
-    feed, events = TrialFeed(run), run.events
+    feed, events = TrialFeed(run), driver.events
     statements: list[str] = []
     sqlalchemy.event.listen(run.mirror.storage.engine, "before_cursor_execute",
                             lambda conn, cursor, sql, *rest: statements.append(sql))
     costs = []
     for index in range(trials):
         job = feed.next_job()  # the driver writes the trial's config.yaml here, before Tune starts it
-        key = job["key"]
-        run.folder.write_summary(key, {**summary(dev=50.0 + index % 7), "config": job["config"]})
+        key = job.key
+        run.folder.write_summary(key, {**summary(dev=50.0 + index % 7), "config": job.config})
         statements.clear()
         rewrites.clear()
         _OPENED = []

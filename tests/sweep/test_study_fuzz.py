@@ -507,8 +507,8 @@ def fuzz_process(monkeypatch):
         try:
             self.prepare()
         finally:
-            if self.mirror is not None:
-                self.mirror.wait_for_note(timeout=scaled(60))  # its thread writes into the folder about to go
+            if self.plan.mirror is not None:
+                self.plan.mirror.wait_for_note(timeout=scaled(60))  # its thread writes into the folder about to go
         raise _Planned()
 
     monkeypatch.setattr(sweep.run.runner.StudyRun, "locked", lock_or_stop)

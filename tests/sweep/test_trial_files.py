@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from sweep.run import trial_files
+from sweep.run.job import TrialJob
 from sweep.run.trial_files import TOKEN_FILE, TrialFolderReceiver, output_place, send_trial_folder
 
 
@@ -64,15 +66,16 @@ def test_a_node_that_sees_the_drivers_folder_writes_in_place(tmp_path, monkeypat
     study = tmp_path / "study"
     study.mkdir()
     (study / TOKEN_FILE).write_text("t0k3n\n")
-    job = {"key": "k1", "trial_dir": str(study / "trials" / "k1"),
-           "files": {"receiver": "r", "token": "t0k3n", "study_dir": str(study)}}
+    job = TrialJob(key="k1", seed=1, params={}, config={}, trial_dir=str(study / "trials" / "k1"), cwd=str(tmp_path),
+                   train_fn="unused:train", files={"receiver": "r", "token": "t0k3n", "study_dir": str(study)},
+                   cpu=1.0, gpu=0.0)
     assert output_place(job) == (study / "trials" / "k1", False)
     # another run's token (or no token file: a node without the driver's disk): a staging folder
     monkeypatch.setenv("SWEEP_STAGING_DIR", str(tmp_path / "staging"))
-    job["files"]["token"] = "other"
+    job = replace(job, files={**job.files, "token": "other"})
     place, staged = output_place(job)
     assert staged and place.parent.parent == tmp_path / "staging" and place.name.startswith("k1-")
-    assert output_place({**job, "files": None}) == (study / "trials" / "k1", False)  # one machine
+    assert output_place(replace(job, files=None)) == (study / "trials" / "k1", False)  # one machine
 
 
 @pytest.mark.slow

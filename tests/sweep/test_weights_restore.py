@@ -13,6 +13,7 @@ from pathlib import Path
 from sweep.commands.dry_run import print_dry_run
 from sweep.records.history import check_same_study
 from sweep.run.feed import TrialFeed
+from sweep.run.plan import StudyPlan
 from sweep.run.runner import StudyRun
 from sweep.spec import load_study
 from tests.deadlines import scaled
@@ -33,7 +34,7 @@ def write_study(tmp_path: Path, keep: str | None = None) -> Path:
     return path
 
 
-def end_trials(run: StudyRun, devs: dict[str, float], kept: set[str]) -> None:
+def end_trials(run: StudyPlan, devs: dict[str, float], kept: set[str]) -> None:
     """Run.to_run's trials end ok as the driver records them; those in `kept` leave their weights."""
     for trial in list(run.to_run):
         number = run.mirror.start(trial)
@@ -52,7 +53,7 @@ def end_trials(run: StudyRun, devs: dict[str, float], kept: set[str]) -> None:
 def finished_study(tmp_path: Path) -> tuple[Path, list[str], dict[str, float]]:
     """The study run to the end with keep_weights: best: only the best trial kept its weights."""
     path = write_study(tmp_path)
-    run = StudyRun(load_study(path), "unused:train")
+    run = StudyRun(load_study(path), "unused:train").plan
     assert run.prepare() == 4
     keys = [t.key for t in run.to_run]
     devs = dict(zip(keys, DEVS))
@@ -60,10 +61,10 @@ def finished_study(tmp_path: Path) -> tuple[Path, list[str], dict[str, float]]:
     return path, keys, devs
 
 
-def plan(path: Path) -> StudyRun:
+def plan(path: Path) -> StudyPlan:
     spec = load_study(path)
     assert check_same_study(spec) is None  # keep_weights is no change of study: neither refused nor an extension
-    run = StudyRun(spec, "unused:train")
+    run = StudyRun(spec, "unused:train").plan
     run.prepare()
     return run
 
@@ -85,7 +86,7 @@ def test_a_changed_keep_weights_runs_the_trials_it_now_keeps_again_and_only_thos
     end_trials(run, devs, kept={keys[0], keys[2]})
 
     run = plan(path)  # every weight back: nothing runs, and no trial stays marked
-    assert run.to_run == [] and not list(run.folder.path.glob("trials/*/weights.wanted"))
+    assert list(run.to_run) == [] and not list(run.folder.path.glob("trials/*/weights.wanted"))
     assert {row["weights"] for row in run.table.rows.values()} == {"kept"}
 
 
@@ -94,7 +95,7 @@ def test_a_run_stopped_before_the_weights_are_back_runs_the_rest_next_time(tmp_p
     write_study(tmp_path, keep="all")
     run = plan(path)
     assert sorted(t.key for t in run.to_run) == sorted([keys[0], keys[2], keys[3]])
-    job = TrialFeed(run).next_job()  # the first re-run starts (its summary.json is cleared) and is stopped
+    job = TrialFeed(run).suggest("tune-1")  # the first re-run starts (its summary.json is cleared) and is stopped
     assert job["config"]["save_model"] is True and not run.folder.summary_path(job["key"]).exists()
     run.mirror.start(run.trials[job["key"]])
     run.mirror = None
@@ -108,7 +109,7 @@ def test_a_run_stopped_before_the_weights_are_back_runs_the_rest_next_time(tmp_p
 
 def test_from_none_to_best_runs_the_best_trial_again(tmp_path):
     path = write_study(tmp_path, keep="none")
-    run = StudyRun(load_study(path), "unused:train")
+    run = StudyRun(load_study(path), "unused:train").plan
     run.prepare()
     keys = [t.key for t in run.to_run]
     end_trials(run, dict(zip(keys, DEVS)), kept=set())

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from analysis.load import _trial_mtd
+from analysis.load import trial_mtd
 from trainer.config import RunConfig
 from trainer.methods.mocose import MoCoSE
 
@@ -96,11 +96,11 @@ def test_the_analysis_reads_an_early_end_the_same_way(schedule, variant):
     row = pd.Series({"method": "mocose", "steps": 40})
     # stopped by ASHA: the driver's summary has the steps and the config, no total_steps (max_steps plans it)
     pruned = {"status": "pruned", "steps": 40, "config": config}
-    assert _trial_mtd(row, pruned, "mean", "oldest") == pytest.approx(hand_mtd(expected), abs=1e-9)
+    assert trial_mtd(row, pruned, "mean", "oldest") == pytest.approx(hand_mtd(expected), abs=1e-9)
     # diverged in an epochs-planned run: the trainer's summary says how many steps it planned
     by_epochs = {**config, "max_steps": None, "epochs": 1.0}
     diverged = {"status": "diverged", "steps": 40, "total_steps": 1000, "config": by_epochs}
-    assert _trial_mtd(row, diverged, "mean", "oldest") == pytest.approx(hand_mtd(expected), abs=1e-9)
+    assert trial_mtd(row, diverged, "mean", "oldest") == pytest.approx(hand_mtd(expected), abs=1e-9)
 
 
 def test_a_diverged_training_run_reports_the_mean_over_its_own_steps(tiny_model_dir, shared_data_dir, tmp_path):

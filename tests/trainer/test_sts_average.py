@@ -19,12 +19,12 @@ import pytest
 from analysis import figure_marks, figures, mtd_figures, report, tables
 from analysis.load import load_results
 from sweep.commands.status import seven_task_average
-from sweep.records.mirror import summary_attrs, summary_from_attrs
-from sweep.records.store import metric_value, summary_columns
+from sweep.records.store import metric_value
 from tests import fake_train
-from tests import helpers as fx
+from tests import synthetic_results as fx
 from trainer.config import RunConfig
 from trainer.evaluation.sts_average import SEVEN_TASK_LABEL
+from trainer.summary import optuna_attrs, summary_from_attrs, summary_row
 
 NAMES_THE_AVERAGE = re.compile(r"\bavg\b|\baverage\b", re.IGNORECASE)
 PARAMS = ["ema.decay", "queue.size"]
@@ -65,11 +65,11 @@ def test_one_task_summary_row_and_optuna_attributes_name_the_task(written):
         summary = legacy(summary)
     stsb = summary["test"]["STSBenchmark"]
 
-    row = summary_columns(summary)
+    row = summary_row(summary, "trials.csv")
     assert row["STSBenchmark"] == stsb and row["avg"] is None
     assert metric_value(summary, "avg") is None and metric_value(summary, "STSBenchmark") == stsb
 
-    attrs = summary_attrs(summary)
+    attrs = optuna_attrs(summary)
     assert attrs["STSBenchmark"] == stsb
     assert [name for name in attrs if NAMES_THE_AVERAGE.search(name)] == []
     assert "avg" not in summary_from_attrs({**attrs, "avg": stsb})["test"]  # an Optuna record from before
@@ -80,9 +80,9 @@ def test_seven_task_summary_keeps_its_average_everywhere():
     summary = fake_summary(None)
     assert set(summary["test"]) == {*fx.STS_TASKS, "avg"} and summary["test_label"] == SEVEN_TASK_LABEL
     avg = summary["test"]["avg"]
-    assert summary_columns(summary)["avg"] == avg and metric_value(summary, "avg") == avg
-    assert summary_attrs(summary)["avg"] == avg
-    assert summary_from_attrs(summary_attrs(summary))["test"]["avg"] == avg
+    assert summary_row(summary, "trials.csv")["avg"] == avg and metric_value(summary, "avg") == avg
+    assert optuna_attrs(summary)["avg"] == avg
+    assert summary_from_attrs(optuna_attrs(summary))["test"]["avg"] == avg
     assert seven_task_average({**{t: "1.0" for t in fx.STS_TASKS}, "avg": "2.0"}) == "2.0"
 
 
@@ -90,7 +90,7 @@ def test_a_subset_of_tasks_has_no_average():
     summary = fake_summary(["STSBenchmark", "SICKRelatedness", "TREC"])
     assert set(summary["test"]) == {"STSBenchmark", "SICKRelatedness"} and "transfer" in summary
     assert "STS-B, SICK-R test" in summary["test_label"]
-    assert summary_columns(legacy(summary))["avg"] is None and "avg" not in summary_attrs(legacy(summary))
+    assert summary_row(legacy(summary), "trials.csv")["avg"] is None and "avg" not in optuna_attrs(legacy(summary))
 
 
 # ---- tables and figures ------------------------------------------------------------------------------------

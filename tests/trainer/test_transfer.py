@@ -298,28 +298,27 @@ TRANSFER = {"MR": 80.1, "CR": 85.2, "SUBJ": 94.3, "MPQA": 88.4, "SST2": 85.5, "T
 
 
 def test_summary_transfer_reaches_csv_columns_attrs_and_metric():
-    from sweep.records.mirror import summary_attrs
-    from sweep.records.store import RESULT_COLUMNS, metric_value, summary_columns
+    from sweep.records.store import RESULT_COLUMNS
+    from trainer.summary import optuna_attrs, summary_row
 
     summary = {"status": "ok", "test": {"avg": 76.0}, "transfer": TRANSFER, "transfer_mode": "test"}
-    columns = summary_columns(summary)
+    columns = summary_row(summary, "trials.csv")
     wanted = [*transfer_data.TRANSFER_TASKS, "transfer_avg"]
     assert [c for c in RESULT_COLUMNS if c in wanted] == wanted
     tasks = transfer_data.TRANSFER_TASKS
     assert {t: columns[t] for t in tasks} == {t: TRANSFER[t] for t in tasks}
     assert columns["transfer_avg"] == 85.4
-    attrs = summary_attrs(summary)
+    attrs = optuna_attrs(summary)
     assert attrs["MRPC"] == 74.7 and attrs["transfer_avg"] == 85.4 and attrs["transfer_mode"] == "test"
-    assert metric_value(summary, "transfer_avg") == 85.4 and metric_value(summary, "TREC") == 89.6
     # a trial without transfer results: empty cells, no attributes
-    assert summary_columns({"status": "ok"})["MR"] is None and "MR" not in summary_attrs({"status": "ok"})
+    assert summary_row({"status": "ok"}, "trials.csv")["MR"] is None and "MR" not in optuna_attrs({"status": "ok"})
 
 
 def test_table2_mean_std_over_seeds(tmp_path):
     from analysis.load import load_results
     from analysis.report import analyze
     from analysis.tables import transfer_markdown_table
-    from tests import helpers as fx
+    from tests import synthetic_results as fx
 
     trials = [fx.make_trial(fx.base_config(batch_size=b), s, 76.0) for b in (32, 64) for s in (0, 1, 2)]
     study = fx.write_results(tmp_path / "t2", trials, ["batch_size"], csv_file=False)

@@ -16,7 +16,7 @@ import optuna
 from tests.helpers import REPO
 from trainer.config import RunConfig
 from trainer.method_rules import RULES
-from trainer.summary_row import summary_row
+from trainer.summary import summary_row
 from trainer.vocabulary import (
     FINAL_FAIL_STATUSES,
     FINAL_STATUSES,
@@ -100,7 +100,7 @@ def status_literals(tree: ast.AST) -> set[str]:
 
 # ---- what the vocabulary holds ----------------------------------------------------------------------
 def test_the_vocabulary_imports_no_torch_no_optuna_and_no_project_module():
-    code = ("import sys, trainer.vocabulary, trainer.summary_row; "
+    code = ("import sys, trainer.vocabulary, trainer.summary; "
             "print(sorted(m for m in ('torch', 'optuna', 'ray') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True)
     assert out.stdout.strip() == "[]"

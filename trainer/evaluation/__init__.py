@@ -1,7 +1,7 @@
 """SentEval's evaluation, re-implemented: the same numbers as SimCSE's fork of SentEval, computed faster.
 
 Modules, each the owner of its names (import them from the module, this package re-exports nothing):
-- `sts`: the seven STS tasks (STS12-16, STS-B, SICK-R) and the STS-B dev score used during training.
+- `sts`: the seven STS tasks (STS12-16, STS-B, SICK-R), and the STS-B dev split training selects on.
 - `sts_average`: what may be called the average (all seven tasks, 2-decimal figures) and the labels of a
   subset's scores.
 - `transfer`: the seven transfer tasks' classifier protocols (`evaluate_transfer`), run as independent fits

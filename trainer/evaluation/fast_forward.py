@@ -15,8 +15,8 @@ changes in *how*, none in *what*:
    sum_j p_j (W_v,h x_j + b_v,h) = W_v,h (sum_j p_j x_j) + b_v,h since the p_j sum to 1. So the last
    layer costs one token instead of every token: 1/L of the FLOPs saved (1/6 for MiniLM-L6).
 3. Attention as two batched products over one contiguous copy of q/k/v, with an additive -inf key
-   mask only when the batch has padding (length-sorted batches mostly have none); for T ~ 15 this is
-   1.3-2x faster than the flash-attention CPU kernel, which took ~16% of the time.
+   mask only when the batch has padding (length-sorted batches mostly have none); for the short
+   sequences of STS this beats the flash-attention CPU kernel (bench/eval_speed.py).
 
 Results differ from the transformers forward only by float32 rounding (max abs difference ~2e-6 on
 the embedded model; tests/trainer/test_fast_forward.py checks every pooler against the transformers forward).
@@ -139,8 +139,8 @@ class _Layer:
         """Every position. x [B, T, H]; key_bias [B, 1, 1, T], -inf on padding (None: no padding)."""
         b, t, h = x.shape
         d = h // heads
-        # One copy into [3, B*heads, T, d], then two batched products: for the short sequences of STS
-        # (T ~ 15) this is 1.3-2x faster on CPU than scaled_dot_product_attention's flash kernel.
+        # One copy into [3, B*heads, T, d], then two batched products (for the short sequences of STS,
+        # cheaper on CPU than scaled_dot_product_attention's flash kernel).
         q, k, v = self.qkv(x).view(b, t, 3, heads, d).permute(2, 0, 3, 1, 4).reshape(3, b * heads, t, d)
         scores = torch.bmm(q, k.transpose(1, 2)).mul_(d ** -0.5).view(b, heads, t, t)
         if key_bias is not None:

@@ -173,8 +173,9 @@ def score_subsets(sets: Sequence[PairSet], sims: Sequence[np.ndarray]) -> dict:
     return details
 
 
-def headline(task: str, details: dict) -> float:
-    """The reported Spearman (fraction): 'all' for STS12-16, the split's single Spearman otherwise."""
+def headline(details: dict) -> float:
+    """The reported Spearman (fraction) of a task's details: 'all' for STS12-16, the split's single Spearman
+    otherwise (score_subsets files it under 'all' as well)."""
     return details["spearman"]["all"]
 
 
@@ -252,7 +253,7 @@ def evaluate_sts(encode: EncodeFn, data_root: str | Path | None = None, tasks: S
     for task, sets in loaded.items():
         sims = [cosine_scores(cache(p.sent1), cache(p.sent2)) for p in sets]
         details[task] = score_subsets(sets, sims)
-        scores[task] = format_score(headline(task, details[task]))
+        scores[task] = format_score(headline(details[task]))
     avg = average([scores[t] for t in tasks]) if covers_seven_tasks(tasks) else None
     result = STSResult(scores=scores, avg=avg, details=details)
     if au_pairs is not None:

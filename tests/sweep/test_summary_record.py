@@ -1,0 +1,138 @@
+"""summary.json is one record (trainer.summary) and its Optuna attributes give it back whole: a damaged
+summary.json restored from Optuna makes the same trials.csv row and weights value as the original did."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import optuna
+
+from sweep.records.store import StudyFolder, weights_state
+from sweep.run.runner import StudyRun
+from sweep.run.trial_events import reported_metrics
+from sweep.spec import load_study
+from tests.helpers import study_file
+from trainer.summary import optuna_attrs, summary_from_attrs, summary_row
+from trainer.vocabulary import STS_TASKS, TRANSFER_TASKS
+
+
+def full_summary(seed: int = 1) -> dict:
+    """A MoCoSE summary with every block the trainer writes: seven STS and seven transfer tasks, the MTD block
+    with the meter, the test-selected state, the evaluation cutoff, the per-subset details and the config."""
+    test = {task: 70.0 + i for i, task in enumerate(STS_TASKS)}
+    test["avg"] = round(sum(test.values()) / 7, 2)
+    transfer = {task: 80.0 + i / 4 for i, task in enumerate(TRANSFER_TASKS)}
+    transfer["avg"] = round(sum(transfer.values()) / 7, 2)
+    config = {"model": "embedded", "method": "mocose", "variant": "released", "batch_size": 64, "seed": seed,
+              "save_model": True, "ema": {"schedule": "cosine", "decay": 0.75, "decay_end": 1.0},
+              "queue": {"size": 512, "initial_size": 128, "slices": None}, "released": {"test_selected": True}}
+    return {
+        "status": "ok", "reason": None, "steps": 250, "total_steps": 250, "variant": "released",
+        "precision": "fp32", "released": {"test_selected": True, "eval_cutoff": True, "ema_schedule": True},
+        "selection": "dev", "best_step": 125, "best_dev_stsb": 81.2345, "test": test,
+        "test_label": "seven STS tasks", "sts_details": {"STS12": {"MSRpar": {"pearson": 0.5, "spearman": 0.49,
+                                                                              "nsamples": 750}}},
+        "transfer": transfer, "transfer_mode": "fasttest", "align": 0.21, "uniform": -2.3,
+        "align_uniform_split": "dev",
+        "mtd": {"formula": 12.04, "eta": 0.7509, "eta_choice": "mean", "queue_k": 512, "batch_size": 64,
+                "measured": 11.7, "ema_age": 3.9, "queue_age_mean": 4.1, "queue_age_max": 8.0},
+        "test_selected": {"label": "test-selected (released code)", "step": 250, "test": {"avg": 74.1}},
+        "eval_cutoff": "cutoff at evaluation (released code)",
+        "sentences_per_s": 410.5, "train_seconds": 39.0, "eval_seconds": 3.5, "final_eval_seconds": 20.1,
+        "wall_time_s": 70.2, "device": "cpu", "corpus_sentences": 16000,
+        "history": [{"step": 125, "loss": 1.2, "dev_stsb": 81.2345, "ema_age": 3.9}],
+        "config": config, "resources": {"host": "here", "cpu": 1.0, "gpu": 0.0},
+    }
+
+
+def test_a_full_summary_round_trips_through_the_optuna_attributes(tmp_path):
+    summary = full_summary()
+    # through real Optuna storage, as the mirror records it (JSON in the database)
+    storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 'optuna.db'}")
+    study = optuna.create_study(storage=storage, study_name="record")
+    trial = study.ask()
+    for name, value in optuna_attrs(summary).items():
+        trial.set_user_attr(name, value)
+    study.tell(trial, 1.0)
+    attrs = optuna.load_study(study_name="record", storage=storage).trials[0].user_attrs
+    restored = summary_from_attrs(attrs)
+    assert restored.pop("restored_from") == "optuna"
+    assert restored == {k: v for k, v in summary.items() if k != "history"}
+    # the dashboard's columns are there, flat
+    assert all(attrs[task] == summary["test"][task] for task in STS_TASKS) and attrs["avg"] == summary["test"]["avg"]
+    assert all(attrs[task] == summary["transfer"][task] for task in TRANSFER_TASKS)
+    assert attrs["transfer_avg"] == summary["transfer"]["avg"] and attrs["mtd"] == 12.04
+    assert attrs["mtd_measured"] == 11.7 and attrs["transfer_mode"] == "fasttest"
+
+
+def test_none_fields_and_a_method_without_mtd_come_back_as_they_were():
+    summary = {**full_summary(), "mtd": None, "transfer": None, "transfer_mode": None, "align": None}
+    # the mirror sets the planned MTD when the trial starts; a summary without one must not take it
+    attrs = {"mtd": 9.5, **optuna_attrs(summary)}
+    restored = summary_from_attrs(attrs)
+    restored.pop("restored_from")
+    assert restored == {k: v for k, v in summary.items() if k != "history"}
+    early = {**full_summary(), "mtd": {**full_summary()["mtd"], "formula": None}}
+    restored = summary_from_attrs({"mtd": 9.5, **optuna_attrs(early)})
+    assert restored["mtd"]["formula"] is None
+
+
+def test_records_from_before_summary_other_still_give_their_flat_fields():
+    attrs = {k: v for k, v in optuna_attrs(full_summary()).items() if k != "summary_other"}
+    restored = summary_from_attrs(attrs)
+    assert restored["test"] == full_summary()["test"] and restored["transfer"]["MR"] == 80.0
+    assert restored["mtd"]["formula"] == 12.04 and "config" not in restored
+
+
+def test_a_damaged_summary_restored_from_optuna_keeps_its_trials_csv_row_and_weights(tmp_path):
+    path = study_file(tmp_path, "name: record\nbase: {model: embedded, method: mocose, save_model: true}\n"
+                      f"parameters: {{ema.decay: [0.75]}}\nseeds: [1]\nmethod: grid\nresults_dir: {tmp_path}\n")
+    spec = load_study(path)
+    plan = StudyRun(spec, "unused:train").plan
+    plan.prepare()
+    trial = plan.to_run[0]
+    summary = {**full_summary(), "config": {**copy.deepcopy(trial.config), "save_model": True}}
+    number = plan.mirror.start(trial)
+    plan.folder.write_summary(trial.key, summary)
+    plan.mirror.finish(number, summary)
+    folder = StudyFolder(spec.study_dir)
+    before_row, before_weights = summary_row(summary, "trials.csv"), weights_state(folder, trial.key, summary)
+    assert before_weights == "deleted"  # saved by the trainer, no model folder left
+
+    folder.summary_path(trial.key).write_text('{"status": "ok", "test": {')  # damaged
+    again = StudyRun(spec, "unused:train").plan
+    again.prepare()
+    restored = folder.read_summary(trial.key)
+    assert restored["restored_from"] == "optuna"
+    assert summary_row(restored, "trials.csv") == before_row
+    assert weights_state(folder, trial.key, restored) == before_weights
+    assert [p.name for p in Path(folder.trial_dir(trial.key)).iterdir() if "summary.json." in p.name]  # set aside
+    assert trial.key not in {t.key for t in again.to_run}
+
+
+def test_the_driver_keeps_every_field_of_the_trainers_metrics_line():
+    line = {"step": 4, "loss": 0.7, "dev_stsb": 71.5, "lr": 3e-5, "eta": 0.8, "queue_fill": 256,
+            "mean_cosine": 0.41, "fgsm_norm": None, "test_avg": 72.0, "ema_age": 4.2, "queue_age_mean": 3.0,
+            "queue_age_max": 6.0, "measured": 10.1}
+    tune_keys = {"checkpoint_dir_name": None, "config": {"key": "k"}, "date": "2026-11-27", "done": False,
+                 "hostname": "h", "iterations_since_restore": 1, "node_ip": "127.0.0.1", "pid": 1,
+                 "time_since_restore": 1.0, "time_this_iter_s": 1.0, "time_total_s": 1.0, "timestamp": 1,
+                 "training_iteration": 1, "trial_id": "t"}
+    assert reported_metrics({**line, **tune_keys}) == line
+    assert json.loads(json.dumps(reported_metrics({**line, **tune_keys}))) == line
+
+
+def test_the_mirror_records_the_same_attributes(tmp_path):
+    spec = load_study(study_file(tmp_path, "name: attrs\nbase: {model: embedded, method: mocose}\n"
+                                 "parameters: {ema.decay: [0.75]}\nseeds: [1]\nmethod: grid\n"
+                                 f"results_dir: {tmp_path}\n"))
+    plan = StudyRun(spec, "unused:train").plan
+    plan.prepare()
+    summary = full_summary()
+    plan.mirror.finish(plan.mirror.start(plan.to_run[0]), summary)
+    frozen = optuna.load_study(study_name="attrs", storage=StudyFolder(spec.study_dir).default_storage()).trials[0]
+    restored = summary_from_attrs(frozen.user_attrs)
+    restored.pop("restored_from")
+    assert restored == {k: v for k, v in summary.items() if k != "history"}

@@ -1,0 +1,193 @@
+"""summary.json, one trial's record, and every flat view of it: the one place a summary field is added.
+
+The trainer writes the record (trainer.train; the sweep's worker adds `resources` and, on a cluster, `files`;
+the driver writes one for a trial a scheduler stopped or that crashed). Its fields are `Summary` below.
+The views, each derived here from the record and nowhere else:
+
+- `summary_row(summary, "trials.csv")`: the result columns of trials.csv (sweep.records.store.RESULT_COLUMNS):
+  every STS task, `avg` and transfer column (None when not scored), `mtd_measured`, `precision` as the trainer
+  recorded it, and `mtd` only when the trainer recorded a formula value (otherwise the row keeps the MTD
+  planned for the trial).
+- `summary_row(summary, "analysis")`: the resolved config flattened to dotted columns after status and reason,
+  what ran (`variant`, `precision`: the summary's, else the config's), the test scores the trial has (no
+  column for the others), `mtd` even when None, `transfer_mode` and `align_uniform_split`; no
+  `mtd_measured` (the analysis adds it).
+- `optuna_attrs(summary)` and its inverse `summary_from_attrs(attrs)`: the Optuna user attributes, one flat
+  attribute per score and scalar (the dashboard's columns) and the rest of the record, but the curve, under
+  `summary_other`; a damaged summary.json is restored from them whole (marked `restored_from: optuna`).
+
+Light (no torch): the sweep driver and the analysis import it.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any, Literal, TypedDict
+
+from trainer.config import flatten
+from trainer.evaluation.sts_average import AVG, readable_test
+from trainer.vocabulary import STS_TASKS, TRANSFER_TASKS
+
+
+class Summary(TypedDict, total=False):
+    """The fields of summary.json. Scores are x100; None where a run did not get that far."""
+
+    status: str  # trainer.vocabulary's trial statuses: ok, diverged, collapsed, pruned, error, ...
+    reason: str | None  # why a run ended other than ok, one line
+    steps: int  # optimiser steps run
+    total_steps: int  # optimiser steps planned
+    variant: str  # paper | released
+    precision: str  # what ran: fp32, fp16, bf16
+    released: dict[str, Any]  # the released-code switches, as resolved
+    selection: str  # which state the test scores come from
+    best_step: int | None  # the step of the best STS-B dev score (the state tested)
+    best_dev_stsb: float | None
+    test: dict[str, float] | None  # STS task -> test Spearman; "avg" only with all seven tasks
+    test_label: str | None  # what `test` holds, in words
+    sts_details: dict[str, Any] | None  # per-subset Pearson/Spearman, mean and wmean (fractions)
+    transfer: dict[str, float] | None  # transfer task -> test accuracy, and their "avg"
+    transfer_mode: str | None  # test | fasttest
+    align: float | None
+    uniform: float | None
+    align_uniform_split: str | None
+    mtd: dict[str, Any] | None  # MoCoSE: formula, eta, eta_choice, queue_k, batch_size and the meter's fields
+    test_selected: dict[str, Any]  # the released code's test-selected state (label, step, test), when tracked
+    eval_cutoff: str  # the released code's evaluation-time cutoff, when on
+    sentences_per_s: float | None
+    train_seconds: float
+    eval_seconds: float
+    final_eval_seconds: float
+    wall_time_s: float
+    device: str
+    corpus_sentences: int
+    history: list[dict[str, Any]]  # every evaluation's metrics line (metrics.jsonl)
+    config: dict[str, Any]  # the resolved run config
+    resources: dict[str, Any]  # added by the sweep's worker: where it ran
+    files: dict[str, Any]  # added on a cluster: whether the trial's files reached the driver
+    restored_from: str  # "optuna" when rebuilt by summary_from_attrs
+
+
+View = Literal["trials.csv", "analysis"]
+MTD_AGES = ("ema_age", "queue_age_mean", "queue_age_max")  # summary["mtd"] fields copied under their own name
+
+# The Optuna attributes: flat name -> where it lives in the record. Everything else but the curve is kept
+# under OTHER_ATTR, so the record comes back whole.
+FLAT_ATTRS: dict[str, tuple[str, ...]] = {
+    **{name: (name,) for name in ("status", "reason", "steps", "best_step", "best_dev_stsb", "align", "uniform",
+                                  "sentences_per_s", "wall_time_s", "transfer_mode", "variant", "precision")},
+    **{name: ("test", name) for name in (*STS_TASKS, AVG)},
+    **{name: ("transfer", name) for name in TRANSFER_TASKS},
+    "transfer_avg": ("transfer", "avg"),
+    "mtd": ("mtd", "formula"),
+    **{f"mtd_{name}": ("mtd", name) for name in ("measured", *MTD_AGES, "eta")},
+}
+OTHER_ATTR = "summary_other"
+NOT_IN_OPTUNA = ("history",)  # the curve: Optuna holds dev_stsb as intermediate values, metrics.jsonl all of it
+
+
+def summary_row(summary: dict[str, Any], view: View) -> dict[str, Any]:
+    """The row of `view` (module docstring) from one trial's summary.json."""
+    analysis = view == "analysis"
+    config = summary.get("config") or {}
+    mtd = summary.get("mtd") or {}
+    test = readable_test(summary.get("test")) or {}  # avg only beside the seven tasks (older summaries too)
+    transfer = summary.get("transfer") or {}
+    row: dict[str, Any] = {"status": summary.get("status"), "reason": summary.get("reason")}
+    if analysis:
+        row.update(flat_config(config))
+    row["steps"] = summary.get("steps")
+    if analysis or mtd.get("formula") is not None:
+        row["mtd"] = mtd.get("formula")
+    if not analysis:
+        row["mtd_measured"] = mtd.get("measured")
+    for name in MTD_AGES:
+        row[name] = mtd.get(name)
+    if analysis:  # what ran, as the trainer recorded it (precision "auto" resolves per device); else the config's
+        row["variant"] = summary.get("variant") or config.get("variant")
+        row["precision"] = summary.get("precision") or config.get("precision")
+    else:
+        row["precision"] = summary.get("precision")
+    row["best_step"] = summary.get("best_step")
+    row["dev_stsb"] = summary.get("best_dev_stsb")
+    row.update(test if analysis else {name: test.get(name) for name in (*STS_TASKS, AVG)})
+    for name in TRANSFER_TASKS:
+        row[name] = transfer.get(name)
+    row["transfer_avg"] = transfer.get("avg")
+    if analysis:
+        row["transfer_mode"] = summary.get("transfer_mode")
+    for name in ("align", "uniform", "align_uniform_split", "sentences_per_s", "wall_time_s"):
+        if analysis or name != "align_uniform_split":
+            row[name] = summary.get(name)
+    return row
+
+
+def flat_config(config: dict[str, Any]) -> dict[str, Any]:
+    """A nested config as dotted columns (trainer.config.flatten); a list becomes one JSON cell (hashable, so it
+    groups)."""
+    return {name: json.dumps(value) if isinstance(value, (list, tuple)) else value
+            for name, value in flatten(config).items()}
+
+# ---- Optuna's user attributes ---------------------------------------------------------------------------
+def optuna_attrs(summary: dict[str, Any]) -> dict[str, Any]:
+    """The user attributes a trial's summary is recorded under in Optuna (module docstring): `status` and
+    `reason` always, each other flat attribute when it has a value, and `summary_other`."""
+    record = {**summary, "test": readable_test(summary.get("test"))}  # avg only beside the seven tasks
+    attrs: dict[str, Any] = {}
+    for name, path in FLAT_ATTRS.items():
+        value = _get(record, path)
+        if value is not None or name in ("status", "reason"):
+            attrs[name] = value
+    other = copy.deepcopy({k: v for k, v in summary.items() if k not in NOT_IN_OPTUNA})
+    for name, path in FLAT_ATTRS.items():
+        if name in attrs:
+            _pop(other, path)
+    attrs[OTHER_ATTR] = other
+    return attrs
+
+
+def summary_from_attrs(attrs: dict[str, Any]) -> dict[str, Any]:
+    """The summary optuna_attrs recorded, rebuilt (for a damaged or missing summary.json): every field but the
+    curve, marked "restored_from": "optuna". Records without `summary_other` give back their flat fields."""
+    summary = copy.deepcopy(attrs.get(OTHER_ATTR) or {})
+    for name, path in FLAT_ATTRS.items():
+        if name in attrs and not _holds(summary, path):
+            _put(summary, path, attrs[name])
+    summary.setdefault("status", attrs.get("status"))
+    summary.setdefault("reason", attrs.get("reason"))
+    if summary.get("test"):
+        summary["test"] = readable_test(summary["test"])
+    summary["restored_from"] = "optuna"
+    return summary
+
+
+def _get(record: dict[str, Any], path: tuple[str, ...]) -> Any:
+    for part in path:
+        if not isinstance(record, dict):
+            return None
+        record = record.get(part)
+    return record
+
+
+def _pop(record: dict[str, Any], path: tuple[str, ...]) -> None:
+    parent = _get(record, path[:-1]) if len(path) > 1 else record
+    if isinstance(parent, dict):
+        parent.pop(path[-1], None)
+
+
+def _holds(record: dict[str, Any], path: tuple[str, ...]) -> bool:
+    """Whether the record already says something at `path`: the field itself, or a parent that is not a mapping
+    (e.g. `mtd: null` for a method without one)."""
+    for part in path:
+        if not isinstance(record, dict):
+            return True
+        if part not in record:
+            return False
+        record = record[part]
+    return True
+
+
+def _put(record: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
+    for part in path[:-1]:
+        record = record.setdefault(part, {})
+    record[path[-1]] = value
