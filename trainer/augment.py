@@ -209,6 +209,11 @@ def shuffle_token_positions(
     return position_ids.gather(1, order)
 
 
+def shuffled_positions(ids: Tensor, attention_mask: Tensor, generator: torch.Generator | None = None) -> Tensor:
+    """The position ids a token-shuffled forward of the (B, L) batch `ids` passes to the encoder."""
+    return shuffle_token_positions(torch.arange(ids.shape[1], device=ids.device), attention_mask, generator)
+
+
 def token_cutoff(
     embeddings: Tensor, attention_mask: Tensor, rate: float, generator: torch.Generator | None = None
 ) -> Tensor:
@@ -345,9 +350,6 @@ class EvaluationAugments:
     def around(self, ids: Tensor, mask: Tensor) -> Iterator[Tensor | None]:
         """Around one evaluation batch's forward: the cutoffs act inside; yields the shuffled position ids
         to pass to the encoder (None without token shuffle)."""
-        positions = None
-        if self.token_shuffle:
-            base = torch.arange(ids.shape[1], device=ids.device).expand_as(ids)
-            positions = shuffle_token_positions(base, mask, generator=self.generator)
+        positions = shuffled_positions(ids, mask, self.generator) if self.token_shuffle else None
         with self.cutoff.on(mask, generator=self.generator):
             yield positions

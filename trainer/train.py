@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from scipy.stats import spearmanr
 
-from trainer.augment import FGSM, EvaluationAugments, half_precision_floor, shuffle_token_positions
+from trainer.augment import FGSM, EvaluationAugments, half_precision_floor, shuffled_positions
 from trainer.config import RunConfig
 from trainer.corpus import load_corpus
 from trainer.data import corpus_path, data_dir
@@ -279,10 +279,7 @@ def _reset_process_state() -> None:
 
 
 def _step_loss(run: _Run, ids: torch.Tensor, mask: torch.Tensor):
-    position_ids = None
-    if run.config.augment.token_shuffle:
-        base = torch.arange(ids.shape[1], device=run.device).expand_as(ids)
-        position_ids = shuffle_token_positions(base, mask, generator=run.device_generator)
+    position_ids = shuffled_positions(ids, mask, run.device_generator) if run.config.augment.token_shuffle else None
     with run.autocast:
         return run.method.loss(ids, mask, position_ids)
 

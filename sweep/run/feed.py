@@ -16,7 +16,8 @@ from typing import Any
 from ray.tune.search import Searcher
 
 from sweep.run.job import TrialJob
-from sweep.run.plan import StudyPlan, make_trial
+from sweep.run.plan import StudyPlan
+from sweep.spec import trial_from_params
 from trainer.vocabulary import DROPPED, DUPLICATE
 
 # Optuna asks in a row that the constraints drop (or that repeat a configuration) before a tpe study
@@ -75,7 +76,7 @@ class TrialFeed(Searcher):
         plan = self.plan
         for _ in range(MAX_DROPPED_ASKS):
             number, params = plan.mirror.ask({"asked": True})
-            first = make_trial(plan.spec, params, plan.spec.seeds[0])
+            first = trial_from_params(plan.spec, params, plan.spec.seeds[0])
             if first is None:
                 plan.mirror.fail(number, "dropped by the study's constraints", status=DROPPED)
             elif first.key in plan.trials:
@@ -92,7 +93,7 @@ class TrialFeed(Searcher):
         plan.asked[first.key] = number
         plan.mirror.set_attrs(number, {"key": first.key, "seed": first.seed})
         for seed in plan.spec.seeds:
-            trial = first if seed == first.seed else make_trial(plan.spec, params, seed)
+            trial = first if seed == first.seed else trial_from_params(plan.spec, params, seed)
             if trial is None or trial.key in plan.trials:
                 plan.progress.total -= 1
                 continue

@@ -270,7 +270,7 @@ class StudyPlan:
                 continue
             params = {name: first.params[name] for name in self.param_names if name in first.params}
             for seed in self.spec.seeds:
-                trial = make_trial(self.spec, params, seed)
+                trial = trial_from_params(self.spec, params, seed)
                 if trial is not None:
                     known.setdefault(trial.key, trial)
         return list(known.values())
@@ -323,11 +323,6 @@ def weights_to_restore(spec: StudySpec, folder: StudyFolder, ended: dict[str, di
     return [key for key in kept_trials(spec, ended)
             if ended[key].get("best_step") is not None and not folder.model_dir(key).is_dir()
             and (keep_changed or (folder.trial_dir(key) / WEIGHTS_WANTED).is_file())]
-
-
-def make_trial(spec: StudySpec, params: dict[str, Any], seed: int) -> Trial | None:
-    """The Trial for sampled parameter values (tpe); None when the study's constraints drop it."""
-    return trial_from_params(spec, params, seed)
 
 
 _GIT_COMMIT: list[str | None] = []

@@ -152,17 +152,12 @@ def run_protocols(shared: dict, settings: ClassifierSettings, workers: int | Non
     if not workers:
         workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     if workers <= 1:
-        init_worker(payload)
-        pending = list(jobs)
         threads = torch.get_num_threads()
         try:
             torch.set_num_threads(1)
-            while pending:
-                pending += protocols[pending[0].task].add(run_job(pending.pop(0)))
+            return run_protocols_in_process(shared, settings, "cpu", solver="lockstep")
         finally:
             torch.set_num_threads(threads)
-            SHARED.clear()  # this process may run the next trial (sweep's reuse_workers): drop the features
-        return {task: p.result() for task, p in protocols.items()}
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
     with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context(method),
                              initializer=init_worker, initargs=(payload,)) as pool:
