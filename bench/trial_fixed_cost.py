@@ -43,7 +43,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-TASKS = ["STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness"]
+from trainer.vocabulary import STS_TASKS  # noqa: E402  (after the path set-up above)
 
 
 def study_yaml(folder: Path, name: str, data_dir: Path, seeds: list[int], max_steps: int, eval_steps: int,
@@ -131,7 +131,7 @@ def main() -> int:
         minimal, minimal_dir = run(study_yaml(folder, "overhead", args.data_dir, list(range(1, args.trials + 1)),
                                               1, 1, ["STSBenchmark"], cpus))
         probe, probe_dir = run(study_yaml(folder, "probe", args.data_dir, [1], args.probe_steps, args.probe_steps,
-                                          TASKS, cpus))
+                                          list(STS_TASKS), cpus))
         elapsed = time.monotonic() - began
         rows = measure_overhead(minimal, minimal_dir)
         probe_row = measure_overhead(probe, probe_dir)[0]
