@@ -1,8 +1,8 @@
 """summary.json, one trial's record, and every flat view of it: the one place a summary field is added.
 
-The trainer writes the record (trainer.train; the sweep's worker adds `resources` and, on a cluster, `files`;
-the driver writes one for a trial a scheduler stopped or that crashed). Its fields are `Summary` below.
-The views, each derived here from the record and nowhere else:
+The trainer builds the record with `build_summary` (trainer.train; the sweep's worker adds `resources` and,
+on a cluster, `files`; the driver writes one for a trial a scheduler stopped or that crashed). Its fields are
+`Summary` below. The views, each derived here from the record and nowhere else:
 
 - `summary_row(summary, "trials.csv")`: the result columns of trials.csv (sweep.records.store.RESULT_COLUMNS):
   every STS task, `avg` and transfer column (None when not scored), `mtd_measured`, `precision` as the trainer
@@ -12,6 +12,8 @@ The views, each derived here from the record and nowhere else:
   what ran (`variant`, `precision`: the summary's, else the config's), the test scores the trial has (no
   column for the others), `mtd` even when None, `transfer_mode` and `align_uniform_split`; no
   `mtd_measured` (the analysis adds it).
+- `metrics_lines(summary)`: the metrics.jsonl lines the record's curve holds (what the driver writes for a
+  trial whose worker's own file never arrived).
 - `optuna_attrs(summary)` and its inverse `summary_from_attrs(attrs)`: the Optuna user attributes, one flat
   attribute per score and scalar (the dashboard's columns) and the rest of the record, but the curve, under
   `summary_other`; a damaged summary.json is restored from them whole (marked `restored_from: optuna`).
@@ -26,7 +28,8 @@ import json
 from typing import Any, Literal, TypedDict
 
 from trainer.config import flatten
-from trainer.evaluation.sts_average import AVG, readable_test
+from trainer.evaluation.sts_average import AVG, readable_test, sts_test_label
+from trainer.files import json_safe
 from trainer.vocabulary import STS_TASKS, TRANSFER_TASKS
 
 
@@ -66,6 +69,31 @@ class Summary(TypedDict, total=False):
     resources: dict[str, Any]  # added by the sweep's worker: where it ran
     files: dict[str, Any]  # added on a cluster: whether the trial's files reached the driver
     restored_from: str  # "optuna" when rebuilt by summary_from_attrs
+
+
+def build_summary(*, steps: int, batch_size: int, train_seconds: float, eval_seconds: float,
+                  final_eval_seconds: float, wall_time_s: float, best_dev: float | None, **fields: Any) -> Summary:
+    """The record of one run from what the trainer knows at its end: `fields` are Summary fields by name (a
+    name Summary does not have is a TypeError); `best_dev` is the best STS-B dev Spearman as a fraction. Derived
+    here: `best_dev_stsb` (x100, 4 decimals), `test_label`, `transfer_mode` (only beside transfer scores),
+    `sentences_per_s` and the rounded timings. JSON-safe (no NaN or infinity: None)."""
+    unknown = sorted(set(fields) - set(Summary.__annotations__))
+    if unknown:
+        raise TypeError(f"build_summary: not summary.json fields: {unknown}")
+    record: dict[str, Any] = {"steps": steps, **fields}
+    record["best_dev_stsb"] = round(best_dev * 100, 4) if best_dev is not None else None
+    record["test_label"] = sts_test_label(record.get("test") or ())
+    if not record.get("transfer"):
+        record["transfer_mode"] = None
+    record["sentences_per_s"] = round(steps * batch_size / train_seconds, 2) if train_seconds > 0 else None
+    record.update(train_seconds=round(train_seconds, 2), eval_seconds=round(eval_seconds, 2),
+                  final_eval_seconds=round(final_eval_seconds, 2), wall_time_s=round(wall_time_s, 2))
+    return json_safe(record)
+
+
+def metrics_lines(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """The metrics.jsonl lines of the run: every evaluation's line, as the trainer wrote them (its curve)."""
+    return list(summary.get("history") or [])
 
 
 View = Literal["trials.csv", "analysis"]

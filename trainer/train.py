@@ -35,13 +35,13 @@ from trainer.errors import UserError
 from trainer.evaluation.cache import EmbeddingCache
 from trainer.evaluation.encoder import SentenceEncoder
 from trainer.evaluation.sts import cosine_scores, evaluate_sts, load_task, split_tasks
-from trainer.evaluation.sts_average import sts_test_label
 from trainer.evaluation.transfer import evaluate_transfer
 from trainer.evaluation.transfer_data import load_transfer_tasks
 from trainer.files import apply_umask_modes, json_safe, write_text_atomic
 from trainer.methods import Method, method_class
 from trainer.models import load_encoder, pick_device
 from trainer.optim import build_optimizer
+from trainer.summary import build_summary
 from trainer.vocabulary import COLLAPSED, DIVERGED, OK, STS_BENCHMARK, STS_TASKS
 
 Report = Callable[[dict[str, Any]], None]
@@ -428,34 +428,29 @@ def _final_evaluation(run: _Run) -> dict[str, Any]:
 
 
 def _summary(run: _Run, final: dict[str, Any]) -> dict[str, Any]:
-    """summary.json: the verdict, the scores, MTD and the method's own fields, timings, the resolved config."""
+    """summary.json (trainer.summary): the verdict, the scores, MTD and the method's own fields, timings, the
+    resolved config."""
     config, best, best_test = run.config, run.best, run.best_test
-    transfer = final["transfer"]
-    summary = {
-        "status": run.status, "reason": run.reason, "steps": run.step, "total_steps": run.total_steps,
-        "variant": config.variant, "precision": run.precision,
-        "released": {flag: value for flag, value in config.to_dict()["released"].items()},
-        "selection": "dev" if config.eval.selection == "dev" else f"test_avg: {TEST_SELECTED_LABEL}",
-        "best_step": best["step"] if best["state"] is not None else None,
-        "best_dev_stsb": round(best["dev"] * 100, 4) if best["state"] is not None else None,
-        "test": final["test"], "test_label": sts_test_label(final["test"] or ()), "sts_details": final["sts_details"],
-        "transfer": transfer,
-        "transfer_mode": config.eval.transfer_mode if transfer else None,
-        "align": final["align"], "uniform": final["uniform"], "align_uniform_split": final["au_split"],
-        "mtd": None, **run.method.summary_fields(run.step),
-        "sentences_per_s": (round(run.step * config.batch_size / run.train_seconds, 2)
-                            if run.train_seconds > 0 else None),
-        "train_seconds": round(run.train_seconds, 2), "eval_seconds": round(run.eval_seconds, 2),
-        "final_eval_seconds": round(run.final_eval_seconds, 2),
-        "wall_time_s": round(time.perf_counter() - run.started, 2),
-        "device": str(run.device), "corpus_sentences": len(run.corpus), "history": run.history,
-        "config": config.to_dict(),
-    }
+    extra: dict[str, Any] = {}
     if run.track_test:
-        summary["test_selected"] = {"label": TEST_SELECTED_LABEL, "step": best_test["step"], "test": best_test["test"]}
+        extra["test_selected"] = {"label": TEST_SELECTED_LABEL, "step": best_test["step"], "test": best_test["test"]}
     if run.eval_augments is not None:
-        summary["eval_cutoff"] = EvaluationAugments.LABEL
-    summary = json_safe(summary)
+        extra["eval_cutoff"] = EvaluationAugments.LABEL
+    summary = build_summary(
+        status=run.status, reason=run.reason, steps=run.step, total_steps=run.total_steps,
+        variant=config.variant, precision=run.precision, released=dict(config.to_dict()["released"]),
+        selection="dev" if config.eval.selection == "dev" else f"test_avg: {TEST_SELECTED_LABEL}",
+        best_step=best["step"] if best["state"] is not None else None,
+        best_dev=best["dev"] if best["state"] is not None else None,
+        test=final["test"], sts_details=final["sts_details"],
+        transfer=final["transfer"], transfer_mode=config.eval.transfer_mode,
+        align=final["align"], uniform=final["uniform"], align_uniform_split=final["au_split"],
+        **{"mtd": None, **run.method.summary_fields(run.step)},
+        batch_size=config.batch_size, train_seconds=run.train_seconds, eval_seconds=run.eval_seconds,
+        final_eval_seconds=run.final_eval_seconds, wall_time_s=time.perf_counter() - run.started,
+        device=str(run.device), corpus_sentences=len(run.corpus), history=run.history, config=config.to_dict(),
+        **extra,
+    )
     if run.out_dir:
         write_text_atomic(run.out_dir / "summary.json", json.dumps(summary, indent=2))
     return summary

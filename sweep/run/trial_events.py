@@ -25,6 +25,7 @@ from sweep.records.store import metric_value
 from sweep.run.plan import StudyPlan, number_or_none
 from sweep.run.worker import CURVE_KEY, ERROR_KEY, STEP_KEY, SUMMARY_KEY
 from sweep.text import shorten
+from trainer.summary import metrics_lines
 from trainer.vocabulary import ERROR, INTERRUPTED, PRUNED
 
 # The keys Tune adds to every result a trial reports; the rest is the trainer's metrics line as it reported it.
@@ -193,8 +194,9 @@ class TrialEvents(tune.Callback):
             if "config" not in summary:
                 summary = {**summary, "config": trial.config.get("config")}
             folder.write_summary(key, summary)
-        if not folder.metrics_path(key).exists() and live["metrics"]:
-            folder.write_metrics(key, live["metrics"])
+        lines = metrics_lines(summary) or live["metrics"]  # the trainer's curve, else what it reported live
+        if not folder.metrics_path(key).exists() and lines:
+            folder.write_metrics(key, lines)
 
 
 def reported_metrics(result: dict[str, Any]) -> dict[str, Any]:

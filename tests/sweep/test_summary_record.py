@@ -8,13 +8,14 @@ import json
 from pathlib import Path
 
 import optuna
+import pytest
 
 from sweep.records.store import StudyFolder, weights_state
 from sweep.run.runner import StudyRun
 from sweep.run.trial_events import reported_metrics
 from sweep.spec import load_study
 from tests.helpers import study_file
-from trainer.summary import optuna_attrs, summary_from_attrs, summary_row
+from trainer.summary import build_summary, metrics_lines, optuna_attrs, summary_from_attrs, summary_row
 from trainer.vocabulary import STS_TASKS, TRANSFER_TASKS
 
 
@@ -136,3 +137,18 @@ def test_the_mirror_records_the_same_attributes(tmp_path):
     restored = summary_from_attrs(frozen.user_attrs)
     restored.pop("restored_from")
     assert restored == {k: v for k, v in summary.items() if k != "history"}
+
+
+def test_the_builder_derives_its_fields_and_refuses_a_field_summary_json_does_not_have():
+    facts = dict(status="ok", reason=None, total_steps=10, best_step=5, test={"STSBenchmark": 70.0},
+                 transfer=None, transfer_mode="fasttest", align=float("nan"), history=[{"step": 5}])
+    summary = build_summary(steps=10, batch_size=64, train_seconds=2.0, eval_seconds=1.23456,
+                            final_eval_seconds=0.0, wall_time_s=3.333, best_dev=0.712345678, **facts)
+    assert summary["best_dev_stsb"] == 71.2346 and summary["sentences_per_s"] == 320.0
+    assert summary["transfer_mode"] is None  # only beside transfer scores
+    assert summary["align"] is None and summary["eval_seconds"] == 1.23 and summary["wall_time_s"] == 3.33
+    assert summary["test_label"].startswith("STS-B test Spearman x100 only")
+    assert metrics_lines(summary) == [{"step": 5}]
+    with pytest.raises(TypeError, match="best_dev_stsbb"):
+        build_summary(steps=1, batch_size=1, train_seconds=0.0, eval_seconds=0.0, final_eval_seconds=0.0,
+                      wall_time_s=0.0, best_dev=None, best_dev_stsbb=1.0)
