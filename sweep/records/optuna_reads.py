@@ -1,9 +1,9 @@
 """Reading a study's trials back from Optuna's RDB storage fast: what `sweep status` and the resume plan
 read once per command.
 
-Optuna's own read (`RDBStorage.get_all_trials`) builds one ORM object per row, ~0.8 ms per trial: 8 s for a
-10,000-trial study. `read_trials` returns the same FrozenTrials from five plain SELECTs over Optuna's own
-tables (~20x less); it falls back to Optuna's read if a later Optuna renames its table models, and
+Optuna's own read (`RDBStorage.get_all_trials`) builds one ORM object per row. `read_trials` returns the same
+FrozenTrials from five plain SELECTs over Optuna's own tables (bench/RESULTS.md, "Bookkeeping at scale",
+has the figures); it falls back to Optuna's read if a later Optuna renames its table models, and
 tests/sweep/test_bookkeeping_scale.py checks it against Optuna's read field by field on the pinned version.
 """
 
@@ -36,10 +36,10 @@ def read_trials(storage: optuna.storages.RDBStorage, study_id: int,
 
 @contextlib.contextmanager
 def _cyclic_gc_paused() -> Iterator[None]:
-    """Python's cycle collector off while a read builds its rows: 10,000 trials are ~200,000 new dicts and
-    values, none in a cycle, and each collection they trigger scans every object the process holds (the
-    study's expanded configs too), ~40% of the read in a 10,000-trial resume. Reference counting still
-    frees everything; the collector is back on (and runs as usual) afterwards."""
+    """Python's cycle collector off while a read builds its rows: they are many new dicts and values, none
+    in a cycle, and each collection they would trigger scans every object the process holds (the study's
+    expanded configs too). Reference counting still frees everything; the collector is back on (and runs as
+    usual) afterwards."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:

@@ -233,8 +233,8 @@ class StudyPlan:
     def _changed_fields(self, trial: Trial, summary: dict[str, Any] | None) -> list[str]:
         """Fields whose value in the config the trial ran with differs from how it resolves now.
 
-        The config the trial ran with is the one its summary.json records (already read: parsing each
-        finished trial's config.yaml as well was most of a 10,000-trial resume), else its config.yaml.
+        The config the trial ran with is the one its summary.json records (already read, so a resume parses
+        no finished trial's config.yaml), else its config.yaml.
         A field the stored config lacks (added by a later release, with a default) does not count.
         """
         stored = (summary or {}).get("config")
@@ -243,7 +243,7 @@ class StudyPlan:
         if stored is None:
             return []
         if _without_run_fields(stored) == _without_run_fields(trial.config):
-            return []  # the common case, one comparison in C instead of two flattened copies
+            return []  # the common case: one dict comparison, nothing flattened
         before, now = flatten(stored), flatten(trial.config)
         return sorted(k for k in now if k in before and k not in RUN_FIELDS and before[k] != now[k])
 
