@@ -1,5 +1,6 @@
 """What `sweep run --dry-run` prints: the study, what its trials train on and how each ends (the corpus, the
-final evaluation and its cost next to the training's), its trials (with states if it ran before), MTD."""
+final evaluation and its cost next to the training's), its cost in device-hours from the device's bench record
+(sweep.commands.cost), its trials (with states if it ran before, planned steps and evaluations), MTD."""
 
 from __future__ import annotations
 
@@ -7,6 +8,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from sweep.commands.cost import (
+    TrialCost,
+    cost_lines,
+    find_records,
+    local_gpu_name,
+    run_device,
+    sharing_slowdown,
+    trial_cost,
+    trials_at_once,
+)
 from sweep.spec.expand import expansion, planning_config
 from sweep.spec.schema import StudySpec, Trial
 from sweep.text import format_value, is_expr, one_line, plural
@@ -52,19 +63,30 @@ def weights_rerun(spec: StudySpec, trials: list[Trial], states: dict[str, str]) 
     return weights_to_restore(spec, folder, ended, keep_weights_changed(spec))
 
 
-def format_trial_table(spec: StudySpec, trials: list[Trial], states: dict[str, str] | None = None) -> str:
-    """A plain-text table: key, seed, one column per swept parameter, MTD, and status when `states`."""
-    headers = ["key", "seed", *spec.parameters, "mtd"] + (["status"] if states is not None else [])
+def format_trial_table(spec: StudySpec, trials: list[Trial], states: dict[str, str] | None = None,
+                       costs: list[TrialCost] | None = None) -> str:
+    """A plain-text table: key, seed, one column per swept parameter, MTD, with `costs` (one per trial) the
+    planned steps, STS-B dev evaluations and, where estimated, device-hours; and status when `states`."""
+    estimated = costs is not None and any(c.seconds is not None for c in costs)
+    cost_headers = ([] if costs is None else ["steps", "dev evals"]) + (["device-h"] if estimated else [])
+    headers = ["key", "seed", *spec.parameters, "mtd", *cost_headers] + (["status"] if states is not None else [])
     rows = []
-    for trial in trials:
+    for index, trial in enumerate(trials):
         row = [trial.key, str(trial.seed)]
         row += [format_value(trial.params.get(key)) for key in spec.parameters]
         row.append("-" if trial.mtd is None else f"{trial.mtd:.2f}")
+        if costs is not None:
+            cost = costs[index]
+            row += ["-" if cost.steps is None else str(cost.steps), "-" if cost.evaluations is None
+                    else str(cost.evaluations)]
+            if estimated:
+                row.append("-" if cost.seconds is None else f"{cost.seconds / 3600:.3g}")
         if states is not None:
             row.append(states.get(trial.key, "-"))
         rows.append(row)
     widths = [max(len(cell) for cell in column) for column in zip(headers, *rows)]
-    numeric = {1, len(headers) - 1 - (states is not None)}  # seed and mtd read better right-aligned
+    mtd = 2 + len(spec.parameters)
+    numeric = {1, *range(mtd, mtd + 1 + len(cost_headers))}  # seed, mtd and the costs read better right-aligned
     out = []
     for row in [headers, *rows]:
         cells = [cell.rjust(w) if i in numeric else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths))]
@@ -105,6 +127,8 @@ def _dry_run_text(spec: StudySpec) -> str:
     if spec.method == "tpe":
         line("trials", f"up to {spec.budget} per seed x {plural(len(spec.seeds), 'seed')} = "
                        f"{spec.budget * len(spec.seeds)}, chosen by TPE during the run")
+        for text in study_cost_lines(spec, configs, trials=spec.budget * len(spec.seeds))[0]:
+            line("cost", text)
         line("space", "")
         for key, values in spec.parameters.items():
             out.append(f"  {key}: {_describe_parameter(values)}")
@@ -141,9 +165,37 @@ def _dry_run_text(spec: StudySpec) -> str:
             counts[state] = counts.get(state, 0) + 1
         summary = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
         line("status", f"{summary} (from the trial folders and the Optuna study in {Path(spec.study_dir)})")
+    texts, costs = study_cost_lines(spec, [t.config for t in trials])
+    for text in texts:
+        line("cost", text)
     out.append("")
-    out.append(format_trial_table(spec, trials, states))
+    out.append(format_trial_table(spec, trials, states, costs))
     return "\n".join(out)
+
+
+def study_cost_lines(spec: StudySpec, configs: list[dict[str, Any]], trials: int | None = None
+                     ) -> tuple[list[str], list[TrialCost]]:
+    """The `cost:` lines (sweep.commands.cost) and each config's TrialCost, from the bench record(s) of the
+    device the trials run on; `trials`: how many trials the study runs at most when `configs` only plans them
+    (TPE: its planning config). Without a record, one line naming the command that makes one."""
+    devices = {run_device(spec, config) for config in configs}
+    device = "cuda" if "cuda" in devices else "cpu"
+    records, advice = find_records(device, local_gpu_name())
+    shapes: dict[str, Any] = {}
+    bound = f"the {spec.scheduler.type} scheduler stops trials early" if spec.scheduler else None
+    if not records:
+        return [f"not estimated: {advice}"], [trial_cost(config, device, None, STS_TEST_PAIRS) for config in configs]
+    texts: list[str] = []
+    first: list[TrialCost] = []
+    at_once = trials_at_once(spec, device, trials or len(configs))
+    for record in records:
+        slowdown, shared = sharing_slowdown(record, at_once, device)
+        costs = [trial_cost(config, device, record, STS_TEST_PAIRS, shapes, slowdown) for config in configs]
+        for cost in costs:
+            cost.notes += [shared] if shared else []
+        texts += cost_lines(spec, device, record, costs, trials=trials, upper_bound_why=bound)
+        first = first or costs
+    return texts, first
 
 
 def corpus_lines(configs: list[dict[str, Any]]) -> list[str]:

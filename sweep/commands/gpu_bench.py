@@ -1,19 +1,24 @@
 """`sweep doctor --bench`: the GPU self-check (the checklist is sweep.commands.doctor's).
 
     run_bench(tiny=False) -> dict     # each method x precision, ~20 trainer steps on a random-weight encoder
-                                      # (bert-base-sized on CUDA, tiny on the CPU or with --tiny)
+                                      # (bert-base-sized on CUDA, tiny on the CPU or with --tiny), after an
+                                      # untimed 2-step warm-up; on the CPU also each method at fp32 on a
+                                      # MiniLM-L6-sized one (size_probe)
     bench_table(report) -> str        # the markdown table `sweep doctor --bench` prints
 
-The bench trains through `trainer.train.train` (the same loop as a trial), passing the precision in the run
-config and reporting the precision the run's summary.json says it used, so a device that does not honour a
-precision shows it. Per run: steps/s and sentences/s (the summary's: all steps, the first one included,
-evaluations excluded), peak memory (CUDA: torch.cuda.max_memory_allocated; not measured on the CPU), on
-CUDA a second run whose steps after the first evaluation run under torch.cuda.set_sync_debug_mode("error")
-(switched on through the trainer's `on_step` hook; the first synchronising operation raises: sync-free when
-that is the next evaluation's loss read-back, else the line that synced), the mean training loss over the
-steps against fp32's (same seed, same batches), and the aggregate throughput of two trials sharing the device
-(two processes) against one alone. It prints a markdown table and writes JSON; it stops starting runs after
-BENCH_BUDGET_S (10 minutes) and lists what it skipped. Without a GPU it says plainly that no GPU was measured.
+The bench trains through `trainer.train.train` (the same loop as a trial), passing the precision in the run config
+and reporting the precision the run's summary.json says it used, so a device that does not honour a precision
+shows it. Per run: steps/s and sentences/s (the summary's: all steps, the first one included, evaluations
+excluded), the seconds of a step, of the STS-B dev evaluation, of the final evaluation (STS-B test) and of the
+set-up (`run_timings`: what `sweep run --dry-run` estimates a study's cost from), peak memory (CUDA:
+torch.cuda.max_memory_allocated; not measured on the CPU), on CUDA a second run whose steps after the first
+evaluation run under torch.cuda.set_sync_debug_mode("error") (switched on through the trainer's `on_step` hook;
+the first synchronising operation raises: sync-free when that is the next evaluation's loss read-back, else the
+line that synced), the mean training loss over the steps against fp32's (same seed, same batches), and the
+aggregate throughput of two trials sharing the device (two processes, their steady steps: SteadySteps; on the CPU
+on the size probe's encoder) against one alone. It prints a markdown table and writes JSON; it stops starting runs
+after BENCH_BUDGET_S (10 minutes) and lists what it skipped. Without a GPU it says plainly that no GPU was
+measured.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from trainer.errors import UserError
 from trainer.vocabulary import METHODS, STS_BENCHMARK
 
 BENCH_BUDGET_S = 600.0  # the whole bench, sharing test included
+BENCH_MAX_LENGTH = 32  # tokens per training sentence (the trainer's default)
 PRECISIONS = ("fp32", "bf16", "fp16")
 NO_GPU_NOTE = ("no GPU was measured: this ran on the CPU with a tiny random encoder, so the figures only show that "
                "the bench runs; run `sweep doctor --bench` on a CUDA machine for GPU figures")
@@ -41,6 +47,14 @@ BERT_BASE = dict(vocab_size=30522, hidden_size=768, num_hidden_layers=12, num_at
                  intermediate_size=3072, max_position_embeddings=512)
 TINY = dict(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
             max_position_embeddings=128, initializer_range=0.2)
+# The embedded model's shape (all-MiniLM-L6-v2, what CPU studies train). The CPU bench also runs each method at
+# fp32 on an encoder of this shape (the size probe): the tiny encoder's times are mostly per-step overhead, so
+# `sweep run --dry-run` scales them to a real encoder by this measured ratio, not by compute alone.
+PROBE = dict(vocab_size=30522, hidden_size=384, num_hidden_layers=6, num_attention_heads=12, intermediate_size=1536,
+             max_position_embeddings=512)
+PROBE_STEPS = 10  # at most, per probe run
+PROBE_FOLDER = "probe-encoder"  # in the bench's temporary folder
+PROBE_RESERVE_S = 60.0  # the time left that the first probe run needs to start (later ones: the longest so far)
 
 
 def _write_encoder(folder: Path, shape: dict[str, Any]) -> Path:
@@ -60,11 +74,13 @@ def _write_encoder(folder: Path, shape: dict[str, Any]) -> Path:
 
 def bench_run_config(model: Path, method: str, precision: str, steps: int, batch: int, device: str,
                 data_dir: str | None, cache: Path) -> dict[str, Any]:
-    """A trainer config: `steps` training steps, one evaluation (STS-B dev) at the end, STS-B test."""
+    """A trainer config: `steps` training steps, one evaluation (STS-B dev) at the end, STS-B test (alignment and
+    uniformity on its pairs: the final evaluation encodes STS-B test and nothing else)."""
     return {"model": str(model), "method": method, "precision": precision, "device": device, "batch_size": batch,
             "max_steps": steps, "seed": 1, "pooler": "cls",
-            "eval": {"eval_steps": steps, "final_tasks": [STS_BENCHMARK]},
-            "data": {"data_dir": data_dir, "max_sentences": batch * steps, "cache_dir": str(cache)}}
+            "eval": {"eval_steps": steps, "final_tasks": [STS_BENCHMARK], "align_uniform_split": "test"},
+            "data": {"data_dir": data_dir, "max_sentences": batch * steps, "max_length": BENCH_MAX_LENGTH,
+                     "cache_dir": str(cache)}}
 
 
 def _train(config: dict[str, Any], on_step: Callable[[int], None] | None = None,
@@ -91,7 +107,21 @@ def _measure(config: dict[str, Any], cuda: bool) -> dict[str, Any]:
         "precision_ran": summary.get("precision"), "device": summary.get("device"), "steps": summary.get("steps"),
         "steps_per_s": round(rate / config["batch_size"], 3) if rate else None, "sentences_per_s": rate,
         "peak_memory_mib": round(torch.cuda.max_memory_allocated() / 2**20, 1) if cuda else None,
-        "loss": history[0].get("loss"),
+        "loss": history[0].get("loss"), **run_timings(summary, config["batch_size"]),
+    }
+
+
+def run_timings(summary: dict[str, Any], batch: int) -> dict[str, float | None]:
+    """What a dry run's cost estimate reads from a bench run (sweep.commands.cost), from the trainer's summary:
+    seconds per optimiser step (all steps, the first included), per STS-B dev evaluation, for the final
+    evaluation (STS-B test), and the rest of the run's wall time (set-up: model, corpus, evaluation data)."""
+    rate, evaluations = summary.get("sentences_per_s"), len(summary.get("history") or ())
+    timed = sum(summary.get(key) or 0.0 for key in ("train_seconds", "eval_seconds", "final_eval_seconds"))
+    return {
+        "step_seconds": round(batch / rate, 6) if rate else None,
+        "dev_eval_seconds": round(summary["eval_seconds"] / evaluations, 4) if evaluations else None,
+        "final_eval_seconds": summary.get("final_eval_seconds"),
+        "setup_seconds": round(max(0.0, summary["wall_time_s"] - timed), 2) if "wall_time_s" in summary else None,
     }
 
 
@@ -170,8 +200,37 @@ class SyncWindow:
         return loop or inner, step
 
 
+class _StepsTimed(Exception):
+    """Raised through the trainer by SteadySteps once its steps are timed: the run ends there."""
+
+
+class SteadySteps:
+    """A run's steady training speed, through the trainer's `on_step` hook: the steps after the first (which
+    pays the process's first-use costs) up to `last` (before the evaluation at the run's end) are timed, then
+    the run is stopped (_StepsTimed)."""
+
+    def __init__(self, last: int, cuda: bool):
+        self.last, self.cuda = last, cuda
+        self.start: float | None = None
+        self.seconds: float | None = None
+
+    def on_step(self, step: int) -> None:
+        if step not in (1, self.last):
+            return
+        if self.cuda:
+            import torch
+
+            torch.cuda.synchronize()
+        if step == 1:
+            self.start = time.perf_counter()
+        else:
+            self.seconds = time.perf_counter() - self.start
+            raise _StepsTimed
+
+
 def _sharing(config: dict[str, Any]) -> dict[str, Any]:
-    """Aggregate sentences/s of two trials (processes) sharing the device, against one alone."""
+    """Aggregate sentences/s of two trials (processes) sharing the device, against one alone: each process's
+    steady speed (SteadySteps), so that the processes' start-up is not what is compared."""
     def start() -> subprocess.Popen:
         env = dict(os.environ) if config["device"] != "cpu" else {**os.environ, "OMP_NUM_THREADS": "1"}
         return subprocess.Popen([sys.executable, "-m", "sweep.commands.gpu_bench", "--one-run", json.dumps(config)],
@@ -186,8 +245,9 @@ def _sharing(config: dict[str, Any]) -> dict[str, Any]:
     alone = result(start())
     pair = [start(), start()]
     together = [result(p) for p in pair]
-    return {"method": config["method"], "precision": config["precision"], "alone_sentences_per_s": alone,
-            "shared_sentences_per_s": together, "aggregate_sentences_per_s": round(sum(together), 2),
+    return {"method": config["method"], "precision": config["precision"], "steps_timed": config["max_steps"] - 2,
+            "alone_sentences_per_s": alone, "shared_sentences_per_s": together,
+            "aggregate_sentences_per_s": round(sum(together), 2),
             "aggregate_vs_alone": round(sum(together) / alone, 3) if alone else None}
 
 
@@ -222,13 +282,16 @@ def run_bench(tiny: bool = False, methods: tuple[str, ...] = METHODS, precisions
                                                 "representative"),
         "torch": torch.__version__, "torch_cuda": torch.version.cuda,
         "encoder": {"shape": "tiny" if tiny else "bert-base", **(TINY if tiny else BERT_BASE)},
-        "batch_size": batch, "steps": steps, "budget_s": budget_s, "runs": [], "sharing": None, "skipped": [],
+        "batch_size": batch, "max_length": BENCH_MAX_LENGTH, "final_tasks": [STS_BENCHMARK],
+        "threads": 1 if not cuda else None, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "steps": steps, "budget_s": budget_s, "runs": [], "sharing": None, "size_probe": None, "skipped": [],
         "not_supported": report_skip,
     }
     with tempfile.TemporaryDirectory(prefix="sweep-doctor-") as tmp:
         model = _write_encoder(Path(tmp) / "encoder", TINY if tiny else BERT_BASE)
         cache = Path(tmp) / "cache"
         longest = 0.0  # the longest method x precision so far: no run starts that would end past the budget
+        warm = False
         for method in methods:
             fp32_loss = None
             for precision in usable:
@@ -236,6 +299,10 @@ def run_bench(tiny: bool = False, methods: tuple[str, ...] = METHODS, precisions
                     report["skipped"].append(f"{method} {precision}")
                     continue
                 run_started = time.monotonic()
+                if not warm:  # the process's first-use costs (allocators, kernels, thread pools), untimed
+                    say("bench: warm-up (2 steps, not timed) ...")
+                    _train(bench_run_config(model, method, "fp32", 2, batch, device, root, cache))
+                    warm = True
                 config = bench_run_config(model, method, precision, steps, batch, device, root, cache)
                 say(f"bench: {method} {precision} ...")
                 run = {"method": method, "precision_asked": precision}
@@ -257,15 +324,49 @@ def run_bench(tiny: bool = False, methods: tuple[str, ...] = METHODS, precisions
                     "sync_free": None, "first_sync": "not checked: no GPU (sync debug mode is CUDA's)"}
                 report["runs"].append(run)
                 longest = max(longest, time.monotonic() - run_started)
+        shape, share_steps = report["encoder"]["shape"], steps
+        if not cuda:
+            probe_started = time.monotonic()
+            probe = size_probe(Path(tmp), methods, min(steps, PROBE_STEPS), batch, root,
+                               lambda: budget_s - (time.monotonic() - started), say)
+            report["size_probe"] = probe
+            if probe["runs"]:  # trials share the CPU as real encoders do, not as the tiny one's overhead does
+                model, shape, share_steps = Path(tmp) / PROBE_FOLDER, probe["encoder"]["shape"], probe["steps"]
+                longest = (time.monotonic() - probe_started) / len(probe["runs"])
         if time.monotonic() - started + 2 * longest > budget_s:  # one alone, then two at once
             report["skipped"].append("sharing")
         else:
-            say("bench: two trials sharing one device ...")
-            shared = bench_run_config(model, "simcse", "auto", steps, batch, device, root, cache)
-            report["sharing"] = _sharing(shared)
+            say(f"bench: two trials sharing one device ({shape} encoder) ...")
+            shared = bench_run_config(model, "simcse", "auto", max(share_steps, 3), batch, device, root, cache)
+            report["sharing"] = {**_sharing(shared), "encoder": shape}
     torch.set_num_threads(threads)
     report["elapsed_s"] = round(time.monotonic() - started, 1)
     return report
+
+
+def size_probe(tmp: Path, methods: tuple[str, ...], steps: int, batch: int, root: str,
+               time_left: Callable[[], float], say: Any) -> dict[str, Any]:
+    """The CPU bench's runs at PROBE's shape: each method at fp32, `steps` steps, timed as the main runs
+    (`run_timings`); a run starts only while `time_left()` exceeds the longest one so far (PROBE_RESERVE_S
+    before the first), the others are listed as skipped."""
+    probe: dict[str, Any] = {"encoder": {"shape": "MiniLM-L6-sized", **PROBE}, "steps": steps, "runs": [],
+                             "skipped": []}
+    model = None
+    longest = 0.0
+    for method in methods:
+        if time_left() < (longest or PROBE_RESERVE_S):
+            probe["skipped"].append(f"{method} fp32")
+            continue
+        run_started = time.monotonic()
+        model = model or _write_encoder(tmp / PROBE_FOLDER, PROBE)
+        say(f"bench: {method} fp32 on a {probe['encoder']['shape']} encoder (size probe) ...")
+        config = bench_run_config(model, method, "fp32", steps, batch, "cpu", root, tmp / "probe-cache")
+        # a random-weight encoder of this depth embeds every sentence alike: the collapse check would end the
+        # run at its evaluation and skip the final one, which the probe times
+        config["collapse_threshold"] = 1.0
+        probe["runs"].append({"method": method, "precision_asked": "fp32", **_measure(config, cuda=False)})
+        longest = max(longest, time.monotonic() - run_started)
+    return probe
 
 
 def bench_table(report: dict[str, Any]) -> str:
@@ -293,26 +394,52 @@ def bench_table(report: dict[str, Any]) -> str:
     lines = [f"sweep doctor --bench on {report['gpu'] or 'the CPU'} ({report['encoder']['shape']} encoder, batch "
              f"{report['batch_size']}, {report['steps']} steps per run, {report['elapsed_s']} s)", "", *rows, ""]
     lines += [f"{header[i]}: {cells[0][i]} (every run)" for i in said_once]
+    timed = [run for run in report["runs"] if run.get("dev_eval_seconds") is not None]
+    if timed:
+        def span(key: str) -> str:
+            values = [run[key] for run in timed if run.get(key) is not None]
+            low, high = min(values, default=0.0), max(values, default=0.0)
+            return f"{low:.2f} s" if low == high else f"{low:.2f}-{high:.2f} s"
+
+        lines.append(f"per run: an STS-B dev evaluation {span('dev_eval_seconds')}, the final evaluation (STS-B "
+                     f"test) {span('final_eval_seconds')}, set-up {span('setup_seconds')} (kept in the record for "
+                     "`sweep run STUDY --dry-run`'s cost estimate)")
     share = report.get("sharing")
     if share:
-        lines.append(f"two trials sharing one {report['device'].upper()} ({share['method']}, precision auto): "
+        lines.append(f"two trials sharing one {report['device'].upper()} ({share['method']}, precision auto, "
+                     f"{share.get('encoder', report['encoder']['shape'])} encoder, steady steps): "
                      f"{share['aggregate_sentences_per_s']:g} sentences/s together "
                      f"({' + '.join(f'{s:g}' for s in share['shared_sentences_per_s'])}) vs "
                      f"{share['alone_sentences_per_s']:g} alone: x{share['aggregate_vs_alone']:g}")
-    if report["skipped"]:
+    probe = report.get("size_probe")
+    if probe and probe["runs"]:
+        steps = ", ".join(f"{run['method']} {run['step_seconds']:.3g} s" for run in probe["runs"])
+        first = probe["runs"][0]
+        lines.append(f"size probe ({probe['encoder']['shape']} encoder, fp32, {probe['steps']} steps): a step: "
+                     f"{steps}; an STS-B dev evaluation {first['dev_eval_seconds']:.2f} s, the final evaluation "
+                     f"{first['final_eval_seconds']:.2f} s ({first['method']})")
+    skipped = report["skipped"] + [f"{name} (size probe)" for name in (probe or {}).get("skipped", [])]
+    if skipped:
         lines.append(f"skipped (they would have ended past the {report['budget_s']:g} s budget): "
-                     f"{', '.join(report['skipped'])}")
+                     f"{', '.join(skipped)}")
     if report["note"]:
         lines.append(f"NOTE: {report['note']}")
     return "\n".join(lines)
 
 
 def _one_run(config_json: str) -> None:
-    """`python -m sweep.commands.gpu_bench --one-run CONFIG`: one bench run in this process; prints its
-    measures as JSON."""
+    """`python -m sweep.commands.gpu_bench --one-run CONFIG`: one bench run in this process, stopped once its
+    steady steps are timed (SteadySteps: steps 2 to max_steps - 1); prints {"sentences_per_s": ...} as JSON."""
+    config = json.loads(config_json)
+    window = SteadySteps(config["max_steps"] - 1, cuda=config["device"] != "cpu")
     with contextlib.redirect_stdout(sys.stderr):
-        result = _measure(json.loads(config_json), cuda=False)
-    print(json.dumps(result))
+        try:
+            _train(config, on_step=window.on_step)
+        except _StepsTimed:
+            pass
+    if not window.seconds:
+        sys.exit("the run ended before its timed steps (diverged or collapsed)")
+    print(json.dumps({"sentences_per_s": round((window.last - 1) * config["batch_size"] / window.seconds, 2)}))
 
 
 if __name__ == "__main__":
