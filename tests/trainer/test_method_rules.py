@@ -11,22 +11,11 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import REPO
-from trainer.config import RunConfig, field_names
+from trainer.config import RunConfig, field_names, flatten
 from trainer.errors import ConfigError
 from trainer.method_rules import RULES, ByFlag, FromKey, MethodRules, method_rules, resolve
 
 RECORD = json.loads((Path(__file__).with_name("resolved_configs.json")).read_text())
-
-
-def flat(data: dict, prefix: str = "") -> dict:
-    """{"optim": {"lr": 1}} -> {"optim.lr": 1}."""
-    out = {}
-    for key, value in data.items():
-        if isinstance(value, dict):
-            out.update(flat(value, f"{prefix}{key}."))
-        else:
-            out[prefix + key] = value
-    return out
 
 
 # ---- the resolved configs ---------------------------------------------------------------------------------
@@ -39,9 +28,9 @@ def test_the_record_covers_every_method_and_variant():
 def test_resolved_config_matches_the_record(case):
     """`filled` lists exactly the keys whose value (or JSON type: 0 against 0.0) differs from the config asked for."""
     asked = RunConfig.from_dict(case["input"])
-    expected = json.dumps({**flat(asked.to_dict()), **case["filled"]}, sort_keys=True)
-    assert json.dumps(flat(resolve(asked).to_dict()), sort_keys=True) == expected
-    assert json.dumps(flat(asked.resolved().to_dict()), sort_keys=True) == expected  # the same step
+    expected = json.dumps({**flatten(asked.to_dict()), **case["filled"]}, sort_keys=True)
+    assert json.dumps(flatten(resolve(asked).to_dict()), sort_keys=True) == expected
+    assert json.dumps(flatten(asked.resolved().to_dict()), sort_keys=True) == expected  # the same step
 
 
 @pytest.mark.parametrize("case", RECORD, ids=lambda case: json.dumps(case["input"], separators=(",", ":")))
@@ -93,7 +82,7 @@ def test_every_declared_key_is_a_config_key(name):
 def test_rules_fill_only_null_keys_and_read_only_keys_no_rule_fills(name):
     """A filled key defaults to null in RunConfig (else its default would never apply); a flag is a
     `released.*` key; what a default is computed from is filled by no rule, so the order of filling is free."""
-    defaults = flat(RunConfig().to_dict())
+    defaults = flatten(RunConfig().to_dict())
     filled, read = declared_keys(RULES[name])
     assert {key for key in filled if defaults[key] is not None} == set()
     all_filled = set().union(*(declared_keys(rules)[0] for rules in RULES.values()))
