@@ -9,7 +9,7 @@ only a trials.csv (copied by hand) is read from it. Either way each row gets:
 - `queue.slices` as a canonical label ("all", "0-512", "0-256+768-1024") so slices group and sort;
 - `mtd`: MoCoSE's d_trace, by formula (`mtd_source="formula"`, the default: recomputed by
   `trainer.mtd.config_traceable_distance` with the caller's explicit `eta_choice` / `k_choice`) or as
-  the trainer measured it (`mtd_source="measured"`: summary.json's `mtd.measured`, methods.md section 9);
+  the trainer measured it (`mtd_source="measured"`: summary.json's `mtd.measured`, docs/science/traceable-distance.md);
   NaN for methods without EMA and queue. The formula value the trainer recorded is kept as
   `mtd_recorded`, the measured one as `mtd_measured`, with `ema_age`, `queue_age_mean`, `queue_age_max`;
 - `gaussian.m_per_batch`: the number of Gaussian negatives as a multiple of the batch size;
@@ -70,10 +70,15 @@ def load_results(
     include_failed: bool = False,
     mtd_source: str = "formula",
 ) -> pd.DataFrame:
-    """One row per trial of `study_dir`; by default only COMPLETE trials with status ok.
+    """One row per trial of `study_dir`, as a pandas DataFrame; by default only COMPLETE trials with status ok.
 
-    `include_failed=True` keeps every row (FAIL, PRUNED, RUNNING, diverged, collapsed ...), e.g. to
-    count failures; their scores are whatever was recorded (often NaN).
+    Columns: the trial's `key`, `seed`, `state` and `status`; its resolved config by dotted key (`ema.decay`,
+    `queue.size`, ...); the scores (`dev_stsb`, the seven STS tasks, `avg`, the transfer tasks where run);
+    `mtd`, by formula (`eta_choice`: "initial", "final" or "mean" of the EMA schedule; `k_choice`: the
+    "oldest" queue position read, or the queue "size") or as measured (`mtd_source="measured"`); and the
+    run's other summary fields. `include_failed=True` keeps every row (FAIL, PRUNED, RUNNING, diverged,
+    collapsed ...), e.g. to count failures; their scores are whatever was recorded (often NaN). A folder
+    with nothing to analyse raises `ResultsError` (which `sweep analyze` prints as one line, exit status 2).
     """
     if eta_choice not in ETA_CHOICES:
         raise ValueError(f"eta_choice must be one of {ETA_CHOICES}, got {eta_choice!r}")

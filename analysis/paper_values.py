@@ -1,7 +1,7 @@
 """The numbers the papers report (bert-base-uncased, STS Spearman x100), keyed by table.
 
-Transcribed from docs/methods.md sections 1-5, which quote the papers; MoCoSE Table 4 is given there
-only by its best cell (1/2: 76.89), and the other cells are copied from the paper's own table.
+Transcribed from the papers' tables, which docs/science/ quotes with their sources (simcse.md, mocose.md,
+gs-infonce.md, mixcse.md); MoCoSE Table 4 is copied cell by cell from the paper's own table.
 Figures overlay these as "paper" markers where a study reproduces the table; tables add the main
 results as reference rows. Keys use the same units as the results columns (eta, queue positions,
 multiples of the batch size, ...).

@@ -70,11 +70,17 @@ def analyze(
 ) -> list[Path]:
     """Write every applicable figure and the score tables; return the written paths.
 
-    `out_dir` defaults to <study_dir>/figures. `eta_choice` / `k_choice` pick the MTD definition
-    (see trainer.mtd); `mtd_source="measured"` plots against the distance the trainer measured
-    instead (methods.md section 9). `score` is the y of the figures ("avg" = the seven-task STS test
+    What `sweep analyze` calls. `out_dir` defaults to <study_dir>/figures (<study_dir>/figures/measured_mtd
+    for the measured distance). `eta_choice` ("initial", "final" or "mean" of the EMA schedule) and
+    `k_choice` ("oldest" queue position read, or the queue "size") pick the MTD definition (trainer.mtd);
+    `mtd_source="measured"` plots against the distance the trainer measured instead
+    (docs/science/traceable-distance.md). `score` is the y of the figures ("avg" = the seven-task STS test
     average; trials that did not evaluate all seven have none, and the figures plot `fallback_score`
-    instead, under its own name). `size`: "single" (one journal column) or "double" (the page's width).
+    instead, under its own name). `n_boot` and `seed`: the bootstrap of the intervals over seeds. `size`:
+    "single" (one journal column) or "double" (the page's width).
+
+    Written: each applicable figure as .png (300 dpi), .pdf (TrueType fonts) and .csv (its data), and the
+    score tables scores.md/.tex/.csv (and transfer.* when trials ran the transfer tasks).
     Raises analysis.load.ResultsError when the folder has no finished trials.
     """
     check_size(size)

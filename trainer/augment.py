@@ -1,4 +1,4 @@
-"""Embedding-level augmentations for MoCoSE (methods.md section 2): FGSM (eq. 1), token shuffle,
+"""Embedding-level augmentations for MoCoSE (docs/science/mocose.md#augmentations): FGSM (eq. 1), token shuffle,
 token cutoff, feature cutoff. Dropout, the other augmentation, lives in the encoder. `EvaluationAugments`
 leaves the cutoffs and token shuffle on at evaluation, as the released MoCoSE code does (opt-in).
 

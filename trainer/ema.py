@@ -1,4 +1,4 @@
-"""EMA target branch for MoCoSE (eq. 2; methods.md section 2) and its decay schedules.
+"""EMA target branch for MoCoSE (eq. 2; docs/science/mocose.md#ema-target-branch) and its decay schedules.
 
     theta_target <- eta * theta_target + (1 - eta) * theta_online      after every optimiser step
 

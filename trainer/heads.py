@@ -1,9 +1,9 @@
 """Heads on top of the pooled [CLS] vector.
 
 - SimCSE: `MLPHead`, Linear(d, d) + Tanh, used only in training (evaluation uses raw [CLS]).
-- MoCoSE (methods.md section 2): pooler `Linear(d, d)` initialised from BERT's pooler (no activation)
-  -> projection (P layers of Linear + LayerNorm + Dropout; best P = 1), its last layer mapping d -> e
-  -> predictor (Q layers, online branch only; best Q = 2: Linear + LayerNorm + Dropout, then Linear + Tanh).
+- MoCoSE (docs/science/mocose.md#projection-and-predictor): pooler `Linear(d, d)` initialised from BERT's pooler (no
+  activation) -> projection (P layers of Linear + LayerNorm + Dropout; best P = 1), its last layer mapping d -> e ->
+  predictor (Q layers, online branch only; best Q = 2: Linear + LayerNorm + Dropout, then Linear + Tanh).
   e is the embedding size the loss sees (`heads.embedding_dim`, MoCoSE Table 6a; the release's
   `out_size`): the projection output, every predictor layer and the queue all have it.
 - `released_init`: the released MoCoSE heads use HF's `init_weights` (normal(0, 0.02) weights, zero

@@ -1,4 +1,5 @@
-"""Maximum traceable distance (MoCoSE section 5.7, eq. 4), by formula and as measured (methods.md 3, 9).
+"""Maximum traceable distance (MoCoSE section 5.7, eq. 4), by formula and as measured
+(docs/science/traceable-distance.md).
 
     d_trace = 1 / (1 - eta) + K / B
 
@@ -15,7 +16,8 @@ Two choices the paper leaves open are explicit here:
 - `k_choice` under queue slicing: "oldest" (K = the oldest position used, i.e. the largest slice end;
   the default, matching "age of the oldest key") or "size" (the whole queue size, ignoring slices).
 
-`TraceableDistanceMeter` measures both terms during a run instead (methods.md section 9).
+`TraceableDistanceMeter` measures both terms during a run instead
+(docs/science/traceable-distance.md#as-measured-during-a-run).
 
 >>> round(traceable_distance(0.85, 512, 64), 2)
 14.67
@@ -133,7 +135,8 @@ def config_eta(config: dict[str, Any], total_steps: int | None = None, eta_choic
 
 
 class TraceableDistanceMeter:
-    """The traceable distance measured during a run (methods.md section 9), without host syncs.
+    """The traceable distance measured during a run, without host syncs
+    (docs/science/traceable-distance.md#as-measured-during-a-run).
 
     EMA age: with a_t the mean age (steps) of the online weights inside the target after t updates,
     `a_t = eta_t * (a_{t-1} + 1)`, a_0 = 0 (the target starts as a copy). The target the loss sees at step

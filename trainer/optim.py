@@ -1,10 +1,10 @@
 """The optimiser of a run: torch's AdamW (the paper's reading) or the AdamW the releases trained with.
 
 All four releases train through the `Trainer` of their pinned transformers 4.x, whose default optimiser
-is transformers' own `AdamW` (correct_bias=True). Its step differs from `torch.optim.AdamW` in two
-places (methods.md section 8): eps is added to sqrt(v) before the bias correction is folded into the
-step size, and the weight decay is applied after the Adam update, to the updated weights. transformers 5
-no longer ships that class, so `TransformersAdamW` writes it out.
+is transformers' own `AdamW` (correct_bias=True). Its step differs from `torch.optim.AdamW` in two places
+(docs/science/paper-vs-released.md#optimiser-all-releases): eps is added to sqrt(v) before the bias correction is
+folded into the step size, and the weight decay is applied after the Adam update, to the updated weights.
+transformers 5 no longer ships that class, so `TransformersAdamW` writes it out.
 
     optimizer = build_optimizer(method.trainable_groups(wd), config.optim, released=config.released.optimizer)
 """

@@ -1,4 +1,4 @@
-"""The MoCoSE negative queue: a FIFO of recent target keys, ordered by age (methods.md section 2).
+"""The MoCoSE negative queue: a FIFO of recent target keys, ordered by age (docs/science/mocose.md#negative-queue).
 
 Conceptually the keys are a list with position 0 = the newest key. `push` puts a batch in front (batch
 row 0 becomes position 0), the queue grows up to `size` and then drops the oldest keys. At
@@ -138,7 +138,8 @@ class NegativeQueue(torch.nn.Module):
 
 
 def released_read_length(pushed: int, size: int, initial_size: int) -> int:
-    """How many queue keys the released MoCoSE loss reads once `pushed` real keys have entered (methods.md 8).
+    """How many queue keys the released MoCoSE loss reads once `pushed` real keys have entered
+    (docs/science/paper-vs-released.md#mocose-queue-read-past-k).
 
     The release keeps the queue as one tensor whose K = `size` columns all start random, counts its fill
     from K0 = `initial_size`, and prepends each batch's keys, cutting the tensor back to K only once the

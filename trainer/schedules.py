@@ -1,4 +1,5 @@
-"""The EMA decay schedules of MoCoSE (eq. 2; methods.md sections 2 and 8), as plain functions.
+"""The EMA decay schedules of MoCoSE (eq. 2; docs/science/mocose.md#schedules, paper-vs-released.md), as plain
+functions.
 
 Kept free of torch: the trainer, the MTD formula (trainer/mtd.py), the dry run and the analysis all
 compute eta with these.

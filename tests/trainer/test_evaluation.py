@@ -1,4 +1,4 @@
-"""STS evaluation (methods.md sections 6-7) checked against an independent re-implementation of SentEval.
+"""STS evaluation (docs/science/evaluation.md) checked against an independent re-implementation of SentEval.
 
 Every expected number below is computed in this file from the raw files with plain Python/NumPy/SciPy,
 following SentEval's `STSEval` / `STSBenchmarkEval` / `SICKRelatednessEval` and SimCSE's printing

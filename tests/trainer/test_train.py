@@ -1,5 +1,5 @@
 """`trainer.train.train` end to end on a tiny random BERT: summaries and logs for the four methods, and
-the parts of the loop methods.md pins down (2N rows in one forward for SimCSE; shared embeddings, EMA
+the parts of the loop docs/science/ pins down (2N rows in one forward for SimCSE; shared embeddings, EMA
 after every optimiser step and the queue of target keys for MoCoSE; FGSM modes; best-dev evaluation;
 linear decay; grad clipping; divergence and collapse; the corpus cache; determinism).
 

@@ -1,4 +1,4 @@
-"""Paper versus released-code variants (methods.md section 8), precision, and the measured traceable
+"""Paper versus released-code variants (docs/science/paper-vs-released.md), precision, and the measured traceable
 distance (section 9), each against an independent reference: hand-written formulas, NumPy, or a list
 model of the queue, never the trainer's own output."""
 

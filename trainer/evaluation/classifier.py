@@ -1,4 +1,5 @@
-"""SentEval's classifier for the transfer tasks, and its fits as independent jobs (methods.md 10).
+"""SentEval's classifier for the transfer tasks, and its fits as independent jobs
+(docs/science/evaluation.md#transfer-tasks).
 
 What is computed is SentEval's, step for step: SentEval's `MLP` with nhid 0 (one `nn.Linear`), seed 1111
 re-set for every fit (numpy and torch), CrossEntropyLoss (mean; SentEval's `size_average = False` assignment

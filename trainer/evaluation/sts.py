@@ -1,4 +1,4 @@
-"""STS evaluation exactly as SimCSE's fork of SentEval computes it (methods.md section 6).
+"""STS evaluation exactly as SimCSE's fork of SentEval computes it (docs/science/evaluation.md#the-seven-sts-tasks).
 
 Protocol, reproduced line by line from SentEval's `STSEval` / `STSBenchmarkEval` / `SICKRelatednessEval`:
 - STS12-16: `STS.input.<subset>.txt` holds two tab-separated sentences a line, `STS.gs.<subset>.txt` one
@@ -189,7 +189,7 @@ def average(scores_x100: Sequence[float]) -> float:
     return float("%.2f" % (sum(float("%.2f" % s) for s in scores_x100) / len(scores_x100)))
 
 
-# ---- alignment and uniformity (Wang & Isola 2020; methods.md section 7) --------------------------
+# ---- alignment and uniformity (Wang & Isola 2020; docs/science/evaluation.md#alignment-and-uniformity) -------
 def alignment_uniformity(pairs: PairSet, lookup: Callable[[Sequence[str]], np.ndarray]) -> tuple[float, float]:
     """align = E_pos ||f(x)-f(y)||^2 over pairs with gold > 4; uniform = log E exp(-2||f(x)-f(y)||^2) over
     all pairs of distinct sentences of the split. Embeddings are L2-normalised first."""

@@ -1,5 +1,5 @@
 """What may be called "the average": the papers' Avg, the mean of the seven STS tasks' 2-decimal test
-Spearman figures (STS12-16, STS-B, SICK-R; methods.md section 6), and nothing else.
+Spearman figures (STS12-16, STS-B, SICK-R; docs/science/evaluation.md), and nothing else.
 
 A run that evaluates fewer tasks (the quickstart: `eval.final_tasks: [STSBenchmark]`) has no average: its
 summary holds each score under the task's own name, no `test.avg`, and `test_label` says what was

@@ -1,5 +1,5 @@
-"""SentEval's seven transfer tasks (MR, CR, SUBJ, MPQA, SST2, TREC, MRPC) as SimCSE runs them (methods.md 10):
-the task protocols and the entry point, `evaluate_transfer`.
+"""SentEval's seven transfer tasks (MR, CR, SUBJ, MPQA, SST2, TREC, MRPC) as SimCSE runs them
+(docs/science/evaluation.md#transfer-tasks): the task protocols and the entry point, `evaluate_transfer`.
 
 What is computed is SentEval's, step for step:
 - Loaders and features: trainer.evaluation.transfer_data. Classifier and its fits: trainer.evaluation.classifier.

@@ -1,5 +1,6 @@
 """Reading SentEval's transfer task files (MR, CR, SUBJ, MPQA, SST2, TREC, MRPC) as SentEval reads them, and the
-feature matrix a task's classifier trains on (trainer.evaluation.transfer runs the tasks; methods.md 10).
+feature matrix a task's classifier trains on (trainer.evaluation.transfer runs the tasks;
+docs/science/evaluation.md#transfer-tasks).
 
 - Loaders: MR/CR/SUBJ/MPQA read latin-1 with `splitlines()` (label 1 = the first file: pos, or
   objective for SUBJ); SST2 utf-8 `sentence<TAB>label`; TREC latin-1 `LABEL:fine words`; MRPC utf-8

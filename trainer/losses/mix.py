@@ -1,4 +1,4 @@
-"""MixCSE: SimCSE plus mixed hard negatives (Zhang et al., AAAI 2022; methods.md section 5).
+"""MixCSE: SimCSE plus mixed hard negatives (Zhang et al., AAAI 2022; docs/science/mixcse.md).
 
 Math. For anchor h_i = z1_i with positive h'_i = z2_i, mix the positive with another positive h'_j:
 
@@ -16,7 +16,7 @@ mix(z)_k = normalize(lam*z_k + (1-lam)*z_{(k+1) mod N})), with m2 = mix(z2) and 
 
     B[i, k] = cos(z1_i, m2_k)/tau. Column k = i is the paper's negative m'_{i,i+1}. Column k = i-1
         (m2_{i-1} holds (1-lam) of z2_i, row i's own positive) is set to logit 0, not removed.
-    C[i, j] = cos(m1_i, z2_j)/tau  (layout="released", the default; methods.md's "cos(mix(z1), z2)").
+    C[i, j] = cos(m1_i, z2_j)/tau  (layout="released", the default; docs/science/mixcse.md#logit-layout).
         Row i compares the anchor mix m1_i with every positive; its diagonal C[i, i] =
         cos(m_{i,i+1}, h'_i) is the paper's negative for h'_i. Column j = i+1 (m1_i holds (1-lam) of
         z1_{i+1}, the anchor of z2_{i+1}) is set to logit 0.
@@ -27,8 +27,8 @@ mix(z)_k = normalize(lam*z_k + (1-lam)*z_{(k+1) mod N})), with m2 = mix(z2) and 
     (layout="paper") The paper adds ONE mixed negative per anchor and direction: only the diagonals,
         logits (N x (N+2)) = [ cos(z1, z2) | cos(z1_i, m2_i) | cos(z2_i, m1_i) ] / tau, (N x (N+1)) single.
 
-Paper versus released code (methods.md section 8): the paper adds one mixed negative per anchor, the code
-adds all N mixes of the batch (the paper's one is the diagonal); the code does not remove the
+Paper versus released code (docs/science/paper-vs-released.md#mixcse-negatives): the paper adds one mixed negative
+per anchor, the code adds all N mixes of the batch (the paper's one is the diagonal); the code does not remove the
 (1-lam)-self mix but sets its logit to 0 (so it still adds exp(0) = 1 to the denominator); the code's
 mixes are not normalised (irrelevant under cosine). The code adds `hard_negative_weight` (a logit offset,
 0 by default) to the diagonals of B and C, the paper's mixed negatives; it is applied to them in every

@@ -1,5 +1,5 @@
 """MoCoSE loss: InfoNCE of online queries against target keys and a queue (Cao et al., ACL Findings 2022,
-eq. 3; methods.md section 2).
+eq. 3; docs/science/mocose.md#loss-eq-3).
 
 Math. q = online branch output (encoder -> pooler -> projection -> predictor), k = target (EMA) branch
 output of the same sentences under another dropout mask, l = keys in the negative queue:

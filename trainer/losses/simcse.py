@@ -1,4 +1,4 @@
-"""Unsupervised SimCSE loss (Gao, Yao and Chen 2021; methods.md section 1).
+"""Unsupervised SimCSE loss (Gao, Yao and Chen 2021; docs/science/simcse.md).
 
 Math: z1, z2 are two encodings of the same N sentences under different dropout masks.
 

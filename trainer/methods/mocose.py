@@ -1,5 +1,5 @@
-"""MoCoSE (Cao et al., ACL Findings 2022; methods.md section 2): an EMA target branch, a predictor and a
-negative queue, in the paper's reading or the released code's (`released.*`, methods.md section 8).
+"""MoCoSE (Cao et al., ACL Findings 2022; docs/science/mocose.md): an EMA target branch, a predictor and a
+negative queue, in the paper's reading or the released code's (`released.*`, docs/science/paper-vs-released.md).
 
 Online branch: embeddings -> encoder -> pooler Linear(d, d) on [CLS] (from BERT's pooler, no activation)
 -> projection (P layers, to the embedding size e) -> predictor (Q layers). Target branch: the SAME

@@ -1,4 +1,5 @@
-"""SimCSE and the two methods that only add negatives to it: GS-InfoNCE and MixCSE (methods.md 1, 4, 5).
+"""SimCSE and the two methods that only add negatives to it: GS-InfoNCE and MixCSE (docs/science/simcse.md,
+gs-infonce.md, mixcse.md).
 
 All three encode the batch twice in ONE forward of 2N rows (dropout is the augmentation), take [CLS]
 through a train-only MLP (Linear + Tanh), and minimise one-direction InfoNCE; they differ only in the
