@@ -19,7 +19,7 @@ PROJECT_PACKAGES = ("trainer", "sweep", "analysis")
 # trainer, the import hook and the namespace cluster (conftest.py's fixtures come by name, never by import)
 IMPORTABLE = {"tests.helpers", "tests.synthetic_results", "tests.deadlines", "tests.fake_train",
               "tests.signal_at_import", "tests.cluster.netns_cluster"}
-FOLDERS = {"trainer", "sweep", "analysis", "e2e"}
+FOLDERS = {"trainer", "sweep", "analysis", "e2e", "docs"}  # docs: the site (tests/docs)
 
 
 def all_test_modules() -> list[Path]:
