@@ -170,6 +170,17 @@ class _Run:
 def train(config: RunConfig, report: Report | None = None, host_reads: HostReadPolicy | None = None,
           on_step: StepHook | None = None) -> dict[str, Any]:
     """Train one model as `config` says; returns the summary (also written to config.output_dir if set).
+
+    The summary is summary.json's dict (trainer.summary): `status` (ok, diverged or collapsed, with `reason`),
+    the best STS-B dev score and its step, the final test scores of the best-dev state (`test`, the STS tasks'
+    Spearman x 100 and their `avg`; `transfer` when asked for), MTD, the method's own fields, timings and the
+    resolved config. With `config.output_dir` set, the run also writes metrics.jsonl (one line per
+    evaluation) and, with `save_model`, the best-dev weights under model/.
+
+    `report(metrics)`: called after each evaluation (every `eval.eval_steps` steps) with that evaluation's
+    metrics as a JSON-safe dict (step, loss, dev_stsb, lr, eta, queue_fill, mean_cosine, fgsm_norm,
+    elapsed_s and the method's own values); the sweep forwards them to Ray Tune and Optuna. None: nothing
+    is called.
     `host_reads`: the NaN/inf check's policy; default the device's (`host_read_policy`).
 
     `on_step(step)`, for instruments such as `sweep doctor --bench`: called by the loop with the step's number

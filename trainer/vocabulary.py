@@ -41,7 +41,22 @@ METHOD_LABELS = {SIMCSE: "SimCSE", MOCOSE: "MoCoSE", GS_INFONCE: "GS-InfoNCE", M
 # ---- trial statuses: a summary's `status` (and the Optuna user attr `status`) ----
 @dataclass(frozen=True)
 class TrialStatus:
-    """What one status means, decided here only (modelled on Optuna's TrialState)."""
+    """What one trial status means, decided here only (modelled on Optuna's TrialState).
+
+    A trial's status is summary.json's `status` and the `status` column of trials.csv; `TRIAL_STATUSES`
+    maps each name to its meaning.
+
+    Attributes:
+        name: the status as written: ok, diverged, collapsed, pruned, error, failed, interrupted, dropped,
+            duplicate.
+        optuna_state: the name of the Optuna TrialState the trial ends in (COMPLETE, PRUNED or FAIL; ok
+            without a metric value: FAIL).
+        final: the key is done for good: running the same config again would give the same answer, so
+            `sweep run` never runs it again (error, failed and interrupted are run again).
+        result: a result, not an error: a study whose trials all end so exits 0.
+        trained: the trainer reached its own verdict, so it may have saved a best-dev state.
+        meaning: one line for people (`sweep status`, the docs).
+    """
 
     name: str
     optuna_state: str  # the name of the Optuna TrialState the trial ends in (ok without a metric value: FAIL)
@@ -75,6 +90,7 @@ TRIAL_STATUSES: dict[str, TrialStatus] = {status.name: status for status in (
     TrialStatus(DUPLICATE, "FAIL", final=False, result=True, trained=False,
                 meaning="a tpe ask repeating a configuration already in the study (no trial runs)"),
 )}
+"""Every trial status by its name, in the order `sweep status` counts them: `TRIAL_STATUSES["ok"].final`."""
 FINAL_STATUSES = tuple(name for name, status in TRIAL_STATUSES.items() if status.final)
 # final although their Optuna trial is not COMPLETE or PRUNED (re-running would not help)
 FINAL_FAIL_STATUSES = tuple(name for name in FINAL_STATUSES if TRIAL_STATUSES[name].optuna_state == "FAIL")

@@ -40,9 +40,27 @@ _CHECK_SENTENCES = ["A man is playing a guitar.", "Two dogs run through a field 
 
 
 def export_trial(study: str | Path, dest: str | Path, trial_key: str | None = None, best: bool = False) -> Path:
-    """Write trial `trial_key` (or the study's best trial) of `study` to `dest`; return dest.
+    """Write a trial's kept best-dev weights as a sentence-transformers folder with a model card.
 
-    Every bad input is a one-line UserError raised before anything is written.
+    The folder (`SentenceTransformer(str(dest))` loads it) holds the encoder and tokenizer, the pooling
+    the trial was scored with, and a README.md model card with the trial's config and scores. Before it is
+    moved into place, a few sentences are encoded by it and by the project's encoder; a mismatch is an
+    error, so a folder that would not reproduce the trial's scores is never written. `sweep export` is
+    this function, then `push_to_hub` when `--push-to-hub` is given.
+
+    Args:
+        study: the study YAML file, or its results folder (results/<name>).
+        dest: the folder to write: new, or an existing empty folder.
+        trial_key: the trial to export (a key `sweep status` lists). Give it or `best`, not both.
+        best: export the trial with the best value of the study's metric instead.
+
+    Returns:
+        `dest`, as a Path.
+
+    Raises:
+        UserError: on one line, before anything is written: both or neither of `trial_key` and `best`, an
+            unknown key, a trial whose weights were not kept (`keep_weights`), a pooler that cannot be
+            exported (`cls`), or a `dest` that exists and is not an empty folder.
     """
     if (trial_key is None) == (not best):
         raise UserError("give either --trial KEY or --best (exactly one)")

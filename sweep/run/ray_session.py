@@ -127,7 +127,7 @@ def skip_tracker_imports_in_tune_usage_tag() -> None:
     Before the first trial, Tune tags its usage statistics with the callbacks a run was given
     (ray.air._internal.usage.tag_callbacks). To know its own callbacks' class names it imports its W&B,
     MLflow, Comet and Aim integrations, and they import those packages when they are installed (the
-    README's set-up installs wandb and mlflow): seconds of the driver's time before the first trial starts
+    `--dev` set-up installs wandb and mlflow): seconds of the driver's time before the first trial starts
     (bench/RESULTS.md), for a study that uses neither. The tag is recorded as before when the packages are
     already imported (a study with `loggers: [wandb]` or `[mlflow]`) or not installed; otherwise it is
     skipped. Nothing

@@ -190,7 +190,18 @@ def _none_is_default(value: Any, info: ValidationInfo) -> Any:
 
 
 class StudySpec(BaseModel):
-    """A validated study (see the package doc for the file format)."""
+    """A validated study: one study file's keys, each checked, with its defaults filled in.
+
+    Made by `sweep.load_study` (never by hand in normal use: the file's line marks, `source_text` and
+    `path` come from there); read by the runner, the dry run, `sweep status` and `sweep analyze`. The keys,
+    their defaults and what each one does are the study file's (docs/study-file.md): `name` and `base`
+    (a trainer config, `trainer.RunConfig`'s keys) are required; `parameters` maps dotted trainer keys to
+    a list of values, a distribution or an `{expr: ...}`; `method` is grid, random or tpe (with `budget`);
+    `seeds`, `metric`, `resources`, `scheduler`, `storage`, `results_dir`, `constraints`, `keep_weights`,
+    `reuse_workers`, `loggers`, `analysis` and `tracking` have defaults. Unknown keys are refused.
+
+    The trials it gives are `sweep.spec.expand(spec)` (a list of `Trial`, in the order they run).
+    """
 
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
 
@@ -301,6 +312,20 @@ class UserErrorAt(ValueError):
 
 @dataclass
 class Trial:
+    """One trial of a study: a seed and the swept values, resolved into a full trainer config.
+
+    Attributes:
+        key: the trial's stable key, 12 hex characters (`sweep.spec.trial_key`): it hashes what the study
+            asks for (the fields that differ from the trainer's defaults, and the seed), so a release that
+            changes a default keeps finished trials finished. Its folder is results/<study>/trials/<key>/.
+        seed: the training seed.
+        params: the swept values, by dotted key (`{"queue.size": 256}`).
+        config: the resolved trainer config (`RunConfig.to_dict()` after the method's defaults apply).
+        mtd: MoCoSE's maximum traceable distance by formula, None where it is undefined.
+        requested: dotted key -> value for every field the study set (in `base` or `parameters`), not the
+            defaults.
+    """
+
     key: str  # stable trial key (sweep/spec/expand.py `trial_key`)
     seed: int
     params: dict[str, Any]  # the swept values, by dotted key

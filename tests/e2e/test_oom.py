@@ -24,7 +24,7 @@ def test_out_of_gpu_memory_fails_the_trial_and_the_study_goes_on(tmp_path, share
     result = subprocess.run([sys.executable, "-m", "sweep", "run", str(study)], cwd=tmp_path, capture_output=True,
                             text=True, timeout=scaled(240), start_new_session=True,
                             env=fake_env(FAKE_TRAIN_OOM_BATCH="16"))
-    assert result.returncode == 1, result.stdout + result.stderr  # README: a trial ended in an error
+    assert result.returncode == 1, result.stdout + result.stderr  # a trial ended in an error: exit 1
     assert "Traceback" not in result.stdout + result.stderr
     study_dir = tmp_path / "results" / "oom"
     by_batch = {}

@@ -125,7 +125,7 @@ def test_a_raising_trial_and_a_diverging_trial_are_recorded_and_the_rest_complet
     path = write_study(tmp_path, "faults", tiny_model_dir, shared_data_dir,
                        parameters={"model": [str(tiny_model_dir), str(missing)], "optim.lr": [3e-5, 1.0e8]})
     spec = load_study(path)
-    assert run_study(spec, max_concurrent=2) == 1  # a trial ended in an error (README: exit codes)
+    assert run_study(spec, max_concurrent=2) == 1  # a trial ended in an error: exit 1
     study_dir = Path(spec.study_dir)
     rows = {(r["model"], float(r["optim.lr"])): r for r in read_csv(study_dir)}
     ok = rows[(str(tiny_model_dir), 3e-5)]
