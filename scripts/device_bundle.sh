@@ -51,11 +51,13 @@ done
 PY="${SWEEP_BUILD_PYTHON:-$ROOT/.venv/bin/python}"
 [ -x "$PY" ] || PY="$(command -v python3)"
 DATA_SRC="${SWEEP_DATA_DIR:-}"
-for candidate in "$DATA_SRC" "$ROOT/.data" "$ROOT/../shared/data"; do
+# where the project itself looks ($SWEEP_DATA_DIR, else trainer.data's default), then a checkout's own .data
+# and a mirror beside the checkout
+for candidate in "$DATA_SRC" "$HOME/.cache/contrastive-sweep/data" "$ROOT/.data" "$ROOT/../shared/data"; do
   if [ -n "$candidate" ] && [ -f "$candidate/senteval/STS/STSBenchmark/sts-dev.csv" ]; then DATA_SRC="$candidate"; break; fi
 done
 [ -f "$DATA_SRC/senteval/STS/STSBenchmark/sts-dev.csv" ] || {
-  echo "device_bundle: no SentEval data found (\$SWEEP_DATA_DIR, .data, ../shared/data): run sweep data fetch" >&2; exit 1; }
+  echo "device_bundle: no SentEval data found (\$SWEEP_DATA_DIR, ~/.cache/contrastive-sweep/data, .data, ../shared/data): run sweep data fetch" >&2; exit 1; }
 
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/device-bundle.XXXXXX")"
 trap 'rm -rf "$WORK"' EXIT

@@ -1,4 +1,4 @@
-"""GS-InfoNCE: SimCSE plus Gaussian-noise negatives (Chen et al., COLING 2022; docs/science/gs-infonce.md).
+"""GS-InfoNCE: SimCSE plus Gaussian-noise negatives (Wu et al., COLING 2022; docs/science/gs-infonce.md).
 
 Math (paper eq. 2), with M noise vectors g_k ~ N(mu, sigma^2 I) of dimension d, drawn fresh each step:
 

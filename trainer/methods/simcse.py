@@ -56,7 +56,7 @@ class SimCSE(Method):
 
 
 class GSInfoNCE(SimCSE):
-    """GS-InfoNCE (Chen et al. 2022): SimCSE + M Gaussian negatives per step (the Gaussian block of
+    """GS-InfoNCE (Wu et al. 2022): SimCSE + M Gaussian negatives per step (the Gaussian block of
     `NegativeBlocks`, which SimCSE's loss appends). Its defaults (M = 3N; the release's M = 192 and dropout)
     and refusals: trainer.method_rules.GS_INFONCE_RULES."""
 
