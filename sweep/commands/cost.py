@@ -4,7 +4,7 @@
     run_device(spec, config) -> "cuda" | "cpu"     # where a trial runs: base.device, else resources.gpu > 0
     find_records(device, local_gpu_name())          # ([BenchRecord], None), or ([], the line naming the
                                                     # command that makes the record)
-    trial_cost(config, device, record, pairs)       # -> TrialCost: planned steps and evaluations, seconds
+    trial_cost(config, device, record)              # -> TrialCost: planned steps and evaluations, seconds
     cost_lines(spec, device, record, costs) -> [str]  # the dry run's `cost:` lines
 
 The estimate of one trial, from the record's run of the trial's method at its precision (`precision: auto`
@@ -41,7 +41,7 @@ from typing import Any
 
 from sweep.commands.doctor import bench_record_path
 from sweep.text import plural
-from trainer.vocabulary import STS_BENCHMARK, STS_TASKS, TRANSFER_TASKS
+from trainer.vocabulary import STS_BENCHMARK, STS_TASKS, STS_TEST_PAIRS, TRANSFER_TASKS
 
 BENCH_COMMAND = "sweep doctor --bench"
 # The keys a run of the record must have for an estimate (written by sweep.commands.gpu_bench._measure).
@@ -176,18 +176,18 @@ def tracks_test(config: dict[str, Any]) -> bool:
             or (config.get("method") == "mocose" and bool(released.get("test_selected"))))
 
 
-def final_sts_pairs(config: dict[str, Any], test_pairs: dict[str, int]) -> tuple[int, bool, bool]:
+def final_sts_pairs(config: dict[str, Any]) -> tuple[int, bool, bool]:
     """(STS test pairs the final evaluation encodes, whether it also encodes STS-B dev, whether it has transfer
-    tasks too); `test_pairs`: the pairs of each STS task (sweep.commands.dry_run.STS_TEST_PAIRS). Alignment and
-    uniformity (eval.align_uniform_split) encode STS-B dev, or STS-B test where it is not scored already."""
+    tasks too). Alignment and uniformity (eval.align_uniform_split) encode STS-B dev, or STS-B test where it
+    is not scored already."""
     evaluation = config.get("eval") or {}
     tasks = list(evaluation.get("final_tasks") or ())
     sts = [t for t in tasks if t in STS_TASKS] if tasks else list(STS_TASKS)
     transfer = any(t in TRANSFER_TASKS or t == "transfer" for t in tasks)
-    pairs = sum(test_pairs[t] for t in sts)
+    pairs = sum(STS_TEST_PAIRS[t] for t in sts)
     split = evaluation.get("align_uniform_split", "dev") if sts else None
     if split == "test" and STS_BENCHMARK not in sts:
-        pairs += test_pairs[STS_BENCHMARK]
+        pairs += STS_TEST_PAIRS[STS_BENCHMARK]
     return pairs, split == "dev", transfer
 
 
@@ -306,10 +306,10 @@ def sharing_slowdown(record: BenchRecord, at_once: int, device: str) -> tuple[fl
                     f"two trials sharing it ran (x{ratio:g} one alone's throughput together){more}")
 
 
-def trial_cost(config: dict[str, Any], device: str, record: BenchRecord | None, test_pairs: dict[str, int],
+def trial_cost(config: dict[str, Any], device: str, record: BenchRecord | None,
                shapes: dict[str, dict[str, Any] | None] | None = None, slowdown: float = 1.0) -> TrialCost:
     """The planned work of one trial (resolved config) and its estimated seconds from `record` (module
-    docstring). `test_pairs`: the pairs of each STS task; `shapes`: model name -> encoder_shape, filled as
+    docstring). `shapes`: model name -> encoder_shape, filled as
     models are looked up; `slowdown`: the factor on every time from trials sharing the device
     (`sharing_slowdown`)."""
     steps, evaluations = planned_work(config)
@@ -340,9 +340,10 @@ def trial_cost(config: dict[str, Any], device: str, record: BenchRecord | None, 
     length = (config.get("data") or {}).get("max_length")
     if bench.get("max_length") and length and length != bench["max_length"]:
         cost.notes.append(f"data.max_length {length} against the bench's {bench['max_length']}: not scaled")
-    pairs, with_dev, transfer = final_sts_pairs(config, test_pairs)
-    per_pair = float(run["final_eval_seconds"]) / test_pairs[STS_BENCHMARK]  # the bench's final task: STS-B test
-    dev_each = float(run["dev_eval_seconds"]) + (per_pair * sum(test_pairs.values()) if tracks_test(config) else 0.0)
+    pairs, with_dev, transfer = final_sts_pairs(config)
+    per_pair = float(run["final_eval_seconds"]) / STS_TEST_PAIRS[STS_BENCHMARK]  # the bench's final task: STS-B test
+    tracked = per_pair * sum(STS_TEST_PAIRS.values()) if tracks_test(config) else 0.0
+    dev_each = float(run["dev_eval_seconds"]) + tracked
     if tracks_test(config):
         cost.notes.append("each evaluation also scores the seven STS test tasks (tracked for test selection)")
     if transfer:

@@ -22,11 +22,8 @@ from sweep.spec.expand import expansion, planning_config
 from sweep.spec.schema import StudySpec, Trial
 from sweep.text import format_value, is_expr, one_line, plural
 from trainer.errors import UserError
-from trainer.vocabulary import STS_BENCHMARK, STS_TASKS, TRANSFER_TASKS
+from trainer.vocabulary import STS_BENCHMARK, STS_TASKS, STS_TEST_PAIRS, TRANSFER_TASKS
 
-# The test pairs of each STS task (STS12 ... SICK-R, in STS_TASKS order) in SentEval's data, as
-# trainer.evaluation.sts scores them (empty gold lines dropped); tests/sweep/test_dry_run_texts.py counts them.
-STS_TEST_PAIRS = dict(zip(STS_TASKS, (3108, 1500, 3750, 3000, 1186, 1379, 4927)))
 # A training sentence costs a few encodings (two views forward, then backward), an evaluated one a single
 # forward pass: a final evaluation of FAR_MORE times the sentences a trial trains on is most of the trial.
 FAR_MORE = 20
@@ -184,13 +181,13 @@ def study_cost_lines(spec: StudySpec, configs: list[dict[str, Any]], trials: int
     shapes: dict[str, Any] = {}
     bound = f"the {spec.scheduler.type} scheduler stops trials early" if spec.scheduler else None
     if not records:
-        return [f"not estimated: {advice}"], [trial_cost(config, device, None, STS_TEST_PAIRS) for config in configs]
+        return [f"not estimated: {advice}"], [trial_cost(config, device, None) for config in configs]
     texts: list[str] = []
     first: list[TrialCost] = []
     at_once = trials_at_once(spec, device, trials or len(configs))
     for record in records:
         slowdown, shared = sharing_slowdown(record, at_once, device)
-        costs = [trial_cost(config, device, record, STS_TEST_PAIRS, shapes, slowdown) for config in configs]
+        costs = [trial_cost(config, device, record, shapes, slowdown) for config in configs]
         for cost in costs:
             cost.notes += [shared] if shared else []
         texts += cost_lines(spec, device, record, costs, trials=trials, upper_bound_why=bound)

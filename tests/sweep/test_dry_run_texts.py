@@ -8,10 +8,10 @@ import shutil
 
 import pytest
 
-from sweep.commands.dry_run import STS_TEST_PAIRS, print_dry_run
+from sweep.commands.dry_run import print_dry_run
 from sweep.spec import load_study
 from tests.helpers import study_file
-from trainer.vocabulary import STS_TASKS
+from trainer.vocabulary import STS_TASKS, STS_TEST_PAIRS
 
 
 def dry_run_lines(capsys, path, label: str) -> list[str]:
