@@ -102,6 +102,26 @@ def running(study_dir: Path) -> bool:
     return any(r["state"] == "RUNNING" for r in rows(study_dir))
 
 
+def reported_steps(study_dir: Path, name: str) -> list[int]:
+    """For each trial RUNNING in the study's Optuna record, how many dev evaluations it has reported to the
+    driver so far: "the trial is under way", read from the record the driver writes as each evaluation arrives.
+    [] until the driver has created the study. Reads only: no table or file is created beside the driver."""
+    import optuna
+    import sqlalchemy.exc
+
+    path = study_dir / "optuna.db"
+    if not path.is_file():
+        return []
+    try:
+        storage = optuna.storages.RDBStorage(f"sqlite:///{path}", skip_table_creation=True,
+                                             skip_compatibility_check=True)
+        study = optuna.load_study(study_name=name, storage=storage)
+        trials = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+    except (KeyError, sqlalchemy.exc.SQLAlchemyError):  # the driver has not created the study's tables yet
+        return []
+    return [len(t.intermediate_values) for t in trials]
+
+
 def optuna_trials(name: str, storage: str) -> list[optuna.trial.FrozenTrial]:
     import optuna
 
@@ -217,6 +237,15 @@ def kill_session(sid: int) -> None:
 def session_processes(sid: int) -> list[int]:
     """The pids of session_left(sid, wait=0)."""
     return [int(line.split()[0]) for line in session_left(sid, wait=0)]
+
+
+def process_names(pids: list[int]) -> set[str]:
+    """The kernel's names of these processes (/proc/PID/comm: "gcs_server", "raylet", ...), those still alive."""
+    names = set()
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            names.add(Path(f"/proc/{pid}/comm").read_text().strip())
+    return names
 
 
 def kill_session_until_gone(sid: int) -> None:

@@ -15,7 +15,6 @@ import re
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import optuna
@@ -23,7 +22,7 @@ import pytest
 
 from tests.cluster.netns_cluster import WorkerSpec, netns_cluster_fixture
 from tests.deadlines import scaled
-from tests.helpers import Driver, fake_env, read_csv, write_study
+from tests.helpers import Driver, fake_env, read_csv, reported_steps, write_study
 
 pytestmark = pytest.mark.slow
 netns_cluster = netns_cluster_fixture("netns_cluster")
@@ -128,11 +127,17 @@ def test_a_lost_node_costs_a_retry_not_a_trial(tmp_path, netns_cluster, tiny_mod
     study = write_study(tmp_path, "lost", tiny_model_dir, shared_data_dir, {"ema.decay": [0.1, 0.3, 0.5, 0.7]})
     driver = Driver(["run", str(study), "--address", cluster.address], tmp_path, {**env_nodes, **cluster.env})
     try:
-        driver.wait_for(lambda: started(driver) >= 2, timeout=120)
-        time.sleep(3)
+        # both nodes' trials are under way: each has reported a dev evaluation to the driver
+        def both_reporting() -> bool:
+            counts = reported_steps(results / "lost", "lost")
+            return started(driver) >= 2 and len(counts) == 2 and min(counts) >= 1
+
+        driver.wait_for(both_reporting, timeout=120)
         if how == "cut-then-kill":
+            # node 0 cut off while the study goes on: the other node's trial reports two more evaluations
             cluster.cut_link(0)
-            time.sleep(5)
+            before = sum(reported_steps(results / "lost", "lost"))
+            driver.wait_for(lambda: sum(reported_steps(results / "lost", "lost")) >= before + 2, timeout=60)
         cluster.kill_node(0)
         wait_for(driver, 300)
     finally:
@@ -211,8 +216,9 @@ def test_with_no_node_left_the_study_says_what_it_waits_for_and_goes_on_when_one
     study = write_study(tmp_path, "alone", tiny_model_dir, shared_data_dir, {"ema.decay": [0.1, 0.3]})
     driver = Driver(["run", str(study), "--address", cluster.address], tmp_path, {**env_nodes, **cluster.env})
     try:
-        driver.wait_for(lambda: started(driver) >= 1, timeout=120)
-        time.sleep(2)
+        # the trial is under way on the only node: it has reported a dev evaluation to the driver
+        driver.wait_for(lambda: started(driver) >= 1
+                        and max(reported_steps(results / "alone", "alone"), default=0) >= 1, timeout=120)
         cluster.kill_node(0)  # the only worker node: nothing can take the trials now
         driver.wait_for(lambda: any(line.startswith("waiting: ") for line in driver.lines), timeout=60)
         cluster.add_worker(WorkerSpec(cpus=1, hidden=(results,)))

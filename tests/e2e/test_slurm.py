@@ -18,7 +18,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from tests.deadlines import scaled
+from tests.deadlines import scaled, wait_until
 from tests.helpers import REPO, fake_env, fake_study, rows
 
 START = REPO / "tests" / "slurm" / "start_local_slurm.sh"
@@ -167,5 +167,5 @@ def test_a_study_cut_by_the_time_limit_is_requeued_and_finished(tmp_path, shared
     cut = re.search(r"study onslurm interrupted after \d+s: .*?(\d+) FAIL/interrupted", first)
     interrupted = [t.user_attrs["reason"] for t in trials if t.state.name == "FAIL"]
     assert interrupted == ["interrupted"] * (int(cut.group(1)) if cut else 0), (interrupted, first)
-    time.sleep(2)
+    wait_until(lambda: job_processes(job_id) == [], 10)
     assert job_processes(job_id) == []  # no Ray process (or anything else of the job) left

@@ -20,7 +20,18 @@ import optuna
 import pytest
 
 from tests.deadlines import scaled
-from tests.helpers import Driver, fake_env, fake_study, kill_session, rows, running, session_left
+from tests.helpers import (
+    Driver,
+    fake_env,
+    fake_study,
+    kill_session,
+    process_names,
+    reported_steps,
+    rows,
+    running,
+    session_left,
+    session_processes,
+)
 from trainer.models import resolve_model_path
 
 pytestmark = pytest.mark.slow
@@ -58,8 +69,8 @@ def test_a_stop_signal_interrupts_the_running_trial_and_exits_128_plus_n(tmp_pat
     study_dir = tmp_path / "results" / name
     driver = Driver(["run", str(path), "--max-concurrent", "1"], tmp_path, fake_env(steps=100, step_s=0.2))
     try:
-        driver.wait_for(lambda: running(study_dir))
-        time.sleep(1)
+        # the trial is under way: it has reported a dev evaluation to the driver
+        driver.wait_for(lambda: running(study_dir) and max(reported_steps(study_dir, name), default=0) >= 1)
         sig = getattr(signal, signame)
         os.killpg(driver.proc.pid, sig) if to_group else os.kill(driver.proc.pid, sig)
         started = time.monotonic()
@@ -87,7 +98,8 @@ def test_a_signal_while_ray_starts_leaves_no_ray_process(tmp_path, shared_data_d
     driver = Driver(["run", str(path)], tmp_path, fake_env())
     try:
         driver.wait_for(lambda: "results:" in driver.out)  # printed just before ray.init
-        time.sleep(1.5)  # Ray is starting its GCS, raylet and agents
+        # Ray is starting: its GCS server runs in the driver's session, the trials' workers not yet
+        driver.wait_for(lambda: "gcs_server" in process_names(session_processes(driver.proc.pid)))
         os.killpg(driver.proc.pid, signal.SIGINT)
         code = driver.finish()
         assert code == 130, driver.out
