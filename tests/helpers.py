@@ -105,21 +105,22 @@ def running(study_dir: Path) -> bool:
 def reported_steps(study_dir: Path, name: str) -> list[int]:
     """For each trial RUNNING in the study's Optuna record, how many dev evaluations it has reported to the
     driver so far: "the trial is under way", read from the record the driver writes as each evaluation arrives.
-    [] until the driver has created the study. Reads only: no table or file is created beside the driver."""
-    import optuna
-    import sqlalchemy.exc
+    [] until the driver has created the study. Opened read-only with sqlite3 on Optuna's tables: opening it
+    through Optuna would write (its schema version row) into the database the driver is still creating."""
+    import sqlite3
 
     path = study_dir / "optuna.db"
     if not path.is_file():
         return []
+    query = ("SELECT COUNT(v.trial_intermediate_value_id) FROM trials t "
+             "JOIN studies s ON s.study_id = t.study_id "
+             "LEFT JOIN trial_intermediate_values v ON v.trial_id = t.trial_id "
+             "WHERE s.study_name = ? AND t.state = 'RUNNING' GROUP BY t.trial_id")
     try:
-        storage = optuna.storages.RDBStorage(f"sqlite:///{path}", skip_table_creation=True,
-                                             skip_compatibility_check=True)
-        study = optuna.load_study(study_name=name, storage=storage)
-        trials = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
-    except (KeyError, sqlalchemy.exc.SQLAlchemyError):  # the driver has not created the study's tables yet
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=1.0)) as db:
+            return [count for (count,) in db.execute(query, (name,))]
+    except sqlite3.Error:  # no tables yet, or the driver holds a write lock: not under way as far as we know
         return []
-    return [len(t.intermediate_values) for t in trials]
 
 
 def optuna_trials(name: str, storage: str) -> list[optuna.trial.FrozenTrial]:
