@@ -98,7 +98,7 @@ def test_a_signal_while_ray_starts_leaves_no_ray_process(tmp_path, shared_data_d
     driver = Driver(["run", str(path)], tmp_path, fake_env())
     try:
         driver.wait_for(lambda: "results:" in driver.out)  # printed just before ray.init
-        # Ray is starting: its GCS server runs in the driver's session, the trials' workers not yet
+        # Ray is starting: its GCS server is up in the driver's session
         driver.wait_for(lambda: "gcs_server" in process_names(session_processes(driver.proc.pid)))
         os.killpg(driver.proc.pid, signal.SIGINT)
         code = driver.finish()
