@@ -1,12 +1,11 @@
-"""Every study in studies/ runs and analyses, and its tables and figures say what the study file asks for.
+"""Every study in studies/ runs and analyses as a new user would run it, and its tables and figures say
+what the study file asks for.
 
-Each YAML is shrunk (the embedded model, the corpus sample, the fake trainer, at most two values per swept key
-and one or two seeds) and run through `sweep run` and `sweep analyze`. The runs share one Ray head on loopback
-(`sweep run --address`): these tests check the study files, their trials and their analysis, not Ray's local
-start (tests/e2e/test_runner.py does), so one head serves them all instead of a local Ray per study.
-The expected configurations are computed here, independently of sweep/spec and analysis/: the cartesian
-product of the (shrunk) parameter lists, `{expr}` values and `constraints` evaluated by Python against the
-trial's config, and the study's seeds. The expected figures come from this file's own reading of which paper
+Each YAML is shrunk (the embedded model, the corpus sample, the fake trainer, at most two values per
+swept key and one or two seeds) and run through `sweep run` and `sweep analyze`. The expected
+configurations are computed here, independently of sweep/spec and analysis/: the cartesian product of
+the (shrunk) parameter lists, `{expr}` values and `constraints` evaluated by Python against the trial's
+config, and the study's seeds. The expected figures come from this file's own reading of which paper
 figure each swept knob is for. A study file added later is covered without editing this test.
 """
 
@@ -26,7 +25,7 @@ import pytest
 import yaml
 
 from tests.deadlines import scaled
-from tests.helpers import REPO, ray_head_process
+from tests.helpers import REPO
 
 STUDIES = sorted((REPO / "studies").glob("*.yaml"))
 pytestmark = pytest.mark.slow
@@ -49,27 +48,17 @@ def test_every_study_file_is_covered():
     assert len(STUDIES) >= 13 and (REPO / "studies" / "methods.yaml") in STUDIES
 
 
-@pytest.fixture(scope="module")
-def ray_head(tmp_path_factory):
-    """One Ray head (2 CPUs, loopback) for this module's studies, in each pytest worker that runs them: its
-    address, and the environment that reaches it (the fake trainer, one instant step per trial)."""
-    env = {**_env(), "FAKE_TRAIN_STEPS": "1", "FAKE_TRAIN_STEP_S": "0"}
-    with ray_head_process(tmp_path_factory.mktemp("ray-head"), env=env) as (address, head_env):
-        yield address, head_env
-
-
 @pytest.mark.parametrize("study_file", STUDIES, ids=lambda path: path.stem)
 def test_study_runs_and_its_analysis_has_one_row_per_configuration(study_file, tmp_path, shared_data_dir,
-                                                                   monkeypatch, ray_head):
+                                                                   monkeypatch):
     from sweep.commands.analyze import analyze_command
 
     spec = shrink(yaml.safe_load(study_file.read_text()), tmp_path, shared_data_dir)
     path = tmp_path / study_file.name
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
-    address, env = ray_head
-    run = subprocess.run([sys.executable, "-m", "sweep", "run", str(path), "--max-concurrent", "4",
-                          "--address", address], cwd=tmp_path, env=env, capture_output=True, text=True,
-                         timeout=scaled(300))
+    env = {**_env(), "FAKE_TRAIN_STEPS": "1", "FAKE_TRAIN_STEP_S": "0"}
+    run = subprocess.run([sys.executable, "-m", "sweep", "run", str(path), "--max-concurrent", "4"], cwd=tmp_path,
+                         env=env, capture_output=True, text=True, timeout=scaled(300))
     assert run.returncode == 0, run.stdout + run.stderr
     monkeypatch.chdir(tmp_path)
     assert analyze_command(str(path)) == 0  # in this process: the same code as `sweep analyze`, 4 s less
