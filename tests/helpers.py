@@ -240,15 +240,6 @@ def session_processes(sid: int) -> list[int]:
     return [int(line.split()[0]) for line in session_left(sid, wait=0)]
 
 
-def process_names(pids: list[int]) -> set[str]:
-    """The kernel's names of these processes (/proc/PID/comm: "gcs_server", "raylet", ...), those still alive."""
-    names = set()
-    for pid in pids:
-        with contextlib.suppress(OSError):
-            names.add(Path(f"/proc/{pid}/comm").read_text().strip())
-    return names
-
-
 def kill_session_until_gone(sid: int) -> None:
     """SIGKILL the driver's process group and anything else left in its session (Ray's workers), until nothing
     is left; an AssertionError when something still lives after 30 s."""

@@ -19,13 +19,13 @@ from pathlib import Path
 import optuna
 import pytest
 
+from sweep.run.reaper import name as process_name
 from tests.deadlines import scaled
 from tests.helpers import (
     Driver,
     fake_env,
     fake_study,
     kill_session,
-    process_names,
     reported_steps,
     rows,
     running,
@@ -99,7 +99,7 @@ def test_a_signal_while_ray_starts_leaves_no_ray_process(tmp_path, shared_data_d
     try:
         driver.wait_for(lambda: "results:" in driver.out)  # printed just before ray.init
         # Ray is starting: its GCS server is up in the driver's session
-        driver.wait_for(lambda: "gcs_server" in process_names(session_processes(driver.proc.pid)))
+        driver.wait_for(lambda: "gcs_server" in {process_name(pid) for pid in session_processes(driver.proc.pid)})
         os.killpg(driver.proc.pid, signal.SIGINT)
         code = driver.finish()
         assert code == 130, driver.out
