@@ -9,7 +9,8 @@ and the project; never Ray or Optuna.
                         the CPU (no GPU: CPU against CPU); every step's loss within 1e-4 relative
     sts --out F         (c) the seven STS tasks on one random-weight encoder on the GPU and on the CPU (no GPU:
                         the CPU's fast forward against the transformers forward); every task within 0.01
-    bench --out F       (a) `sweep doctor --bench` (gpu_bench.run_bench as it is), its budget set to --budget
+    bench --out F       (a) `sweep doctor --bench` (gpu_bench.run_bench as it is), its budget set to --budget,
+                        without the CPU-only size probe (the GPU path has none)
     report ...          merges the parts' JSON into OUT_DIR/device_check.json and OUT_DIR/device_check.md
 
 Exit status of train / sts: 0 agreement within the tolerance, 1 outside it, 2 an error.
@@ -288,7 +289,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from sweep.cli import main
     from sweep.commands.gpu_bench import run_bench
 
-    doctor.run_bench = functools.partial(run_bench, budget_s=args.budget)
+    # no size probe: it feeds only the CPU estimates of `sweep run --dry-run`, and on a GPU the bench has none,
+    # so CPU mode rehearses exactly the GPU path (`sweep doctor --bench` on a CPU still runs it)
+    doctor.run_bench = functools.partial(run_bench, budget_s=args.budget, probe=False)
     argv = ["doctor", "--bench", "--json", args.out, "--steps", str(args.steps)] + (["--tiny"] if args.tiny else [])
     status = main(argv)
     if Path(args.out).is_file() and "bench" in json.loads(Path(args.out).read_text()):

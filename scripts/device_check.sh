@@ -19,7 +19,8 @@
 # 4. writes OUT_DIR/device_check.json (every figure, the versions, the device), OUT_DIR/device_check.md (the
 #    tables) and OUT_DIR/device_check.log (all output).
 #
-# Without a GPU (or with --cpu) it runs in CPU mode: the bench's tiny encoder on the CPU, and (b) and (c)
+# Without a GPU (or with --cpu) it runs in CPU mode: the bench's tiny encoder on the CPU (without the size
+# probe of `sweep doctor --bench` on a CPU: the GPU path has none), and (b) and (c)
 # compare the CPU with the CPU; the JSON and the table say so.
 # Exit 0: every part ran (or was skipped for time) and agreed; 1: a part failed or disagreed; 2: usage or
 # bundle problem; 3: the bundle lacks a module the device path imports.

@@ -253,7 +253,10 @@ def _sharing(config: dict[str, Any]) -> dict[str, Any]:
 
 def run_bench(tiny: bool = False, methods: tuple[str, ...] = METHODS, precisions: tuple[str, ...] = PRECISIONS,
               steps: int = 20, data_dir: str | None = None, budget_s: float = BENCH_BUDGET_S,
-              say: Any = print) -> dict[str, Any]:
+              say: Any = print, probe: bool = True) -> dict[str, Any]:
+    """The bench (module docstring). `probe`: on the CPU, also the size probe, which only `sweep run --dry-run`'s
+    CPU estimates use; False leaves it out (the report's size_probe stays None): scripts/device_check.sh's CPU
+    mode, which rehearses the GPU path, where no probe runs."""
     import torch
 
     from trainer.data import data_dir as resolve_data_dir
@@ -325,14 +328,14 @@ def run_bench(tiny: bool = False, methods: tuple[str, ...] = METHODS, precisions
                 report["runs"].append(run)
                 longest = max(longest, time.monotonic() - run_started)
         shape, share_steps = report["encoder"]["shape"], steps
-        if not cuda:
+        if probe and not cuda:
             probe_started = time.monotonic()
-            probe = size_probe(Path(tmp), methods, min(steps, PROBE_STEPS), batch, root,
-                               lambda: budget_s - (time.monotonic() - started), say)
-            report["size_probe"] = probe
-            if probe["runs"]:  # trials share the CPU as real encoders do, not as the tiny one's overhead does
-                model, shape, share_steps = Path(tmp) / PROBE_FOLDER, probe["encoder"]["shape"], probe["steps"]
-                longest = (time.monotonic() - probe_started) / len(probe["runs"])
+            probed = size_probe(Path(tmp), methods, min(steps, PROBE_STEPS), batch, root,
+                                lambda: budget_s - (time.monotonic() - started), say)
+            report["size_probe"] = probed
+            if probed["runs"]:  # trials share the CPU as real encoders do, not as the tiny one's overhead does
+                model, shape, share_steps = Path(tmp) / PROBE_FOLDER, probed["encoder"]["shape"], probed["steps"]
+                longest = (time.monotonic() - probe_started) / len(probed["runs"])
         if time.monotonic() - started + 2 * longest > budget_s:  # one alone, then two at once
             report["skipped"].append("sharing")
         else:

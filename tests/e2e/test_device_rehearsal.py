@@ -174,6 +174,7 @@ def test_the_device_check_runs_end_to_end_in_cpu_mode(rehearsal, tmp_path):
         runs = bench["result"]["bench"]["runs"]
         assert runs and all(r["loss"] is not None for r in runs)
         assert bench["result"]["bench"]["gpu_measured"] is False
+        assert bench["result"]["bench"]["size_probe"] is None  # the GPU path has no probe: nor has its rehearsal
     skipped = [n for n in parts if parts[n]["state"] != "ran"] + [s for s in report["skipped_for_time"] if ":" in s]
     assert set(report["skipped_for_time"]) >= {n for n in parts if parts[n]["state"] in ("skipped", "cut off")}
     print(f"skipped for time: {skipped or 'nothing'}")

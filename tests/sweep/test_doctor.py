@@ -125,6 +125,15 @@ def test_the_bench_starts_no_run_that_would_end_past_its_budget(tmp_path):
     assert report["skipped"] == [f"{m} {p}" for m in ("simcse", "mocose", "gs", "mix")
                                  for p in ("fp32", "bf16", "fp16")] + ["sharing"]
     assert "skipped (they would have ended past the 0 s budget): simcse fp32" in bench_table(report)
+    assert report["size_probe"]["skipped"] == [f"{m} fp32" for m in ("simcse", "mocose", "gs", "mix")]
+
+
+def test_the_bench_without_the_probe_has_no_size_probe_on_the_cpu():
+    """scripts/device_check.sh's CPU mode leaves the probe out (the GPU path has none)."""
+    from sweep.commands.gpu_bench import run_bench
+
+    report = run_bench(tiny=True, budget_s=0.0, say=lambda text: None, probe=False)
+    assert report["device"] == "cpu" and report["size_probe"] is None and report["skipped"][-1] == "sharing"
 
 
 def test_the_sync_check_runs_the_trainer_and_stops_at_the_first_flagged_read_back(tmp_path, tiny_model_dir,
