@@ -102,25 +102,31 @@ def running(study_dir: Path) -> bool:
     return any(r["state"] == "RUNNING" for r in rows(study_dir))
 
 
-def reported_steps(study_dir: Path, name: str) -> list[int]:
-    """For each trial RUNNING in the study's Optuna record, how many dev evaluations it has reported to the
-    driver so far: "the trial is under way", read from the record the driver writes as each evaluation arrives.
-    [] until the driver has created the study. Opened read-only with sqlite3 on Optuna's tables: opening it
-    through Optuna would write (its schema version row) into the database the driver is still creating."""
+def trial_progress(study_dir: Path, name: str) -> list[tuple[str, int]]:
+    """(Optuna state, dev evaluations reported so far) of each trial in the study's Optuna record, in trial order:
+    read from the record the driver writes as each trial starts, reports and ends. [] until the driver has created
+    the study. Opened read-only with sqlite3 on Optuna's tables: opening it through Optuna would write (its schema
+    version row) into the database the driver is still creating."""
     import sqlite3
 
     path = study_dir / "optuna.db"
     if not path.is_file():
         return []
-    query = ("SELECT COUNT(v.trial_intermediate_value_id) FROM trials t "
+    query = ("SELECT t.state, COUNT(v.trial_intermediate_value_id) FROM trials t "
              "JOIN studies s ON s.study_id = t.study_id "
              "LEFT JOIN trial_intermediate_values v ON v.trial_id = t.trial_id "
-             "WHERE s.study_name = ? AND t.state = 'RUNNING' GROUP BY t.trial_id")
+             "WHERE s.study_name = ? GROUP BY t.trial_id ORDER BY t.number")
     try:
         with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=1.0)) as db:
-            return [count for (count,) in db.execute(query, (name,))]
-    except sqlite3.Error:  # no tables yet, or the driver holds a write lock: not under way as far as we know
+            return [(state, count) for state, count in db.execute(query, (name,))]
+    except sqlite3.Error:  # no tables yet, or the driver holds a write lock: nothing known yet
         return []
+
+
+def reported_steps(study_dir: Path, name: str) -> list[int]:
+    """For each trial RUNNING in the study's Optuna record, how many dev evaluations it has reported to the
+    driver so far: "the trial is under way" (trial_progress)."""
+    return [count for state, count in trial_progress(study_dir, name) if state == "RUNNING"]
 
 
 def optuna_trials(name: str, storage: str) -> list[optuna.trial.FrozenTrial]:

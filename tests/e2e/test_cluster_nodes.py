@@ -22,7 +22,7 @@ import pytest
 
 from tests.cluster.netns_cluster import WorkerSpec, netns_cluster_fixture
 from tests.deadlines import scaled
-from tests.helpers import Driver, fake_env, read_csv, reported_steps, write_study
+from tests.helpers import Driver, fake_env, read_csv, reported_steps, trial_progress, write_study
 
 pytestmark = pytest.mark.slow
 netns_cluster = netns_cluster_fixture("netns_cluster")
@@ -134,10 +134,15 @@ def test_a_lost_node_costs_a_retry_not_a_trial(tmp_path, netns_cluster, tiny_mod
 
         driver.wait_for(both_reporting, timeout=120)
         if how == "cut-then-kill":
-            # node 0 cut off while the study goes on: the other node's trial reports two more evaluations
+            # node 0 cut off while the study goes on: node 1 reports two more evaluations. Counted over every trial
+            # in the record, whatever its state: node 1's trial may end in between, and its successor starts at 0.
             cluster.cut_link(0)
-            before = sum(reported_steps(results / "lost", "lost"))
-            driver.wait_for(lambda: sum(reported_steps(results / "lost", "lost")) >= before + 2, timeout=60)
+
+            def evaluations() -> int:
+                return sum(count for _, count in trial_progress(results / "lost", "lost"))
+
+            before = evaluations()
+            driver.wait_for(lambda: evaluations() >= before + 2, timeout=60)
         cluster.kill_node(0)
         wait_for(driver, 300)
     finally:

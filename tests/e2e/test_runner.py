@@ -29,6 +29,7 @@ from tests.helpers import (
     query_dashboard,
     read_csv,
     run_sweep,
+    trial_progress,
     write_study,
 )
 from trainer.vocabulary import FINAL_STATUSES
@@ -152,9 +153,13 @@ def test_resume_after_the_driver_is_killed(tmp_path, tiny_model_dir, shared_data
     study_dir = tmp_path / "results" / "resume"
     driver = start_driver(path, tmp_path)
 
+    # Read from the live Optuna record (trials.csv lags by up to a few seconds): one trial COMPLETE, and one RUNNING
+    # that has not reported its second (last) dev evaluation, so its last steps and its test evaluation are still
+    # ahead of it when the kill comes.
     def one_complete_one_running() -> bool:
-        states = [r["state"] for r in read_csv(study_dir)] if (study_dir / "trials.csv").exists() else []
-        return states.count("COMPLETE") >= 1 and "RUNNING" in states
+        progress = trial_progress(study_dir, "resume")
+        return (any(state == "COMPLETE" for state, _ in progress)
+                and any(state == "RUNNING" and count < 2 for state, count in progress))
 
     try:
         if not wait_while_running(one_complete_one_running, driver):

@@ -95,7 +95,9 @@ def test_a_stop_signal_interrupts_the_running_trial_and_exits_128_plus_n(tmp_pat
 
 def test_a_signal_while_ray_starts_leaves_no_ray_process(tmp_path, shared_data_dir):
     path = fake_study(tmp_path, "early", shared_data_dir)
-    driver = Driver(["run", str(path)], tmp_path, fake_env())
+    gate = tmp_path / "gate"  # no trial can end before the signal, however long the test is held up
+    gate.touch()
+    driver = Driver(["run", str(path)], tmp_path, fake_env(FAKE_TRAIN_GATE=str(gate)))
     try:
         driver.wait_for(lambda: "results:" in driver.out)  # printed just before ray.init
         # Ray is starting: its GCS server is up in the driver's session

@@ -256,7 +256,7 @@ def test_unreachable_or_refused_mlflow_is_one_warning_before_tune(tmp_path, uri,
     said: list[str] = []
     started = time.monotonic()
     assert logger_callbacks(spec, warn=said.append) == []
-    assert time.monotonic() - started < 20  # no retry loop
+    assert time.monotonic() - started < scaled(20)  # no retry loop (MLflow's retries take minutes)
     assert len(said) == 1 and said[0].startswith("loggers: mlflow: ") and fragment in said[0], said
     assert "MLFLOW_TRACKING_URI" in said[0] and "mlflow server" in said[0]  # the fix
 
