@@ -155,10 +155,23 @@ class StopSignals:
         if self.signum is None:
             self.signum = signum
         signal.alarm(max(1, math.ceil(STOP_GRACE_S)))
+        announce_stop(signum)
 
     def _on_alarm(self, signum: int, frame: Any) -> None:
         if self.signum is not None:
             raise StopNow()
+
+
+def announce_stop(signum: int) -> None:
+    """One line on stdout when the first stop signal has been handled: what happens now, and how to stop at once.
+    Written with os.write: this runs inside the signal handler, which may have interrupted a print()."""
+    name = signal.Signals(signum).name
+    again = "press Ctrl-C again" if signum == signal.SIGINT else f"send {name} again"
+    line = (f"stopping on {name}: the running trials get up to {STOP_GRACE_S:.0f} s to end; "
+            f"{again} to stop at once\n")
+    # stdout closed, gone (`sweep run ... | head`) or not a file: the stop goes on without the line
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        os.write(sys.stdout.fileno(), line.encode())
 
 
 class StopOnSignal(tune.Stopper):
