@@ -5,7 +5,8 @@ each step, and returns a summary whose score is a function of the config (so res
 A config with optim.lr >= 1 "diverges"; a model path containing "raise" raises; a batch_size of at least
 $FAKE_TRAIN_OOM_BATCH (when set) raises torch.OutOfMemoryError, as CUDA does when a batch does not fit.
 While the file $FAKE_TRAIN_GATE exists (when set), every trial waits before its first step, so a test can
-hold the study in a known state (a trial running, others pending) until it has set the scene.
+hold the study in a known state (a trial running, others pending) until it has set the scene. With
+$FAKE_TRAIN_GATED_DECAYS set (ema.decay values, comma-separated), the gate holds only the trials of those values.
 With $FAKE_TRAIN_BARRIER set to a folder and $FAKE_TRAIN_BARRIER_N to a count, every trial waits before its
 first step until that many trials are running at once (each holds a file in the folder while it runs), and
 raises when $FAKE_TRAIN_BARRIER_S seconds (default 120) pass first: a test of concurrency that waits for the
@@ -32,6 +33,9 @@ def train(config: Any, report: Any = None) -> dict[str, Any]:
     step_s = float(os.environ.get("FAKE_TRAIN_STEP_S", "0.2"))
     started_at = time.time()
     gate = os.environ.get("FAKE_TRAIN_GATE")
+    gated = os.environ.get("FAKE_TRAIN_GATED_DECAYS")
+    if gated and float((config.to_dict().get("ema") or {}).get("decay") or 0.0) not in map(float, gated.split(",")):
+        gate = None
     while gate and os.path.exists(gate):
         time.sleep(0.1)
     barrier = os.environ.get("FAKE_TRAIN_BARRIER")
