@@ -127,8 +127,8 @@ def test_short_trials_keep_every_worker_that_is_starting(tmp_path, shared_data_d
     assert len({worker_pid(d) for d in trial_dirs}) == fits  # every worker that started ran trials
     # including the workers Ray starts for the driver when it connects (sweep.run.ray_session): none now
     assert ray_workers == {worker_pid(d) for d in trial_dirs}
-    # most of them at once (the fault left 2)
-    assert most_at_once([(s["started_at"], s["ended_at"]) for s in summaries]) > fits // 2
+    # No count of trials at once: the gated eight run together by construction. The fault shows in the pid count
+    # above (with Tune's own choice of the next trial put back, four workers ran trials, not eight).
 
 
 def test_asha_stops_the_trials_below_its_rung_cutoff(tmp_path, shared_data_dir):
