@@ -96,7 +96,8 @@ def test_short_trials_keep_every_worker_that_is_starting(tmp_path, shared_data_d
     # The first 56 of the 64 trials run as they come, ending while workers start. The last 8 wait at a gate until
     # eight workers have run trials, so the study cannot run out of trials before the last worker is up (at the end
     # of a study Tune's own fallback does give a free worker to a waiting trial, by design): on a loaded machine a
-    # worker takes 2-3 s to start, and the first seven had run nearly all 64 by the time the eighth came up.
+    # worker takes 2-3 s to start, and when the study had 32 trials the first seven workers had run nearly all of
+    # them by the time the eighth came up; 64 only widened the margin.
     fits = min(8, int((os.cpu_count() or 1) / 0.25))
     decays = [round(0.01 * i, 2) for i in range(1, 65)]
     path = fake_study(tmp_path, "short", shared_data_dir, decays=decays, resources={"cpu": 0.25})
