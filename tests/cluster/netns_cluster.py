@@ -233,14 +233,20 @@ def _subnet_in_use(net: ipaddress.IPv4Network) -> bool:
     return False
 
 
+# Ports every Ray node takes by default (ray._private.ray_constants: the GCS, the dashboard, the dashboard agent's
+# HTTP server). A head started on one of them fails ("port 52365 ... is used by other components": seen on CI).
+RAY_DEFAULT_PORTS = frozenset({6379, 8265, 52365})
+
+
 def free_port() -> int:
-    """A free port of the root namespace outside Ray's default worker port range (10002-19999): free on every
-    address, loopback included (tests.helpers re-exports it: the tests' one free-port finder)."""
+    """A free port of the root namespace outside Ray's default worker port range (10002-19999) and Ray's default
+    ports: free on every address, loopback included (tests.helpers re-exports it: the tests' one free-port
+    finder)."""
     while True:
         with socket.socket() as s:
             s.bind(("0.0.0.0", 0))
             port = s.getsockname()[1]
-        if port >= 20000:
+        if port >= 20000 and port not in RAY_DEFAULT_PORTS:
             return port
 
 
