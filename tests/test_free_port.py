@@ -16,7 +16,7 @@ def test_the_ports_left_out_are_rays_own_defaults():
 def test_free_port_skips_them(monkeypatch):
     import socket
 
-    from tests.cluster import netns_cluster
+    from tests.cluster.netns_cluster import free_port
 
     offered = iter([52365, 8265, 20001])  # what the system offers, in turn
 
@@ -34,4 +34,4 @@ def test_free_port_skips_them(monkeypatch):
             return ("0.0.0.0", self.port)
 
     monkeypatch.setattr(socket, "socket", Offer)
-    assert netns_cluster.free_port() == 20001
+    assert free_port() == 20001
