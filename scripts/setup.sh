@@ -7,7 +7,7 @@
 # machine (bench/RESULTS.md, "Set-up"); pip does it if uv cannot be installed. Both write the installed
 # modules' bytecode (uv only when asked: --compile-bytecode), so that no process compiles Ray, Tune or Optuna
 # from source at start-up where the environment sets PYTHONDONTWRITEBYTECODE: a sweep starts a driver, Ray's
-# helpers and a worker per trial, each importing them (bench/RESULTS.md, "Bytecode").
+# helpers and a worker per trial, each importing them (bench/RESULTS.md, "Bytecode and workers").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 extras=""
