@@ -91,6 +91,14 @@ class TransformersAdamW(torch.optim.Optimizer):
 
 def build_optimizer(groups: list[dict[str, Any]], optim: Any, released: bool) -> torch.optim.Optimizer:
     """The run's optimiser over parameter `groups` (each with its weight decay): transformers 4.x AdamW when
-    `released` (`released.optimizer`), else torch's AdamW. `optim` is the run config's `optim` section."""
-    cls = TransformersAdamW if released else torch.optim.AdamW
-    return cls(groups, lr=optim.lr, betas=tuple(optim.betas), eps=optim.eps)
+    `released` (`released.optimizer`), else torch's AdamW. `optim` is the run config's `optim` section.
+
+    On CUDA torch's AdamW is its fused kernel: the same update in one launch per step, and the one that takes
+    fp16's loss scaling on the device (GradScaler hands it the inf/NaN flag), where the default implementation
+    makes GradScaler read that flag back to the host at every step. TransformersAdamW has no fused form: with
+    fp16 on CUDA that read-back stays."""
+    if released:
+        return TransformersAdamW(groups, lr=optim.lr, betas=tuple(optim.betas), eps=optim.eps)
+    params = [p for group in groups for p in group["params"]]
+    on_cuda = bool(params) and all(p.is_cuda for p in params)
+    return torch.optim.AdamW(groups, lr=optim.lr, betas=tuple(optim.betas), eps=optim.eps, fused=on_cuda or None)
