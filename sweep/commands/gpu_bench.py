@@ -8,17 +8,22 @@
 
 The bench trains through `trainer.train.train` (the same loop as a trial), passing the precision in the run config
 and reporting the precision the run's summary.json says it used, so a device that does not honour a precision
-shows it. Per run: steps/s and sentences/s (the summary's: all steps, the first one included, evaluations
-excluded), the seconds of a step, of the STS-B dev evaluation, of the final evaluation (STS-B test) and of the
-set-up (`run_timings`: what `sweep run --dry-run` estimates a study's cost from), peak memory (CUDA:
-torch.cuda.max_memory_allocated; not measured on the CPU), on CUDA a second run whose steps after the first
-evaluation run under torch.cuda.set_sync_debug_mode("error") (switched on through the trainer's `on_step` hook;
-the first synchronising operation raises: sync-free when that is the next evaluation's loss read-back, else the
-line that synced), the mean training loss over the steps against fp32's (same seed, same batches), and the
-aggregate throughput of two trials sharing the device (two processes, their steady steps: SteadySteps; on the CPU
-on the size probe's encoder) against one alone. It prints a markdown table and writes JSON; it stops starting runs
-after BENCH_BUDGET_S (10 minutes) and lists what it skipped. Without a GPU it says plainly that no GPU was
-measured.
+shows it. Per run:
+- steady steps/s and sentences/s: steps 2 to steps - 1 (StepClock). The first step pays the run's first-use
+  costs (a precision's kernels are loaded on first call), which on a GPU outweigh a step many times over; the
+  summary's rate over all steps is kept as all_steps_per_s;
+- the seconds of a step (steady), of the STS-B dev evaluation, of the final evaluation (STS-B test) and of the
+  set-up (the rest of the run's wall time, the first step's excess included): `run_timings`, what
+  `sweep run --dry-run` estimates a study's cost from;
+- peak memory (CUDA: torch.cuda.max_memory_allocated; not measured on the CPU);
+- on CUDA, a second run whose steps after the first evaluation run under torch.cuda.set_sync_debug_mode("error"),
+  switched on through the trainer's `on_step` hook: the first synchronising operation raises. Sync-free when that
+  is the next evaluation's loss read-back, else the line that synced;
+- the mean training loss over the steps against fp32's (same seed, same batches).
+Then the aggregate throughput of two trials sharing the device (two processes, their steady steps: StepClock; on
+the CPU on the size probe's encoder) against one alone. It prints a markdown table and writes JSON; it stops
+starting runs after BENCH_BUDGET_S (10 minutes) and lists what it skipped. Without a GPU it says plainly that no
+GPU was measured.
 """
 
 from __future__ import annotations
@@ -78,6 +83,9 @@ def bench_run_config(model: Path, method: str, precision: str, steps: int, batch
     uniformity on its pairs: the final evaluation encodes STS-B test and nothing else)."""
     return {"model": str(model), "method": method, "precision": precision, "device": device, "batch_size": batch,
             "max_steps": steps, "seed": 1, "pooler": "cls",
+            # a random-weight encoder embeds every sentence alike (mean pairwise cosine near 1 at bert-base depth):
+            # the collapse check would end the run at its first evaluation, before what the bench times
+            "collapse_threshold": 1.0,
             "eval": {"eval_steps": steps, "final_tasks": [STS_BENCHMARK], "align_uniform_split": "test"},
             "data": {"data_dir": data_dir, "max_sentences": batch * steps, "max_length": BENCH_MAX_LENGTH,
                      "cache_dir": str(cache)}}
@@ -94,31 +102,44 @@ def _train(config: dict[str, Any], on_step: Callable[[int], None] | None = None,
 
 
 def _measure(config: dict[str, Any], cuda: bool) -> dict[str, Any]:
-    """One run: the precision it ran, steps/s, sentences/s, peak memory, the training loss over its steps."""
+    """One run: the precision it ran, its status, steady steps/s and sentences/s (StepClock), the summary's rate
+    over all steps, peak memory, the training loss over its steps, and run_timings."""
     import torch
 
     if cuda:
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
-    summary = _train(config)
+    clock = StepClock(config["max_steps"] - 1, cuda=cuda, stop=False)
+    summary = _train(config, on_step=clock.on_step)
     history = summary.get("history") or [{}]
-    rate = summary.get("sentences_per_s")  # steps x batch / train_seconds (unrounded), evaluations excluded
+    batch = config["batch_size"]
+    steady = clock.step_seconds
+    every = summary.get("sentences_per_s")  # steps x batch / train_seconds (unrounded), evaluations excluded
     return {
         "precision_ran": summary.get("precision"), "device": summary.get("device"), "steps": summary.get("steps"),
-        "steps_per_s": round(rate / config["batch_size"], 3) if rate else None, "sentences_per_s": rate,
+        "status": summary.get("status"),
+        "steps_per_s": round(1.0 / steady, 3) if steady else None,
+        "sentences_per_s": round(batch / steady, 2) if steady else None,
+        "all_steps_per_s": round(every / batch, 3) if every else None,
         "peak_memory_mib": round(torch.cuda.max_memory_allocated() / 2**20, 1) if cuda else None,
-        "loss": history[0].get("loss"), **run_timings(summary, config["batch_size"]),
+        "loss": history[0].get("loss"), **run_timings(summary, batch, steady),
     }
 
 
-def run_timings(summary: dict[str, Any], batch: int) -> dict[str, float | None]:
+def run_timings(summary: dict[str, Any], batch: int, step_seconds: float | None = None) -> dict[str, float | None]:
     """What a dry run's cost estimate reads from a bench run (sweep.commands.cost), from the trainer's summary:
-    seconds per optimiser step (all steps, the first included), per STS-B dev evaluation, for the final
-    evaluation (STS-B test), and the rest of the run's wall time (set-up: model, corpus, evaluation data)."""
+    seconds per optimiser step (`step_seconds`, the steady step's, when given; else the summary's mean over all
+    steps, the first included), per STS-B dev evaluation, for the final evaluation (STS-B test), and the rest of
+    the run's wall time (set-up: model, corpus, evaluation data, and the first steps' time above the steady
+    rate), so that the four add up to the run's wall time either way."""
     rate, evaluations = summary.get("sentences_per_s"), len(summary.get("history") or ())
-    timed = sum(summary.get(key) or 0.0 for key in ("train_seconds", "eval_seconds", "final_eval_seconds"))
+    if step_seconds is None:
+        step_seconds = batch / rate if rate else None
+    steps = summary.get("steps") or 0
+    train = step_seconds * steps if step_seconds is not None else summary.get("train_seconds") or 0.0
+    timed = train + sum(summary.get(key) or 0.0 for key in ("eval_seconds", "final_eval_seconds"))
     return {
-        "step_seconds": round(batch / rate, 6) if rate else None,
+        "step_seconds": round(step_seconds, 6) if step_seconds is not None else None,
         "dev_eval_seconds": round(summary["eval_seconds"] / evaluations, 4) if evaluations else None,
         "final_eval_seconds": summary.get("final_eval_seconds"),
         "setup_seconds": round(max(0.0, summary["wall_time_s"] - timed), 2) if "wall_time_s" in summary else None,
@@ -141,7 +162,7 @@ def sync_check(config: dict[str, Any], steps: int) -> dict[str, Any]:
     config = {**config, "max_steps": warm + steps, "eval": {**config["eval"], "eval_steps": warm}}
     window = SyncWindow(warm, entry=train)
     try:
-        _train(config, on_step=window.on_step, check_every=warm + steps)
+        summary = _train(config, on_step=window.on_step, check_every=warm + steps)
     except RuntimeError as exc:
         torch.cuda.set_sync_debug_mode(0)
         if "synchroniz" not in str(exc):
@@ -154,6 +175,10 @@ def sync_check(config: dict[str, Any], steps: int) -> dict[str, Any]:
                 "steps_per_s": round(steps / seconds, 3) if free and seconds > 0 else None}
     finally:
         torch.cuda.set_sync_debug_mode(0)
+    if window.start is None:  # the run ended at or before its first evaluation: the window never opened
+        return {"sync_free": None, "at_step": None, "steps_per_s": None,
+                "first_sync": f"not checked: the run ended at step {summary.get('steps')} "
+                              f"({summary.get('status')}: {summary.get('reason')})"}
     return {"sync_free": None, "first_sync": "no synchronising call was flagged (not expected: the evaluation "
                                              "reads the loss back)", "at_step": None, "steps_per_s": None}
 
@@ -201,18 +226,23 @@ class SyncWindow:
 
 
 class _StepsTimed(Exception):
-    """Raised through the trainer by SteadySteps once its steps are timed: the run ends there."""
+    """Raised through the trainer by StepClock once its steps are timed: the run ends there."""
 
 
-class SteadySteps:
+class StepClock:
     """A run's steady training speed, through the trainer's `on_step` hook: the steps after the first (which
-    pays the process's first-use costs) up to `last` (before the evaluation at the run's end) are timed, then
-    the run is stopped (_StepsTimed)."""
+    pays the run's first-use costs) up to `last` (before the evaluation at the run's end) are timed (on CUDA
+    with a device synchronisation at both ends, the only two the clock adds), then, with `stop`, the run is
+    stopped (_StepsTimed). `step_seconds`: the mean timed step, None until `last` is done (or if last < 2)."""
 
-    def __init__(self, last: int, cuda: bool):
-        self.last, self.cuda = last, cuda
+    def __init__(self, last: int, cuda: bool, stop: bool = True):
+        self.last, self.cuda, self.stop = last, cuda, stop
         self.start: float | None = None
         self.seconds: float | None = None
+
+    @property
+    def step_seconds(self) -> float | None:
+        return self.seconds / (self.last - 1) if self.seconds and self.last > 1 else None
 
     def on_step(self, step: int) -> None:
         if step not in (1, self.last):
@@ -223,14 +253,15 @@ class SteadySteps:
             torch.cuda.synchronize()
         if step == 1:
             self.start = time.perf_counter()
-        else:
+        elif self.start is not None:
             self.seconds = time.perf_counter() - self.start
-            raise _StepsTimed
+            if self.stop:
+                raise _StepsTimed
 
 
 def _sharing(config: dict[str, Any]) -> dict[str, Any]:
     """Aggregate sentences/s of two trials (processes) sharing the device, against one alone: each process's
-    steady speed (SteadySteps), so that the processes' start-up is not what is compared."""
+    steady speed (StepClock), so that the processes' start-up is not what is compared."""
     def start() -> subprocess.Popen:
         env = dict(os.environ) if config["device"] != "cpu" else {**os.environ, "OMP_NUM_THREADS": "1"}
         return subprocess.Popen([sys.executable, "-m", "sweep.commands.gpu_bench", "--one-run", json.dumps(config)],
@@ -364,9 +395,6 @@ def size_probe(tmp: Path, methods: tuple[str, ...], steps: int, batch: int, root
         model = model or _write_encoder(tmp / PROBE_FOLDER, PROBE)
         say(f"bench: {method} fp32 on a {probe['encoder']['shape']} encoder (size probe) ...")
         config = bench_run_config(model, method, "fp32", steps, batch, "cpu", root, tmp / "probe-cache")
-        # a random-weight encoder of this depth embeds every sentence alike: the collapse check would end the
-        # run at its evaluation and skip the final one, which the probe times
-        config["collapse_threshold"] = 1.0
         probe["runs"].append({"method": method, "precision_asked": "fp32", **_measure(config, cuda=False)})
         longest = max(longest, time.monotonic() - run_started)
     return probe
@@ -396,6 +424,9 @@ def bench_table(report: dict[str, Any]) -> str:
     rows += ["| " + " | ".join(row[i] for i in keep) + " |" for row in cells]
     lines = [f"sweep doctor --bench on {report['gpu'] or 'the CPU'} ({report['encoder']['shape']} encoder, batch "
              f"{report['batch_size']}, {report['steps']} steps per run, {report['elapsed_s']} s)", "", *rows, ""]
+    if any(run.get("all_steps_per_s") is not None for run in report["runs"]):
+        lines.append(f"steps/s and sentences/s: steady, steps 2 to {report['steps'] - 1} (the first step, which "
+                     "pays the run's first-use costs, counts as set-up)")
     lines += [f"{header[i]}: {cells[0][i]} (every run)" for i in said_once]
     timed = [run for run in report["runs"] if run.get("dev_eval_seconds") is not None]
     if timed:
@@ -432,9 +463,9 @@ def bench_table(report: dict[str, Any]) -> str:
 
 def _one_run(config_json: str) -> None:
     """`python -m sweep.commands.gpu_bench --one-run CONFIG`: one bench run in this process, stopped once its
-    steady steps are timed (SteadySteps: steps 2 to max_steps - 1); prints {"sentences_per_s": ...} as JSON."""
+    steady steps are timed (StepClock: steps 2 to max_steps - 1); prints {"sentences_per_s": ...} as JSON."""
     config = json.loads(config_json)
-    window = SteadySteps(config["max_steps"] - 1, cuda=config["device"] != "cpu")
+    window = StepClock(config["max_steps"] - 1, cuda=config["device"] != "cpu")
     with contextlib.redirect_stdout(sys.stderr):
         try:
             _train(config, on_step=window.on_step)

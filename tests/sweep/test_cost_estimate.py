@@ -142,9 +142,13 @@ def test_the_bench_keeps_the_timings_the_estimate_reads():
     from sweep.commands.gpu_bench import run_timings
 
     summary = {"sentences_per_s": 64.0, "train_seconds": 5.0, "eval_seconds": 3.0, "final_eval_seconds": 1.5,
-               "wall_time_s": 11.0, "history": [{}, {}]}
+               "wall_time_s": 11.0, "history": [{}, {}], "steps": 20}
     assert run_timings(summary, batch=16) == {"step_seconds": 0.25, "dev_eval_seconds": 1.5,
                                               "final_eval_seconds": 1.5, "setup_seconds": 1.5}
+    # with the steady step given (the first step paid first-use costs): 20 x 0.2 s of training, and the second
+    # of the first step's excess counts as set-up: 11 - 4 - 3 - 1.5
+    assert run_timings(summary, batch=16, step_seconds=0.2) == {"step_seconds": 0.2, "dev_eval_seconds": 1.5,
+                                                                "final_eval_seconds": 1.5, "setup_seconds": 2.5}
 
 
 def test_the_cpu_benchs_size_probe_scales_the_tiny_encoders_times_to_the_studys_model(tmp_path, records, capsys):

@@ -209,6 +209,45 @@ def test_the_sync_check_window_ends_at_the_next_evaluation(tmp_path, tiny_model_
     assert result["sync_free"] is True and result["at_step"] == 12 and result["steps_per_s"] > 0, result
 
 
+def test_a_run_that_ends_at_its_first_evaluation_is_not_called_sync_free_or_flagged(tmp_path, tiny_model_dir,
+                                                                                       shared_data_dir, monkeypatch):
+    """On an H100 every MoCoSE run of a random bert-base collapsed at its first evaluation: the window never
+    opened, and the check said nothing was flagged, as if the evaluation's read-back had gone unseen."""
+    import torch
+
+    from sweep.commands import gpu_bench
+
+    mode = {"now": 0}
+    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", lambda value: mode.update(now=value))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    config = gpu_bench.bench_run_config(tiny_model_dir, "simcse", "fp32", 6, 8, "cpu", str(shared_data_dir),
+                                        tmp_path / "cache")
+    config["collapse_threshold"] = 1e-6  # any embedding space counts as collapsed
+    result = gpu_bench.sync_check(config, steps=6)
+    assert result["sync_free"] is None and result["at_step"] is None and mode["now"] == 0, result
+    assert result["first_sync"].startswith("not checked: the run ended at step 6 (collapsed: embeddings collapsed "
+                                           "at step 6"), result
+
+
+def test_the_step_clock_times_the_steps_after_the_first_and_stops_the_run_only_when_asked(monkeypatch):
+    from sweep.commands import gpu_bench
+
+    now = iter([10.0, 10.9])  # perf_counter at step 1, then at step 4
+    monkeypatch.setattr(gpu_bench.time, "perf_counter", lambda: next(now))
+    clock = gpu_bench.StepClock(4, cuda=False, stop=False)
+    for step in range(1, 6):  # steps past `last` are not timed
+        clock.on_step(step)
+    assert clock.seconds == pytest.approx(0.9) and clock.step_seconds == pytest.approx(0.3)  # steps 2, 3, 4
+    now = iter([0.0, 2.0])
+    stopping = gpu_bench.StepClock(3, cuda=False)
+    stopping.on_step(1)
+    stopping.on_step(2)
+    with pytest.raises(gpu_bench._StepsTimed):
+        stopping.on_step(3)
+    assert stopping.step_seconds == pytest.approx(1.0)
+    assert gpu_bench.StepClock(3, cuda=False).step_seconds is None  # nothing timed yet
+
+
 def test_the_bench_table_says_an_unchecked_sync_once_not_on_every_row():
     from sweep.commands.gpu_bench import bench_table
 
