@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     import trainer.corpus as corpus_module
-    from sweep.commands.gpu_bench import BERT_BASE, _measure, _write_encoder, bench_run_config
+    from sweep.commands.gpu_bench import BERT_BASE, bench_run_config, measure_run, write_encoder
     from trainer.data import data_dir
 
     started = time.monotonic()
@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     root = str(data_dir(None))
     longest = 0.0
     with tempfile.TemporaryDirectory(prefix="gpu-batches-") as tmp:
-        model = _write_encoder(Path(tmp) / "encoder", BERT_BASE)
+        model = write_encoder(Path(tmp) / "encoder", BERT_BASE)
         for batch in (int(b) for b in args.batches.split(",")):
             for method in args.methods.split(","):
                 for precision in args.precisions.split(","):
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
                         config["fgsm"] = {"eps": 0.0}  # 5e-9 is below half precision's resolution (refused)
                     widths.clear()
                     try:
-                        run = _measure(config, cuda)
+                        run = measure_run(config, cuda)
                     except torch.OutOfMemoryError:
                         report["runs"].append({"method": method, "precision": precision, "batch": batch,
                                                "error": "out of memory"})

@@ -83,19 +83,19 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from sweep.commands.gpu_bench import BERT_BASE, TINY, _measure, _write_encoder, bench_run_config
+    from sweep.commands.gpu_bench import BERT_BASE, TINY, bench_run_config, measure_run, write_encoder
     from trainer.data import data_dir
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     root = str(data_dir(None))
     rows = []
     with tempfile.TemporaryDirectory(prefix="gpu-overhead-") as tmp:
-        model = _write_encoder(Path(tmp) / "encoder", BERT_BASE if args.shape == "bert-base" else TINY)
+        model = write_encoder(Path(tmp) / "encoder", BERT_BASE if args.shape == "bert-base" else TINY)
         cache = Path(tmp) / "cache"
         minimal_steps_per_s(model, 4, args.batch, "fp32", device, root, cache)  # the process's first use, untimed
         for precision in args.precisions.split(","):
             minimal = minimal_steps_per_s(model, args.steps, args.batch, precision, device, root, cache)
-            ours = _measure(bench_run_config(model, "simcse", precision, args.steps, args.batch, device, root,
+            ours = measure_run(bench_run_config(model, "simcse", precision, args.steps, args.batch, device, root,
                                              cache), cuda=device == "cuda")
             row = {"device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu", "shape": args.shape,
                    "batch": args.batch, "precision": precision, "minimal_steps_per_s": round(minimal, 3),

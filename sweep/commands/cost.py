@@ -44,7 +44,7 @@ from sweep.text import plural
 from trainer.vocabulary import STS_BENCHMARK, STS_TASKS, STS_TEST_PAIRS, TRANSFER_TASKS
 
 BENCH_COMMAND = "sweep doctor --bench"
-# The keys a run of the record must have for an estimate (written by sweep.commands.gpu_bench._measure).
+# The keys a run of the record must have for an estimate (written by sweep.commands.gpu_bench.measure_run).
 RUN_TIMINGS = ("step_seconds", "dev_eval_seconds", "final_eval_seconds", "setup_seconds")
 
 

@@ -62,7 +62,7 @@ PROBE_FOLDER = "probe-encoder"  # in the bench's temporary folder
 PROBE_RESERVE_S = 60.0  # the time left that the first probe run needs to start (later ones: the longest so far)
 
 
-def _write_encoder(folder: Path, shape: dict[str, Any]) -> Path:
+def write_encoder(folder: Path, shape: dict[str, Any]) -> Path:
     """A random-weight BERT of `shape` with the embedded model's WordPiece tokenizer (no network)."""
     import torch
     from transformers import AutoTokenizer, BertConfig, BertModel
@@ -101,7 +101,7 @@ def _train(config: dict[str, Any], on_step: Callable[[int], None] | None = None,
     return train(RunConfig.from_dict(config), host_reads=host_reads, on_step=on_step)
 
 
-def _measure(config: dict[str, Any], cuda: bool) -> dict[str, Any]:
+def measure_run(config: dict[str, Any], cuda: bool) -> dict[str, Any]:
     """One run: the precision it ran, its status, steady steps/s and sentences/s (StepClock), the summary's rate
     over all steps, peak memory, the training loss over its steps, and run_timings."""
     import torch
@@ -225,7 +225,7 @@ class SyncWindow:
         return loop or inner, step
 
 
-class _StepsTimed(Exception):
+class StepsTimed(Exception):
     """Raised through the trainer by StepClock once its steps are timed: the run ends there."""
 
 
@@ -233,7 +233,7 @@ class StepClock:
     """A run's steady training speed, through the trainer's `on_step` hook: the steps after the first (which
     pays the run's first-use costs) up to `last` (before the evaluation at the run's end) are timed (on CUDA
     with a device synchronisation at both ends, the only two the clock adds), then, with `stop`, the run is
-    stopped (_StepsTimed). `step_seconds`: the mean timed step, None until `last` is done (or if last < 2)."""
+    stopped (StepsTimed). `step_seconds`: the mean timed step, None until `last` is done (or if last < 2)."""
 
     def __init__(self, last: int, cuda: bool, stop: bool = True):
         self.last, self.cuda, self.stop = last, cuda, stop
@@ -256,7 +256,7 @@ class StepClock:
         elif self.start is not None:
             self.seconds = time.perf_counter() - self.start
             if self.stop:
-                raise _StepsTimed
+                raise StepsTimed
 
 
 def _sharing(config: dict[str, Any]) -> dict[str, Any]:
@@ -322,7 +322,7 @@ def run_bench(tiny: bool = False, methods: tuple[str, ...] = METHODS, precisions
         "not_supported": report_skip,
     }
     with tempfile.TemporaryDirectory(prefix="sweep-doctor-") as tmp:
-        model = _write_encoder(Path(tmp) / "encoder", TINY if tiny else BERT_BASE)
+        model = write_encoder(Path(tmp) / "encoder", TINY if tiny else BERT_BASE)
         cache = Path(tmp) / "cache"
         longest = 0.0  # the longest method x precision so far: no run starts that would end past the budget
         warm = False
@@ -341,7 +341,7 @@ def run_bench(tiny: bool = False, methods: tuple[str, ...] = METHODS, precisions
                 say(f"bench: {method} {precision} ...")
                 run = {"method": method, "precision_asked": precision}
                 try:
-                    run.update(_measure(config, cuda))
+                    run.update(measure_run(config, cuda))
                 except UserError as exc:
                     if "fgsm.eps" not in str(exc):
                         raise
@@ -349,7 +349,7 @@ def run_bench(tiny: bool = False, methods: tuple[str, ...] = METHODS, precisions
                     # (README "Precision"); the half-precision rows run without FGSM, and say so
                     config["fgsm"] = {"eps": 0.0}
                     run["note"] = "fgsm.eps 0 (5e-9 is refused in half precision)"
-                    run.update(_measure(config, cuda))
+                    run.update(measure_run(config, cuda))
                 if precision == "fp32":
                     fp32_loss = run["loss"]
                 elif fp32_loss is not None and run["loss"] is not None and fp32_loss:
@@ -392,10 +392,10 @@ def size_probe(tmp: Path, methods: tuple[str, ...], steps: int, batch: int, root
             probe["skipped"].append(f"{method} fp32")
             continue
         run_started = time.monotonic()
-        model = model or _write_encoder(tmp / PROBE_FOLDER, PROBE)
+        model = model or write_encoder(tmp / PROBE_FOLDER, PROBE)
         say(f"bench: {method} fp32 on a {probe['encoder']['shape']} encoder (size probe) ...")
         config = bench_run_config(model, method, "fp32", steps, batch, "cpu", root, tmp / "probe-cache")
-        probe["runs"].append({"method": method, "precision_asked": "fp32", **_measure(config, cuda=False)})
+        probe["runs"].append({"method": method, "precision_asked": "fp32", **measure_run(config, cuda=False)})
         longest = max(longest, time.monotonic() - run_started)
     return probe
 
@@ -469,7 +469,7 @@ def _one_run(config_json: str) -> None:
     with contextlib.redirect_stdout(sys.stderr):
         try:
             _train(config, on_step=window.on_step)
-        except _StepsTimed:
+        except StepsTimed:
             pass
     if not window.seconds:
         sys.exit("the run ended before its timed steps (diverged or collapsed)")

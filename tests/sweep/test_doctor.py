@@ -242,7 +242,7 @@ def test_the_step_clock_times_the_steps_after_the_first_and_stops_the_run_only_w
     stopping = gpu_bench.StepClock(3, cuda=False)
     stopping.on_step(1)
     stopping.on_step(2)
-    with pytest.raises(gpu_bench._StepsTimed):
+    with pytest.raises(gpu_bench.StepsTimed):
         stopping.on_step(3)
     assert stopping.step_seconds == pytest.approx(1.0)
     assert gpu_bench.StepClock(3, cuda=False).step_seconds is None  # nothing timed yet
