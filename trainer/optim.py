@@ -93,7 +93,7 @@ def build_optimizer(groups: list[dict[str, Any]], optim: Any, released: bool) ->
     """The run's optimiser over parameter `groups` (each with its weight decay): transformers 4.x AdamW when
     `released` (`released.optimizer`), else torch's AdamW. `optim` is the run config's `optim` section.
 
-    On CUDA torch's AdamW is its fused kernel: the same update in one launch per step, and the one that takes
+    On CUDA torch's AdamW is its fused kernel: the same update in a few launches per step, and the one that takes
     fp16's loss scaling on the device (GradScaler hands it the inf/NaN flag), where the default implementation
     makes GradScaler read that flag back to the host at every step. TransformersAdamW has no fused form: with
     fp16 on CUDA that read-back stays."""
