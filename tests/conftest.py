@@ -26,6 +26,12 @@ def pytest_collection_modifyitems(config, items):
 # No test may reach the Hugging Face hub (no network here, as in CI's .ci/run): a model id that is not local
 # fails at once instead of after the hub client's retries (tens of seconds). Set before transformers loads.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# Ray starts its workers at niceness 15, below everything else on the machine. On a busy one (the suite's other
+# tests, or other jobs) the trials of a test that trains a real model then get a sliver of a core, and the test
+# runs into its time limit by chance: beside two busy loops the grid runner test took 467 s of its 600. Workers
+# at the tests' own priority share the cores evenly. Read by every Ray process the tests start (in-process
+# ray.init, `sweep run`, `ray start`, Slurm jobs), which inherit this environment.
+os.environ.setdefault("RAY_worker_niceness", "0")
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("SWEEP_TEST_DATA", REPO.parent / "shared" / "data"))
