@@ -30,7 +30,6 @@ from typing import Sequence
 
 import numpy as np
 import torch
-from sklearn.model_selection import StratifiedKFold
 
 from trainer.data import data_dir as resolve_data_dir
 from trainer.errors import UserError
@@ -61,7 +60,10 @@ MODES = dict(zip(TRANSFER_MODES, (  # test, fasttest
 
 # ---- the protocols, their fits as independent jobs ----------------------------------------------
 def stratified_folds(y: np.ndarray, k: int) -> list[tuple[np.ndarray, np.ndarray]]:
-    # SentEval passes X too; StratifiedKFold only uses its length
+    # scikit-learn loads here, not with the module: a run that evaluates no transfer task (every trial by default)
+    # does not pay for it. SentEval passes X too; StratifiedKFold only uses its length.
+    from sklearn.model_selection import StratifiedKFold
+
     return list(StratifiedKFold(n_splits=k, shuffle=True, random_state=SEED).split(np.zeros(len(y)), y))
 
 
