@@ -111,7 +111,8 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     from sweep.commands.doctor import doctor_command
 
     return doctor_command(bench=args.bench, tiny=args.tiny, json_path=args.json, data_dir=args.data_dir,
-                          methods=args.methods, precisions=args.precisions, steps=args.steps)
+                          methods=args.methods, precisions=args.precisions, steps=args.steps,
+                          probe=not args.no_probe)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -229,6 +230,10 @@ def build_parser() -> argparse.ArgumentParser:
     doc.add_argument("--methods", metavar="LIST", help="comma-separated methods to bench (default: all four)")
     doc.add_argument("--precisions", metavar="LIST", help="comma-separated precisions (default: fp32,bf16,fp16)")
     doc.add_argument("--steps", type=int, default=20, help="training steps per bench run (default 20)")
+    doc.add_argument("--no-probe", action="store_true",
+                     help="on the CPU, leave out the size probe (the same runs on a MiniLM-sized encoder, most of "
+                     "the CPU bench's time); `sweep run --dry-run` then scales the tiny encoder's times by compute "
+                     "per token alone")
     doc.set_defaults(func=_cmd_doctor)
 
     an = sub.add_parser("analyze", help="draw the figures and tables of a study's results")

@@ -164,9 +164,10 @@ def bench_record_path(report: dict[str, Any]) -> Path:
 
 def doctor_command(bench: bool = False, tiny: bool = False, json_path: str | None = None,
                    data_dir: str | None = None, methods: str | None = None, precisions: str | None = None,
-                   steps: int = 20) -> int:
+                   steps: int = 20, probe: bool = True) -> int:
     """Print the checklist (and the bench, written as JSON to `json_path`, by default with --bench to the
-    device's record, bench_record_path); 0 when nothing is a problem, 1 otherwise."""
+    device's record, bench_record_path); 0 when nothing is a problem, 1 otherwise. `probe`: the CPU bench's
+    size probe (run_bench)."""
     chosen_methods = _choices(methods, METHODS, "--methods")
     chosen_precisions = _choices(precisions, PRECISIONS, "--precisions")
     if steps < 1:
@@ -181,7 +182,7 @@ def doctor_command(bench: bool = False, tiny: bool = False, json_path: str | Non
     if bench:
         print(flush=True)
         report = run_bench(tiny=tiny, methods=chosen_methods, precisions=chosen_precisions, steps=steps,
-                           data_dir=data_dir, say=lambda text: print(text, flush=True))
+                           data_dir=data_dir, say=lambda text: print(text, flush=True), probe=probe)
         print()
         print(bench_table(report))
         out["bench"] = report

@@ -259,7 +259,7 @@ class StepClock:
                 raise StepsTimed
 
 
-def _sharing(config: dict[str, Any]) -> dict[str, Any]:
+def sharing_check(config: dict[str, Any]) -> dict[str, Any]:
     """Aggregate sentences/s of two trials (processes) sharing the device, against one alone: each process's
     steady speed (StepClock), so that the processes' start-up is not what is compared."""
     def start() -> subprocess.Popen:
@@ -372,7 +372,7 @@ def run_bench(tiny: bool = False, methods: tuple[str, ...] = METHODS, precisions
         else:
             say(f"bench: two trials sharing one device ({shape} encoder) ...")
             shared = bench_run_config(model, "simcse", "auto", max(share_steps, 3), batch, device, root, cache)
-            report["sharing"] = {**_sharing(shared), "encoder": shape}
+            report["sharing"] = {**sharing_check(shared), "encoder": shape}
     torch.set_num_threads(threads)
     report["elapsed_s"] = round(time.monotonic() - started, 1)
     return report

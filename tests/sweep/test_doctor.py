@@ -58,8 +58,9 @@ def test_an_unknown_method_is_one_line_and_exit_2(tmp_path):
 @pytest.mark.slow
 def test_the_tiny_cpu_bench_measures_and_says_no_gpu_was_measured(tmp_path, shared_data_dir):
     path = tmp_path / "bench.json"
+    # without the size probe (its MiniLM-sized runs were most of this test's time; tested on its own below)
     result = doctor("--bench", "--tiny", "--methods", "simcse,mocose", "--precisions", "fp32,bf16", "--steps", "10",
-                    "--data-dir", str(shared_data_dir), "--json", str(path), cwd=tmp_path)
+                    "--no-probe", "--data-dir", str(shared_data_dir), "--json", str(path), cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "NOTE: no GPU was measured" in result.stdout
     assert "| method | precision asked -> ran | steps/s | sentences/s | peak memory |" in result.stdout
@@ -67,6 +68,7 @@ def test_the_tiny_cpu_bench_measures_and_says_no_gpu_was_measured(tmp_path, shar
     assert bench["device"] == "cpu" and bench["gpu"] is None and bench["gpu_measured"] is False
     assert bench["note"].startswith("no GPU was measured")
     assert bench["encoder"]["shape"] == "tiny" and bench["steps"] == 10 and bench["skipped"] == []
+    assert bench["size_probe"] is None and bench["sharing"]["encoder"] == "tiny"
     runs = {(r["method"], r["precision_asked"]): r for r in bench["runs"]}
     assert set(runs) == {("simcse", "fp32"), ("simcse", "bf16"), ("mocose", "fp32"), ("mocose", "bf16")}
     for (method, asked), run in runs.items():
@@ -86,6 +88,54 @@ def test_the_tiny_cpu_bench_measures_and_says_no_gpu_was_measured(tmp_path, shar
     assert len(share["shared_sentences_per_s"]) == 2 and share["alone_sentences_per_s"] > 0
     assert share["aggregate_sentences_per_s"] == pytest.approx(sum(share["shared_sentences_per_s"]), abs=0.01)
     assert "two trials sharing one CPU" in result.stdout
+
+
+@pytest.mark.slow
+def test_the_size_probe_times_a_minilm_sized_encoder_as_the_main_runs(tmp_path, shared_data_dir):
+    import torch
+
+    from sweep.commands.gpu_bench import PROBE, PROBE_FOLDER, size_probe
+
+    said = []
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as run_bench on the CPU
+    try:
+        probe = size_probe(tmp_path, ("simcse",), 2, 16, str(shared_data_dir), lambda: 1e9, said.append)
+    finally:
+        torch.set_num_threads(threads)
+    assert probe["encoder"] == {"shape": "MiniLM-L6-sized", **PROBE} and probe["steps"] == 2
+    assert probe["skipped"] == [] and [r["method"] for r in probe["runs"]] == ["simcse"]
+    run = probe["runs"][0]
+    assert run["precision_asked"] == "fp32" and run["status"] == "ok" and run["steps"] == 2
+    # the timings the dry run's estimate reads (sweep.commands.cost.size_factors)
+    assert all(run[key] > 0 for key in ("step_seconds", "dev_eval_seconds", "final_eval_seconds", "setup_seconds"))
+    written = json.loads((tmp_path / PROBE_FOLDER / "config.json").read_text())
+    assert (written["hidden_size"], written["num_hidden_layers"]) == (PROBE["hidden_size"], PROBE["num_hidden_layers"])
+    assert said == ["bench: simcse fp32 on a MiniLM-L6-sized encoder (size probe) ..."]
+
+
+@pytest.mark.parametrize("probed", [True, False])
+def test_the_cpu_benchs_sharing_check_runs_on_the_probe_encoder_when_there_is_one(monkeypatch, probed,
+                                                                                  shared_data_dir):
+    """Trials share a CPU as real encoders do, not as the tiny one's per-step overhead does: with a probe run,
+    the sharing check trains the probe's encoder for the probe's steps. The timed runs, the probe and the
+    sharing check are stand-ins here (the warm-up run is real: a tiny encoder, 2 steps)."""
+    from sweep.commands import gpu_bench
+
+    shared = {}
+    monkeypatch.setattr(gpu_bench, "measure_run", lambda config, cuda: {"loss": 1.0, "precision_ran": "fp32"})
+    monkeypatch.setattr(gpu_bench, "size_probe", lambda tmp, methods, steps, *rest: {
+        "encoder": {"shape": "MiniLM-L6-sized"}, "steps": steps, "runs": [{"method": "simcse"}] if probed else [],
+        "skipped": []})
+    monkeypatch.setattr(gpu_bench, "sharing_check", lambda config: shared.update(config) or {})
+    report = gpu_bench.run_bench(tiny=True, methods=("simcse",), precisions=("fp32",), steps=7,
+                                 data_dir=str(shared_data_dir), say=lambda text: None)
+    model = Path(shared["model"])
+    if probed:
+        assert model.name == gpu_bench.PROBE_FOLDER and shared["max_steps"] == 7
+        assert report["sharing"]["encoder"] == "MiniLM-L6-sized"
+    else:
+        assert model.name != gpu_bench.PROBE_FOLDER and report["sharing"]["encoder"] == "tiny"
 
 
 def test_the_sync_check_names_the_loop_line_that_synchronised():
