@@ -42,6 +42,17 @@ REPORTED = ("torch", "transformers", "tokenizers", "numpy", "scipy", "pandas", "
 NEVER = ("ray", "optuna")  # the device path must not import these
 
 
+def _first_use_imports() -> None:
+    """What the path imports on first use rather than with its module: the transfer tasks' fold split
+    (scikit-learn), which `python -m trainer` reaches only when a run evaluates a transfer task. Run here so that
+    the bundle's trace records it and a machine without it fails this part, not a finished training run."""
+    import numpy as np
+
+    from trainer.evaluation.transfer import stratified_folds
+
+    stratified_folds(np.array([0, 1, 0, 1]), 2)
+
+
 def _write(path: str | os.PathLike, data: dict[str, Any]) -> None:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps(data, indent=2, default=str) + "\n")
@@ -66,9 +77,11 @@ def _cuda() -> bool:
 # ---- imports -----------------------------------------------------------------------------------------------
 def cmd_imports(args: argparse.Namespace) -> int:
     """Import every module of the device path; exit 3 with `missing module: NAME` on the first one missing."""
-    for name in PATH_MODULES:
+    steps = [(name, lambda name=name: importlib.import_module(name)) for name in PATH_MODULES]
+    steps.append(("trainer.evaluation.transfer's fold split", _first_use_imports))
+    for name, load in steps:
         try:
-            importlib.import_module(name)
+            load()
         except ImportError as exc:
             missing = getattr(exc, "name", None) or name
             print(f"device check: missing module: {missing} (importing {name}: {exc}); the bundle lacks it: "
