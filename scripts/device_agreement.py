@@ -304,8 +304,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     # no size probe: it feeds only the CPU estimates of `sweep run --dry-run`, and on a GPU the bench has none,
     # so CPU mode rehearses exactly the GPU path (`sweep doctor --bench` on a CPU still runs it)
-    doctor.run_bench = functools.partial(run_bench, budget_s=args.budget, probe=False)
-    argv = ["doctor", "--bench", "--json", args.out, "--steps", str(args.steps)] + (["--tiny"] if args.tiny else [])
+    doctor.run_bench = functools.partial(run_bench, budget_s=args.budget)
+    argv = ["doctor", "--bench", "--no-probe", "--json", args.out, "--steps", str(args.steps)] + (
+        ["--tiny"] if args.tiny else [])
     status = main(argv)
     if Path(args.out).is_file() and "bench" in json.loads(Path(args.out).read_text()):
         return 0
