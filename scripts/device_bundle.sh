@@ -130,8 +130,8 @@ PYEOF
   (cd "$ROOT" &&
    "${trace_env[@]}" "$PY" -c "import trainer.__main__" &&
    "${trace_env[@]}" "$PY" scripts/device_agreement.py imports --out "$WORK/imports-part.json" >/dev/null &&
-   # the bench's code paths once each (its runs, the report, two trials sharing the CPU): a 45 s budget leaves
-   # out only the size probe, which repeats the runs' path on a larger encoder
+   # the bench's code paths once each (its runs, the report, two trials sharing the CPU), without the size probe
+   # (device_agreement's bench passes --no-probe, as the GPU path has none); runs past the 45 s budget are skipped
    "${trace_env[@]}" "$PY" scripts/device_agreement.py bench --tiny --steps 2 --budget 45 --out "$WORK/bench.json" \
       >"$WORK/bench.log" 2>&1 &&
    "${trace_env[@]}" "$PY" scripts/device_agreement.py train --steps 2 --out "$WORK/train.json" >/dev/null &&
