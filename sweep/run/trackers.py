@@ -104,6 +104,8 @@ def logger_callbacks(spec: Any, warn: Callable[[str], None] = warn) -> list[Any]
                      f"upload them later with `wandb sync {folder / 'wandb'}/offline-run-*`")
             extra = {"mode": os.environ["WANDB_MODE"]} if os.environ.get("WANDB_MODE") else {}
             folder.mkdir(parents=True, exist_ok=True)
+            actor = base._logger_actor_cls
+            cls._logger_actor_cls = type(actor.__name__, (WandbRunWritten, actor), {})
             callbacks.append(cls(project=project, group=spec.name, dir=str(folder), **extra))
         else:
             callbacks.append(cls())
@@ -229,6 +231,21 @@ class StudyResults:
 
     def on_experiment_end(self, trials: list, **info: Any) -> None:
         self._guarded(lambda: super(StudyResults, self).on_experiment_end(trials, **info))
+
+
+class WandbRunWritten:
+    """Mixed into Ray's W&B logging actor (one per trial): its `run` returns only once W&B's service process
+    (wandb-core, the actor's child) has written the run's records and exited.
+
+    Ray ends the actor with `ray.kill` as soon as `run` returns, and kills the actor's child processes with
+    it; `wandb.finish()` alone can return before wandb-core has written the last records, and an offline run
+    file was then left holding its header alone. `wandb.teardown()` waits for wandb-core to exit."""
+
+    def run(self) -> Any:
+        try:
+            return super().run()
+        finally:
+            self._wandb.teardown()
 
 
 def final_scores(summary: dict[str, Any]) -> dict[str, Any]:

@@ -315,6 +315,51 @@ def test_wandb_online_without_an_api_key_is_one_warning_naming_wandb_login(tmp_p
     assert "run `wandb login` (or set WANDB_API_KEY, or WANDB_MODE=offline)" in said[0]
 
 
+# One trial's W&B logging actor, run as Ray runs it: `run()` until the driver's END, then what `ray.kill`
+# does to an actor (SIGKILL to its child processes, then an exit without atexit hooks). Ray's queue protocol
+# (_QueueItem) is Ray's own; the queue is a list here.
+WANDB_ACTOR_AS_RAY_ENDS_IT = """
+import glob, json, os, signal, sys
+from types import SimpleNamespace
+from ray.air.integrations.wandb import _QueueItem
+from sweep.run.trackers import logger_callbacks
+
+folder = sys.argv[1]
+spec = SimpleNamespace(loggers=["wandb"], tracking=None, name="s", study_dir=folder)
+[callback] = logger_callbacks(spec)
+items = [(_QueueItem.RESULT, {"dev_stsb": 61.5, "training_iteration": 1}), (_QueueItem.END, None)]
+os.makedirs(folder + "/trial")
+actor = callback._logger_actor_cls(folder + "/trial", SimpleNamespace(get=lambda: items.pop(0)), [], [],
+                                   id="t1", name="t1", project="s", group="s", dir=folder, mode="offline",
+                                   config={"key": "t1"})
+actor.run()
+children = [int(pid) for path in glob.glob(f"/proc/{os.getpid()}/task/*/children")
+            for pid in open(path).read().split()]
+print(json.dumps({"children_after_run": [open(f"/proc/{pid}/comm").read().strip() for pid in children]}),
+      flush=True)
+for pid in children:
+    os.kill(pid, signal.SIGKILL)
+os._exit(0)
+"""
+
+
+def test_a_wandb_run_is_written_before_ray_kills_its_logging_actor(tmp_path):
+    """Ray kills a trial's W&B logging actor, and its child wandb-core, as soon as the actor's run() returns:
+    run() must return only once wandb-core has written the run and exited (an offline run file was once
+    left holding its header alone). The run file then holds the run, its config and the logged result."""
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_CONFIG_DIR": str(tmp_path / "wandb-config")}
+    proc = subprocess.run([sys.executable, "-c", WANDB_ACTOR_AS_RAY_ENDS_IT, str(tmp_path)], capture_output=True,
+                          text=True, env=env, timeout=scaled(120))
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads([line for line in proc.stdout.splitlines() if line.startswith("{")][-1])
+    assert report["children_after_run"] == [], report  # wandb-core has exited
+    [folder] = (tmp_path / "wandb").glob("offline-run-*-t1")
+    written = wandb_run(folder)
+    assert written["run"].run_id == "t1" and written["run"].run_group == "s"
+    assert written["config"]["key"] == "t1"
+    assert written["summary"]["dev_stsb"] == 61.5
+
+
 def test_a_failing_tracker_is_one_warning_then_off():
     calls = []
 
