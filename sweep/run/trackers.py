@@ -237,9 +237,9 @@ class WandbRunWritten:
     """Mixed into Ray's W&B logging actor (one per trial): its `run` returns only once W&B's service process
     (wandb-core, the actor's child) has written the run's records and exited.
 
-    Ray ends the actor with `ray.kill` as soon as `run` returns, and kills the actor's child processes with
-    it; `wandb.finish()` alone can return before wandb-core has written the last records, and an offline run
-    file was then left holding its header alone. `wandb.teardown()` waits for wandb-core to exit."""
+    Ray ends the actor with `ray.kill` as soon as `run` returns, which kills the actor's child processes too;
+    `wandb.finish()` alone can return before wandb-core has written the last records. `wandb.teardown()`
+    waits for wandb-core to exit."""
 
     def run(self) -> Any:
         try:

@@ -345,8 +345,8 @@ os._exit(0)
 
 def test_a_wandb_run_is_written_before_ray_kills_its_logging_actor(tmp_path):
     """Ray kills a trial's W&B logging actor, and its child wandb-core, as soon as the actor's run() returns:
-    run() must return only once wandb-core has written the run and exited (an offline run file was once
-    left holding its header alone). The run file then holds the run, its config and the logged result."""
+    run() must return only once wandb-core has written the run and exited. The run file then holds the run,
+    its config and the logged result."""
     env = {**os.environ, "WANDB_MODE": "offline", "WANDB_CONFIG_DIR": str(tmp_path / "wandb-config")}
     proc = subprocess.run([sys.executable, "-c", WANDB_ACTOR_AS_RAY_ENDS_IT, str(tmp_path)], capture_output=True,
                           text=True, env=env, timeout=scaled(120))
