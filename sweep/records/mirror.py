@@ -16,6 +16,8 @@ Every Optuna trial carries user attr `key` (the trial key), so trials map back t
 from __future__ import annotations
 
 import contextlib
+import functools
+import importlib.util
 import json
 import math
 import sqlite3
@@ -40,6 +42,28 @@ from trainer.summary import optuna_attrs
 from trainer.vocabulary import ERROR, INTERRUPTED, optuna_state_name
 
 # Which attempts are final (is_final) is decided in sweep.records.store, for this mirror and for sweep.records.resume.
+
+
+@functools.cache
+def dashboard_note_functions() -> tuple[Callable[..., str], Callable[..., None]]:
+    """optuna-dashboard's own `get_note` and `save_note`, without its web app.
+
+    The package's __init__ imports the app, which imports optuna.importance and with it scikit-learn: about
+    1.6 s of CPU in every driver, for two functions. They live in optuna_dashboard/_note.py, which imports
+    optuna alone, so that file is loaded by itself (the package is located, not imported). Where the file is
+    not there (another layout of the package), the public import serves."""
+    spec = importlib.util.find_spec("optuna_dashboard")
+    folders = list(spec.submodule_search_locations or []) if spec else []
+    note_file = next((Path(f) / "_note.py" for f in folders if (Path(f) / "_note.py").is_file()), None)
+    if note_file is not None:
+        note_spec = importlib.util.spec_from_file_location("_sweep_optuna_dashboard_note", note_file)
+        module = importlib.util.module_from_spec(note_spec)
+        note_spec.loader.exec_module(module)
+        if callable(getattr(module, "get_note", None)) and callable(getattr(module, "save_note", None)):
+            return module.get_note, module.save_note
+    from optuna_dashboard import get_note, save_note
+
+    return get_note, save_note
 
 
 def sqlite_problem(url: str) -> str | None:
@@ -168,8 +192,8 @@ class OptunaMirror:
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 self.study.set_metric_names([spec.metric.name])
         self._check_distributions()
-        # The dashboard's note (the study's YAML) is written by a thread: importing optuna_dashboard takes
-        # a second or two, which the driver spends starting Ray meanwhile. wait_for_note() joins it.
+        # The dashboard's note (the study's YAML) is written by a thread, while the driver starts Ray;
+        # wait_for_note() joins it.
         self._note_error: str | None = None
         self._note = threading.Thread(target=self._save_note, name="optuna-note", daemon=True)
         self._note.start()
@@ -207,8 +231,7 @@ class OptunaMirror:
             self._note_error = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
 
     def _write_note(self) -> None:
-        from optuna_dashboard import get_note, save_note
-
+        get_note, save_note = dashboard_note_functions()
         text = self.spec.source_text.strip() or f"name: {self.spec.name}"
         note = f"## {self.spec.name}\n\n{self.spec.description or ''}\n\n```yaml\n{text}\n```\n"
         if get_note(self.study) != note:

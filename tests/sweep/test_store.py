@@ -6,6 +6,7 @@ import csv
 import json
 import math
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -19,7 +20,8 @@ from sweep.records.store import StudyFolder, TrialsTable, is_final, locate_study
 from sweep.run.feed import TrialFeed
 from sweep.run.runner import StudyRun
 from sweep.spec import Metric, Resources, StudySpec, Trial, load_study
-from tests.helpers import study_file
+from tests.deadlines import scaled
+from tests.helpers import REPO, study_file
 from trainer.errors import UserError
 from trainer.files import write_text_atomic
 from trainer.vocabulary import STS_TASKS
@@ -150,6 +152,33 @@ def test_mirror_records_running_curves_states_and_attrs(tmp_path):
 
     mirror.wait_for_note()  # written by a thread while the driver starts Ray
     assert "name: unit" in get_note(mirror.study)
+
+
+def test_the_dashboard_note_is_written_without_the_dashboards_web_app(tmp_path):
+    """The mirror writes the study's note with optuna-dashboard's own functions, without importing its web app
+    (nor scikit-learn, which the app brings in through optuna.importance: seconds of CPU in every driver);
+    the dashboard reads the note back."""
+    code = ("import sys\n"
+            "from pathlib import Path\n"
+            "from tests.sweep.test_store import TRIALS, make_spec\n"
+            "from sweep.records.mirror import OptunaMirror, infer_distributions\n"
+            "from sweep.records.store import StudyFolder\n"
+            f"spec = make_spec(Path({str(tmp_path)!r}))\n"
+            "Path(spec.study_dir).mkdir(parents=True)\n"
+            "mirror = OptunaMirror(spec, StudyFolder(spec.study_dir).default_storage(),\n"
+            "                      infer_distributions(TRIALS, list(spec.parameters)))\n"
+            "mirror.wait_for_note()\n"
+            "print(sorted(m for m in ('optuna_dashboard', 'sklearn') if m in sys.modules))\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
+                            timeout=scaled(120))
+    assert result.returncode == 0 and result.stdout.strip() == "[]", result.stdout + result.stderr
+    assert "warning" not in result.stderr, result.stderr  # wait_for_note's line when the note was not written
+
+    from optuna_dashboard import get_note
+
+    spec = make_spec(tmp_path)
+    study = optuna.load_study(study_name="unit", storage=StudyFolder(spec.study_dir).default_storage())
+    assert get_note(study) == "## unit\n\nunit test study\n\n```yaml\nname: unit\n```\n"
 
 
 # ---- resume rules -----------------------------------------------------------------------------------
