@@ -57,7 +57,7 @@ def test_study_runs_and_its_analysis_has_one_row_per_configuration(study_file, t
     path = tmp_path / study_file.name
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     env = {**_env(), "FAKE_TRAIN_STEPS": "1", "FAKE_TRAIN_STEP_S": "0"}
-    run = subprocess.run([sys.executable, "-m", "sweep", "run", str(path), "--max-concurrent", "4"], cwd=tmp_path,
+    run = subprocess.run([sys.executable, "-m", "sweep", "run", str(path), "--max-concurrent", "2"], cwd=tmp_path,
                          env=env, capture_output=True, text=True, timeout=scaled(300))
     assert run.returncode == 0, run.stdout + run.stderr
     monkeypatch.chdir(tmp_path)
