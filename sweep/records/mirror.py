@@ -48,10 +48,10 @@ from trainer.vocabulary import ERROR, INTERRUPTED, optuna_state_name
 def dashboard_note_functions() -> tuple[Callable[..., str], Callable[..., None]]:
     """optuna-dashboard's own `get_note` and `save_note`, without its web app.
 
-    The package's __init__ imports the app, which imports optuna.importance and with it scikit-learn: about
-    1.6 s of CPU in every driver, for two functions. They live in optuna_dashboard/_note.py, which imports
-    optuna alone, so that file is loaded by itself (the package is located, not imported). Where the file is
-    not there (another layout of the package), the public import serves."""
+    The package's __init__ imports the app, and the app imports optuna.importance and with it scikit-learn,
+    which no driver needs. The two functions live in optuna_dashboard/_note.py, which imports optuna alone, so
+    that file is loaded by itself (the package is located, not imported). Where the file is not there (another
+    layout of the package), the public import serves."""
     spec = importlib.util.find_spec("optuna_dashboard")
     folders = list(spec.submodule_search_locations or []) if spec else []
     note_file = next((Path(f) / "_note.py" for f in folders if (Path(f) / "_note.py").is_file()), None)

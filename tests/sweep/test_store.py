@@ -156,7 +156,7 @@ def test_mirror_records_running_curves_states_and_attrs(tmp_path):
 
 def test_the_dashboard_note_is_written_without_the_dashboards_web_app(tmp_path):
     """The mirror writes the study's note with optuna-dashboard's own functions, without importing its web app
-    (nor scikit-learn, which the app brings in through optuna.importance: seconds of CPU in every driver);
+    (nor scikit-learn, which the app brings in through optuna.importance and no driver needs);
     the dashboard reads the note back."""
     code = ("import sys\n"
             "from pathlib import Path\n"
