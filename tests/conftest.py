@@ -32,6 +32,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # at the tests' own priority share the cores evenly. Read by every Ray process the tests start (in-process
 # ray.init, `sweep run`, `ray start`, Slurm jobs), which inherit this environment.
 os.environ.setdefault("RAY_worker_niceness", "0")
+# The suite runs more processes than cores (pytest-xdist workers, each test's drivers and trials), and torch's
+# OpenMP threads, by default, spin on a core between parallel regions: CPU taken from the other tests' work.
+# PASSIVE makes them sleep instead; the thread counts, and so every result, stay the same (bench/RESULTS.md,
+# "OpenMP's spinning threads"). libgomp reads it when torch first loads, so it is set here, before any test
+# imports torch; every process the tests start inherits it. Yours wins.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("SWEEP_TEST_DATA", REPO.parent / "shared" / "data"))
