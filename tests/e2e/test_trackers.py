@@ -333,12 +333,23 @@ actor = callback._logger_actor_cls(folder + "/trial", SimpleNamespace(get=lambda
                                    id="t1", name="t1", project="s", group="s", dir=folder, mode="offline",
                                    config={"key": "t1"})
 actor.run()
-children = [int(pid) for path in glob.glob(f"/proc/{os.getpid()}/task/*/children")
-            for pid in open(path).read().split()]
-print(json.dumps({"children_after_run": [open(f"/proc/{pid}/comm").read().strip() for pid in children]}),
-      flush=True)
+# This process's children, by their parent pid. A process or thread may end while /proc is read: per-thread
+# lists (/proc/PID/task/*/children) then vanish between listing and reading, so each process is read once, whole.
+children = {}
+for stat in glob.glob("/proc/[0-9]*/stat"):
+    try:
+        text = open(stat).read()
+    except OSError:  # that process ended meanwhile: not a child left running
+        continue
+    name, fields = text[text.index("(") + 1:text.rindex(")")], text[text.rindex(")") + 2:].split()
+    if int(fields[1]) == os.getpid():
+        children[int(stat.split("/")[2])] = name
+print(json.dumps({"children_after_run": sorted(children.values())}), flush=True)
 for pid in children:
-    os.kill(pid, signal.SIGKILL)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:  # it ended since
+        pass
 os._exit(0)
 """
 
