@@ -319,9 +319,10 @@ def test_wandb_online_without_an_api_key_is_one_warning_naming_wandb_login(tmp_p
 # does to an actor (SIGKILL to its child processes, then an exit without atexit hooks). Ray's queue protocol
 # (_QueueItem) is Ray's own; the queue is a list here.
 WANDB_ACTOR_AS_RAY_ENDS_IT = """
-import glob, json, os, signal, sys
+import json, os, signal, sys
 from types import SimpleNamespace
 from ray.air.integrations.wandb import _QueueItem
+from sweep.run import reaper
 from sweep.run.trackers import logger_callbacks
 
 folder = sys.argv[1]
@@ -333,19 +334,10 @@ actor = callback._logger_actor_cls(folder + "/trial", SimpleNamespace(get=lambda
                                    id="t1", name="t1", project="s", group="s", dir=folder, mode="offline",
                                    config={"key": "t1"})
 actor.run()
-# This process's children, by their parent pid. A process or thread may end while /proc is read: per-thread
-# lists (/proc/PID/task/*/children) then vanish between listing and reading, so each process is read once, whole.
-children = {}
-for stat in glob.glob("/proc/[0-9]*/stat"):
-    try:
-        text = open(stat).read()
-    except OSError:  # that process ended meanwhile: not a child left running
-        continue
-    name, fields = text[text.index("(") + 1:text.rindex(")")], text[text.rindex(")") + 2:].split()
-    if int(fields[1]) == os.getpid():
-        children[int(stat.split("/")[2])] = name
-print(json.dumps({"children_after_run": sorted(children.values())}), flush=True)
-for pid in children:
+# What is still running below this process (sweep.run.reaper reads /proc, and skips what ends while it reads).
+left = reaper.descendants(os.getpid())
+print(json.dumps({"children_after_run": sorted(reaper.name(pid) for pid in left)}), flush=True)
+for pid in left:
     try:
         os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:  # it ended since
