@@ -21,8 +21,6 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(limit))
-        # Each test's tier in the JUnit XML (--junitxml), where .ci/durations_by_file.py sums the time per tier.
-        item.user_properties.append(("tier", "slow" if item.get_closest_marker("slow") else "fast"))
 
 
 # No test may reach the Hugging Face hub (no network here, as in CI's .ci/run): a model id that is not local
