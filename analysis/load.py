@@ -14,7 +14,9 @@ only a trials.csv (copied by hand) is read from it. Either way each row gets:
   `mtd_recorded`, the measured one as `mtd_measured`, with `ema_age`, `queue_age_mean`, `queue_age_max`;
 - `gaussian.m_per_batch`: the number of Gaussian negatives as a multiple of the batch size;
 - `avg` only where the trial has all seven STS task scores (trainer.evaluation.sts_average): an older one-task trial's
-  `avg` (its STS-B score) is dropped, so it is never read as the papers' seven-task average.
+  `avg` (its STS-B score) is dropped, so it is never read as the papers' seven-task average;
+- `older_reading`: what the current reading of the papers does differently for the trial (trainer.readings),
+  "" for a trial of the current reading; `reading_groups` keeps the two apart.
 
 The config that MTD needs comes from the trial's summary.json "config" when that file exists (it
 holds everything, e.g. `ema.schedule_steps`), else from the CSV's columns.
@@ -34,6 +36,7 @@ import yaml
 
 from trainer.evaluation.sts_average import AVG
 from trainer.mtd import ETA_CHOICES, K_CHOICES, config_traceable_distance
+from trainer.readings import reading_changes, summary_reading
 from trainer.summary import summary_row
 from trainer.vocabulary import FINAL_FAIL_STATUSES, OK, PRUNED, STS_TASKS, TRANSFER_TASKS, optuna_state_name
 
@@ -49,7 +52,8 @@ NOT_PARAMETERS = {
     "queue_age_mean", "queue_age_max", "age_mean", "age_max", "variant", "precision",
     "best_step", "dev_stsb", "align", "uniform", "align_uniform_split", "sentences_per_s", "wall_time_s",
     "output_dir", "device", "save_model", "data.data_dir", "data.cache_dir", "data.corpus", "eval.batch_size",
-    "gaussian.m_per_batch", "error", "transfer_mode", "eval.final_tasks", "eval.transfer_mode",
+    "gaussian.m_per_batch", "error", "transfer_mode", "eval.final_tasks", "eval.transfer_mode", "reading",
+    "older_reading",
     *SCORES, *TRANSFER_SCORES,
 }
 # Top-level config keys without a dot that may be swept.
@@ -125,7 +129,29 @@ def load_results(
             trial_mtd(row, summaries.get(str(row["key"])), eta_choice, k_choice) for _, row in table.iterrows()
         ]
     table["gaussian.m_per_batch"] = [_gaussian_ratio(row) for _, row in table.iterrows()]
+    table["older_reading"] = [_older_reading(summaries.get(str(k))) for k in table["key"]]
     return table.reset_index(drop=True)
+
+
+OLDER_READING_FOLDER = "older_reading"
+
+
+def reading_groups(table: pd.DataFrame) -> list[tuple[str, pd.DataFrame, str | None]]:
+    """The trials split by reading, never pooled: [(sub-folder, trials, note)]. The current reading's trials go
+    to "" (the figures folder itself) and the older reading's to OLDER_READING_FOLDER; when every trial is of an
+    older reading they stay in "". The note (one line, None for the current reading's) says which and why."""
+    older = table["older_reading"].astype(bool) if "older_reading" in table.columns else pd.Series(False, table.index)
+    if not older.any():
+        return [("", table, None)]
+    changes = "; ".join(dict.fromkeys(c for text in table.loc[older, "older_reading"] for c in text.split("; ")))
+    count = f"{int(older.sum())} of {len(table)} trials ran" if not older.all() else f"all {len(table)} trials ran"
+    if older.all():
+        return [("", table, f"{count} under an older reading of the papers ({changes}); re-run them with "
+                           "`sweep run STUDY --rerun-changed` for the current one")]
+    return [("", table[~older].copy(), None),
+            (OLDER_READING_FOLDER, table[older].copy(),
+             f"{count} under an older reading of the papers ({changes}): analysed apart in {OLDER_READING_FOLDER}/, "
+             "never pooled with the others")]
 
 
 def read_study_spec(study_dir: str | Path) -> dict[str, Any]:
@@ -202,6 +228,12 @@ def _read_summaries(study_dir: Path) -> dict[str, dict[str, Any]]:
         except (OSError, json.JSONDecodeError):
             continue  # a summary being written right now; trials.csv still has the row
     return summaries
+
+
+def _older_reading(summary: dict[str, Any] | None) -> str:
+    if not isinstance(summary, dict):
+        return ""  # a row of trials.csv only: no record of what made it
+    return "; ".join(reading_changes(summary.get("config") or {}, summary_reading(summary)))
 
 
 def _read_trials_csv(path: Path) -> pd.DataFrame:

@@ -52,6 +52,7 @@ from analysis.load import (
     grouping_keys,
     load_results,
     read_study_spec,
+    reading_groups,
 )
 from trainer.evaluation.sts_average import AVG
 from trainer.vocabulary import STS_BENCHMARK, STS_TASKS
@@ -67,6 +68,7 @@ def analyze(
     seed: int = 0,
     mtd_source: str = "formula",
     size: str = DEFAULT_SIZE,
+    notes: list[str] | None = None,
 ) -> list[Path]:
     """Write every applicable figure and the score tables; return the written paths.
 
@@ -77,7 +79,9 @@ def analyze(
     (docs/science/traceable-distance.md). `score` is the y of the figures ("avg" = the seven-task STS test
     average; trials that did not evaluate all seven have none, and the figures plot `fallback_score`
     instead, under its own name). `n_boot` and `seed`: the bootstrap of the intervals over seeds. `size`:
-    "single" (one journal column) or "double" (the page's width).
+    "single" (one journal column) or "double" (the page's width). Trials of an older reading of the papers
+    (trainer.readings) are analysed apart, in <out_dir>/older_reading/ (analysis.load.reading_groups); `notes`,
+    when given, gets the one line that says so.
 
     Written: each applicable figure as .png (300 dpi), .pdf (TrueType fonts) and .csv (its data), and the
     score tables scores.md/.tex/.csv (and transfer.* when trials ran the transfer tasks).
@@ -89,12 +93,24 @@ def analyze(
         out_dir = study_dir / "figures" / ("measured_mtd" if mtd_source == "measured" else "")
     out_dir = Path(out_dir)
     table = load_results(study_dir, eta_choice=eta_choice, k_choice=k_choice, mtd_source=mtd_source)
+    params, knobs = study_knobs(study_dir, table)
+    written: list[Path] = []
+    for folder, part, note in reading_groups(table):
+        if note is not None and notes is not None:
+            notes.append(note)
+        written += _analyze_part(part, study_dir, out_dir / folder, params, knobs, score, n_boot, seed, mtd_source,
+                                 size)
+    return written
+
+
+def _analyze_part(table: pd.DataFrame, study_dir: Path, out_dir: Path, params: list[str], knobs: list[str],
+                  score: str, n_boot: int, seed: int, mtd_source: str, size: str) -> list[Path]:
+    """`analyze` for one set of trials that may be pooled: its figures and tables into `out_dir`."""
     if not _has_values(table, score):
         fallback = fallback_score(table) if score == AVG else None
         if fallback is None:
             raise ResultsError(f"{study_dir}: the trials have no {score!r} scores; pass another score (e.g. dev_stsb)")
         score = fallback
-    params, knobs = study_knobs(study_dir, table)
     out_dir.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
     plans = applicable_figures(table, params, score, n_boot=n_boot, seed=seed, knobs=knobs, mtd_source=mtd_source,
@@ -103,7 +119,7 @@ def analyze(
         try:
             fig, data = draw()
         except ValueError as exc:  # degenerate data for this figure (e.g. no scores in a subset)
-            warnings.warn(f"figure {name} skipped: {exc}", stacklevel=2)
+            warnings.warn(f"figure {name} skipped: {exc}", stacklevel=3)
             continue
         written += _write_figure(out_dir, figure_file_name(name, mtd_source), fig, data)
 

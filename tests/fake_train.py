@@ -12,7 +12,7 @@ first step until that many trials are running at once (each holds a file in the 
 raises when $FAKE_TRAIN_BARRIER_S seconds (default 120) pass first: a test of concurrency that waits for the
 condition instead of hoping that fixed-length trials overlap.
 The summary records when the trial started and ended (`started_at`, `ended_at`: time.time()), so tests
-can read concurrency from the trials themselves.
+can read concurrency from the trials themselves, and the current `reading` (trainer.readings), as the trainer's.
 
     >>> train(RunConfig.from_dict({...}), report=print)   # doctest: +SKIP
 """
@@ -25,6 +25,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from trainer.readings import READING
 from trainer.vocabulary import STS_TASKS, TRANSFER_TASKS
 
 
@@ -86,7 +87,8 @@ def _train(config: Any, report: Any, steps: int, step_s: float, started_at: floa
             report({"step": step, "loss": 1.0 / step, "dev_stsb": score * step / steps})
     times = {"started_at": started_at, "ended_at": time.time()}
     if lr >= 1.0:
-        return {"status": "diverged", "reason": "diverged: loss became nan", "steps": steps, **times}
+        return {"status": "diverged", "reason": "diverged: loss became nan", "steps": steps, "reading": READING,
+                **times}
     # The same fields as the real trainer's summary: the STS tasks eval.final_tasks lists (all seven when it
     # lists none; avg, kept at score - 1, only with all seven, as the trainer), the transfer tasks it lists,
     # alignment and uniformity.
@@ -95,7 +97,8 @@ def _train(config: Any, report: Any, steps: int, step_s: float, started_at: floa
     test = {task: score - 1 + offsets[task] for task in STS_TASKS if task in final_tasks}
     if len(test) == len(STS_TASKS):
         test["avg"] = score - 1
-    summary = {"status": "ok", "reason": None, "steps": steps, "best_step": steps, "best_dev_stsb": score,
+    summary = {"status": "ok", "reason": None, "steps": steps, "reading": READING, "best_step": steps,
+               "best_dev_stsb": score,
                "test": test or None, "test_label": _test_label(test),
                "align": 0.2 + score / 1000, "uniform": -2.0 - score / 1000, "align_uniform_split": "dev", **times}
     transfer = [t for t in final_tasks if t in TRANSFER_TASKS]

@@ -18,6 +18,7 @@ import numpy as np
 import yaml
 
 from trainer.config import field_names
+from trainer.readings import READING
 from trainer.summary import flat_config
 from trainer.vocabulary import STS_TASKS
 
@@ -94,9 +95,9 @@ def write_results(
                     "queue_age_mean": trial.get("age_mean", 4.0), "queue_age_max": trial.get("age_max", 8.0),
                     "ema_age": 1 / (1 - config["ema"]["decay"]),
                     "measured": 1 / (1 - config["ema"]["decay"]) + trial.get("age_max", 8.0)},
-            "sentences_per_s": 150.0, "wall_time_s": 800.0, "config": config,
+            "sentences_per_s": 150.0, "wall_time_s": 800.0, "config": config, "reading": READING,
         }
-        for name in ("variant", "transfer", "transfer_mode", "test_label"):  # only where the trial has them
+        for name in ("variant", "transfer", "transfer_mode", "test_label", "reading"):  # only where the trial has them
             if name in trial:
                 summary[name] = trial[name]
         if trial["state"] != "COMPLETE":

@@ -291,7 +291,8 @@ class EmbeddingCutoff:
 
     - paper reading (`released=False`): on the embedding layer's output (after positions, LayerNorm and
       dropout); each real token with probability `token_cutoff`, never [CLS] (`token_cutoff`,
-      `feature_cutoff` above). The methods turn it on for the online forward only.
+      `feature_cutoff` above). MoCoSE turns it on for each view's forward, each its own draw (Algorithm 1
+      line 3; `augment.branches: online` for the online view only); SimCSE for its 2N rows.
     - released MoCoSE code (`released=True`): on the word-embedding output, before positions are added;
       a fixed count of positions over the padded length, [CLS] and pads included
       (`fixed_count_token_cutoff`, `fixed_count_feature_cutoff`); MoCoSE turns it on for both branches.

@@ -92,8 +92,11 @@ class DataConfig(Section):
 
 
 class OptimConfig(Section):
-    lr: Float = Field(3e-5, gt=0)
+    lr: Float | None = Field(None, gt=0)  # null: the paper's learning rate for the model (trainer.method_rules)
     weight_decay: Float | None = Field(None, ge=0)  # null: the method's default (trainer.method_rules)
+    # adam: L2 weight decay added to the gradient (torch Adam); adamw: decoupled (torch AdamW). null: the method's
+    # default (MoCoSE's paper reading: adam, Algorithm 1; otherwise adamw). Identical when weight_decay is 0.
+    algorithm: Literal["adam", "adamw"] | None = None
     schedule: Literal["linear", "constant"] = "linear"  # linear decay to 0 over the run
     warmup_steps: Int = Field(0, ge=0)
     grad_clip: Float = Field(1.0, ge=0)  # 0 disables clipping
@@ -121,7 +124,9 @@ class QueueConfig(Section):
 
 class FGSMConfig(Section):
     eps: Float | None = Field(None, ge=0)  # null: the method's default (trainer.method_rules); 0 is off
-    mode: Literal["exact", "lagged"] = "lagged"
+    # exact: the gradient of the current step's loss (eq. 1); lagged: the previous step's sign (the release).
+    # null: as `released.fgsm_gradient` says (paper: exact)
+    mode: Literal["exact", "lagged"] | None = None
 
 
 class HeadsConfig(Section):
@@ -151,12 +156,20 @@ class MixConfig(Section):
     directions: Literal["both", "single"] = "both"
     stop_grad: Bool = True
     hard_negative_weight: Float = 0.0  # released code: a logit offset on the mixed negatives (default 0)
+    # with directions both, in the paper's layout: symmetric = h'_i is the anchor of a second InfoNCE (over the
+    # h_j, with its mix of the h_j), the two averaged; one_loss = its mixed negative is one more column of h_i's
+    # row (the release's single loss cut to its diagonals). null: symmetric, or one_loss with
+    # released.mix_negatives (whose N x 3N layout is one loss)
+    anchors: Literal["symmetric", "one_loss"] | None = None
 
 
 class AugmentConfig(Section):
     token_shuffle: Bool = False
     token_cutoff: Float = Field(0.0, ge=0, lt=1)
     feature_cutoff: Float = Field(0.0, ge=0, lt=1)
+    # MoCoSE: the branches the token shuffle and the paper-reading cutoffs act on. both: each view its own draw
+    # (Algorithm 1 line 3, v_o, v_t <- E_a(B), E_a(B)); online: the online view only (an earlier reading)
+    branches: Literal["both", "online"] = "both"
 
 
 class EvalConfig(Section):
@@ -174,17 +187,21 @@ class ReleasedConfig(Section):
     one at a time. null = as `variant` says (released: on, paper: off). Each acts only where it applies.
     `eval_cutoff` is off unless set, under either variant: it makes the evaluation itself random."""
 
+    in_batch_negatives: Bool | None = None  # MoCoSE: the other in-batch keys are negatives too, beside the queue
     ema_schedule: Bool | None = None  # MoCoSE: eta0 -> 1.0 over T = 15000 steps, not clamped; update s uses eta(s+1)
     initial_queue: Bool | None = None  # MoCoSE: all K slots random; the loss reads what the release reads (past K)
     target_gradients: Bool | None = None  # MoCoSE: target output not detached; target projection trained
     heads_init: Bool | None = None  # MoCoSE: heads normal(0, 0.02), zero bias, LayerNorm eps 1e-12
     cutoffs: Bool | None = None  # MoCoSE: cutoffs on both branches' word embeddings, a fixed count, after FGSM
     test_selected: Bool | None = None  # MoCoSE: also report the checkpoint with the best test average
+    fgsm_gradient: Bool | None = None  # MoCoSE: FGSM takes the sign of the previous step's gradient (fgsm.mode null)
     dropout: Bool | None = None  # GS-InfoNCE: dropout 0.2 for BERT, 0.1 for RoBERTa (run.sh)
     gaussian_count: Bool | None = None  # GS-InfoNCE: M = 192 Gaussian negatives at any batch size (run.sh)
     mix_negatives: Bool | None = None  # MixCSE: all N mixes per direction (N x 3N logits), not one per anchor
+    mix_raw_features: Bool | None = None  # MixCSE: mix the unnormalised MLP outputs, then normalise the mix
     dev_on_mlp: Bool | None = None  # MixCSE: STS-B dev scored on MLP([CLS]) (no --mlp_only_train)
     optimizer: Bool | None = None  # every method: transformers 4.x AdamW (the releases' Trainer default)
+    dev_interval: Bool | None = None  # SimCSE, GS-InfoNCE, MixCSE: STS-B dev every 125 steps (the release scripts)
     # MoCoSE: cutoff and token shuffle also act at every evaluation (the release's evaluation forward leaves them
     # on); not part of variant released: two evaluations of one batch differ, which is not SentEval's protocol
     eval_cutoff: Bool = False
@@ -205,7 +222,8 @@ class RunConfig(Section):
     variant: Literal["paper", "released"] = "paper"  # the paper's reading or the authors' released code
     pooler: Literal[POOLERS] = "cls_before_pooler"
     seed: Int = 42
-    batch_size: Int = Field(64, ge=2)  # in-batch negatives need two sentences
+    # null: the paper's batch size for the model (trainer.method_rules); in-batch negatives need two sentences
+    batch_size: Int | None = Field(None, ge=2)
     max_steps: Int | None = Field(None, ge=1)  # None: `epochs` passes over the corpus
     # passes over the corpus; at most a million keeps the run's step count finite (1e308 epochs overflowed it)
     epochs: Float = Field(1.0, gt=0, le=1_000_000)
@@ -232,7 +250,7 @@ class RunConfig(Section):
 
     def model_post_init(self, context: Any) -> None:
         """Checks across keys (one key alone is checked by its type); ConfigError names the key."""
-        if self.data.max_sentences is not None and self.data.max_sentences < self.batch_size:
+        if None not in (self.data.max_sentences, self.batch_size) and self.data.max_sentences < self.batch_size:
             raise ConfigError("data.max_sentences", f": expected null or at least batch_size ({self.batch_size})")
         if self.queue.initial_size > self.queue.size:
             raise ConfigError("queue.initial_size", f": expected an integer in [0, queue.size={self.queue.size}]")

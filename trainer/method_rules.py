@@ -2,7 +2,8 @@
 combinations it refuses, and the precision it runs under `precision: auto`; and `resolve`, the one step that
 applies them to a run config.
 
-    resolve(RunConfig(method="mocose"))   # a new config: weight decay 1e-6, eval every 100 steps, FGSM eps 5e-9
+    resolve(RunConfig(method="mocose"))   # a new config: weight decay 1e-6, eval every 100 steps, FGSM eps 5e-9,
+                                          # Adam, and the paper's lr and batch size for the model
     method_rules("gs").defaults           # dotted config key -> default
 
 A default is a value, `ByFlag` (chosen by a `released.*` flag) or `FromKey` (computed from another key);
@@ -17,6 +18,7 @@ by its name.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from functools import reduce
 from typing import Any, Callable, Mapping, Protocol, TypeVar
@@ -90,8 +92,8 @@ class MethodRules:
         return self.cuda_precision if device_type == "cuda" else "fp32"
 
     def check(self, config: Any) -> None:
-        """Raise the ConfigError of the first refusal that holds for a resolved config."""
-        for refusal in self.refusals:
+        """Raise the ConfigError of the first refusal that holds for a resolved config (the shared ones first)."""
+        for refusal in (*SHARED_REFUSALS, *self.refusals):
             if refusal.when(config):
                 value = reduce(getattr, refusal.key.split("."), config)
                 raise ConfigError(refusal.key, refusal.detail.format(value=value))
@@ -111,11 +113,91 @@ def released_gs_dropout(model: str) -> float:
     return 0.1 if "roberta" in model.lower() else 0.2
 
 
+# ---- per-model settings: the learning rate and batch size each paper gives for the models it names ----
+BERT_BASE, BERT_LARGE, ROBERTA_BASE, ROBERTA_LARGE = "bert-base", "bert-large", "roberta-base", "roberta-large"
+_FAMILY = re.compile(r"(?<![a-z0-9])(roberta|bert)-(base|large)(?![a-z0-9])")
+
+
+def model_family(model: str) -> str | None:
+    """Which of the papers' four models a model id or path names (its last path part: `bert-base-uncased`,
+    `FacebookAI/roberta-large`, `./models/bert-large-cased`), else None (`embedded`, distilbert, a tiny test model).
+
+    >>> [model_family(m) for m in ("bert-base-uncased", "FacebookAI/roberta-large", "distilbert-base-uncased",
+    ...                            "embedded", "/models/bert-large-cased/")]
+    ['bert-base', 'roberta-large', None, None, 'bert-large']
+    """
+    name = model.rstrip("/").rsplit("/", 1)[-1].lower()
+    match = _FAMILY.search(name)
+    return f"{match.group(1)}-{match.group(2)}" if match else None
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    """The learning rate and batch size a paper trains one model with, and where it says so."""
+
+    lr: float
+    batch_size: int
+    source: str
+
+
+# SimCSE's Table A.1 (unsupervised): the baseline the three papers build on.
+_SIMCSE_SETTINGS = {
+    BERT_BASE: ModelSettings(3e-5, 64, "SimCSE Table A.1"),
+    BERT_LARGE: ModelSettings(1e-5, 64, "SimCSE Table A.1"),
+    ROBERTA_BASE: ModelSettings(1e-5, 512, "SimCSE Table A.1"),
+    ROBERTA_LARGE: ModelSettings(3e-5, 512, "SimCSE Table A.1"),
+}
+PAPER_MODEL_SETTINGS: dict[str, dict[str, ModelSettings]] = {
+    SIMCSE: _SIMCSE_SETTINGS,
+    # Table 1: batch 64 for all four models; the learning rate "consistent with the original method" (SimCSE's)
+    GS_INFONCE: {family: ModelSettings(s.lr, 64, "GS-InfoNCE Table 1 (batch 64); SimCSE Table A.1 (lr)")
+                 for family, s in _SIMCSE_SETTINGS.items()},
+    # Implementation Details: "learning rates 3e-5 and 1e-5 ... batch size 64" for BERT-base and BERT-large
+    MIXCSE: {BERT_BASE: ModelSettings(3e-5, 64, "MixCSE, Implementation Details"),
+             BERT_LARGE: ModelSettings(1e-5, 64, "MixCSE, Implementation Details")},
+    # Section 4.1: lr 3e-5 (base) and 1e-5 (large), batch 64 (base) and 32 (large)
+    MOCOSE: {BERT_BASE: ModelSettings(3e-5, 64, "MoCoSE section 4.1"),
+             BERT_LARGE: ModelSettings(1e-5, 32, "MoCoSE section 4.1")},
+}
+
+
+def model_settings(method: str, model: str) -> ModelSettings:
+    """The paper's learning rate and batch size for `model` under `method`; bert-base's for a model the paper
+    does not name (its `source` then says so).
+
+    >>> model_settings("mocose", "bert-large-uncased")
+    ModelSettings(lr=1e-05, batch_size=32, source='MoCoSE section 4.1')
+    >>> model_settings("mix", "roberta-base").source
+    "bert-base's (MixCSE, Implementation Details): the paper names no setting for roberta-base"
+    """
+    table = PAPER_MODEL_SETTINGS[method]
+    family = model_family(model)
+    if family in table:
+        return table[family]
+    base = table[BERT_BASE]
+    named = family or repr(model)
+    return ModelSettings(base.lr, base.batch_size,
+                         f"bert-base's ({base.source}): the paper names no setting for {named}")
+
+
+def _per_model(method: str, field_name: str) -> FromKey:
+    return FromKey("model", lambda model: getattr(model_settings(method, model), field_name))
+
+
+def _per_model_defaults(method: str) -> dict[Keys, Any]:
+    return {"optim.lr": _per_model(method, "lr"), "batch_size": _per_model(method, "batch_size")}
+
+
 SHARED_DEFAULTS: dict[Keys, Any] = {
     "optim.weight_decay": 0.0,
-    "eval.eval_steps": 125,
+    "optim.algorithm": "adamw",  # with weight decay 0 (SimCSE, GS-InfoNCE, MixCSE) Adam and AdamW are one update
+    # SimCSE Appendix A: STS-B dev "every 250 training steps"; GS-InfoNCE and MixCSE keep SimCSE's protocol. The
+    # release scripts evaluate every 125
+    "eval.eval_steps": ByFlag("released.dev_interval", paper=250, released=125),
     "fgsm.eps": 0.0,
+    "fgsm.mode": ByFlag("released.fgsm_gradient", paper="exact", released="lagged"),
     "mix.enabled": False,
+    "mix.anchors": ByFlag("released.mix_negatives", paper="symmetric", released="one_loss"),
     "dropout": 0.1,  # SimCSE's, standard HF dropout
     # the EMA schedule: only MoCoSE reads it; filled for every method so that resolved configs have one shape.
     # Paper: to eta1 = 0.95 over the run, then held; released: to 1.0 over 15000 steps, not clamped
@@ -123,9 +205,13 @@ SHARED_DEFAULTS: dict[Keys, Any] = {
     "ema.schedule_steps": ByFlag("released.ema_schedule", paper=None, released=RELEASED_SCHEDULE_STEPS),
     "ema.hold_after_schedule": ByFlag("released.ema_schedule", paper=True, released=False),
 }
+SHARED_REFUSALS = (
+    Refusal("optim.algorithm", lambda c: c.released.optimizer and c.optim.algorithm == "adam",
+            ": expected adamw (or null) with released.optimizer, which is transformers' AdamW; got {value}"),
+)
 
 # Unsupervised SimCSE. Released code: fp16 on CUDA (`run_unsup_example.sh`).
-SIMCSE_RULES = MethodRules(SIMCSE, cuda_precision="fp16")
+SIMCSE_RULES = MethodRules(SIMCSE, cuda_precision="fp16", defaults=_per_model_defaults(SIMCSE))
 
 # GS-InfoNCE: M = 3N Gaussian negatives unless set. Released code (`gsInfoNCE/run.sh`): M = 192 for every
 # model and batch size, dropout 0.2 for BERT and 0.1 for RoBERTa, lambda unused, fp16.
@@ -133,6 +219,7 @@ GS_INFONCE_RULES = MethodRules(
     GS_INFONCE,
     cuda_precision="fp16",
     defaults={
+        **_per_model_defaults(GS_INFONCE),
         "dropout": ByFlag("released.dropout", paper=0.1, released=FromKey("model", released_gs_dropout)),
         ("gaussian.count", "gaussian.count_per_batch"): ByFlag(
             "released.gaussian_count", paper=(None, 3.0), released=(RELEASED_GAUSSIAN_COUNT, None)),
@@ -143,14 +230,17 @@ GS_INFONCE_RULES = MethodRules(
 )
 
 # MixCSE: mixed negatives on unless `mix.enabled: false` (an ablation back to SimCSE); fp32.
-MIXCSE_RULES = MethodRules(MIXCSE, cuda_precision="fp32", defaults={"mix.enabled": True})
+MIXCSE_RULES = MethodRules(MIXCSE, cuda_precision="fp32",
+                           defaults={**_per_model_defaults(MIXCSE), "mix.enabled": True})
 
-# MoCoSE: the release's weight decay, validation interval ("validate every 100 steps") and Table 9's best FGSM
-# step; fp32 (the release has no fp16 flag).
+# MoCoSE: section 4.1's weight decay and validation interval ("validate the model every 100 step"), Table 9's
+# best FGSM step, Algorithm 1's "Adam optimizer" (the release trains with transformers' AdamW); fp32 (the
+# release has no fp16 flag).
 MOCOSE_RULES = MethodRules(
     MOCOSE,
     cuda_precision="fp32",
-    defaults={"optim.weight_decay": 1e-6, "eval.eval_steps": 100, "fgsm.eps": 5e-9},
+    defaults={**_per_model_defaults(MOCOSE), "optim.weight_decay": 1e-6, "eval.eval_steps": 100, "fgsm.eps": 5e-9,
+              "optim.algorithm": ByFlag("released.optimizer", paper="adam", released="adamw")},
     refusals=(Refusal("heads.embedding_dim",
                       lambda c: c.heads.projection_layers == 0 and c.heads.embedding_dim is not None,
                       ": a projection of 0 layers keeps the encoder's size; set heads.projection_layers >= 1 "

@@ -1,4 +1,9 @@
-"""The optimiser of a run: torch's AdamW (the paper's reading) or the AdamW the releases trained with.
+"""The optimiser of a run: torch's Adam or AdamW (`optim.algorithm`, the paper's reading) or the AdamW the
+releases trained with (`released.optimizer`).
+
+Adam and AdamW differ only in the weight decay: Adam adds wd * theta to the gradient before the moments (L2
+regularisation, torch.optim.Adam's `weight_decay`); AdamW shrinks the weights apart from the moments. With weight
+decay 0 the two are one update. MoCoSE's Algorithm 1 names "Adam optimizer" with section 4.1's weight decay 1e-6.
 
 All four releases train through the `Trainer` of their pinned transformers 4.x, whose default optimiser
 is transformers' own `AdamW` (correct_bias=True). Its step differs from `torch.optim.AdamW` in two places
@@ -91,14 +96,16 @@ class TransformersAdamW(torch.optim.Optimizer):
 
 def build_optimizer(groups: list[dict[str, Any]], optim: Any, released: bool) -> torch.optim.Optimizer:
     """The run's optimiser over parameter `groups` (each with its weight decay): transformers 4.x AdamW when
-    `released` (`released.optimizer`), else torch's AdamW. `optim` is the run config's `optim` section.
+    `released` (`released.optimizer`), else torch's Adam or AdamW as `optim.algorithm` says. `optim` is the
+    resolved run config's `optim` section.
 
-    On CUDA torch's AdamW is its fused kernel: the same update in a few launches per step, and the one that takes
-    fp16's loss scaling on the device (GradScaler hands it the inf/NaN flag), where the default implementation
-    makes GradScaler read that flag back to the host at every step. TransformersAdamW has no fused form: with
-    fp16 on CUDA that read-back stays."""
+    On CUDA torch's Adam and AdamW are their fused kernels: the same update in a few launches per step, and the
+    ones that take fp16's loss scaling on the device (GradScaler hands them the inf/NaN flag), where the default
+    implementation makes GradScaler read that flag back to the host at every step. TransformersAdamW has no
+    fused form: with fp16 on CUDA that read-back stays."""
     if released:
         return TransformersAdamW(groups, lr=optim.lr, betas=tuple(optim.betas), eps=optim.eps)
     params = [p for group in groups for p in group["params"]]
     on_cuda = bool(params) and all(p.is_cuda for p in params)
-    return torch.optim.AdamW(groups, lr=optim.lr, betas=tuple(optim.betas), eps=optim.eps, fused=on_cuda or None)
+    kind = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW}[optim.algorithm]
+    return kind(groups, lr=optim.lr, betas=tuple(optim.betas), eps=optim.eps, fused=on_cuda or None)

@@ -9,8 +9,8 @@ on a cluster, `files`; the driver writes one for a trial a scheduler stopped or 
   recorded it, and `mtd` only when the trainer recorded a formula value (otherwise the row keeps the MTD
   planned for the trial).
 - `summary_row(summary, "analysis")`: the resolved config flattened to dotted columns after status and reason,
-  what ran (`variant`, `precision`: the summary's, else the config's), the test scores the trial has (no
-  column for the others), `mtd` even when None, `transfer_mode` and `align_uniform_split`; no
+  what ran (`reading`, trainer.readings; `variant`, `precision`: the summary's, else the config's), the test
+  scores the trial has (no column for the others), `mtd` even when None, `transfer_mode` and `align_uniform_split`; no
   `mtd_measured` (the analysis adds it).
 - `metrics_lines(summary)`: the metrics.jsonl lines the record's curve holds (what the driver writes for a
   trial whose worker's own file never arrived).
@@ -30,6 +30,7 @@ from typing import Any, Literal, TypedDict
 from trainer.config import flatten
 from trainer.evaluation.sts_average import AVG, readable_test, sts_test_label
 from trainer.files import json_safe
+from trainer.readings import READING, summary_reading
 from trainer.vocabulary import STS_TASKS, TRANSFER_TASKS
 
 
@@ -37,6 +38,7 @@ class Summary(TypedDict, total=False):
     """The fields of summary.json. Scores are x100; None where a run did not get that far."""
 
     status: str  # trainer.vocabulary's trial statuses: ok, diverged, collapsed, pruned, error, ...
+    reading: int  # trainer.readings.READING of the code that made it (absent: reading 1)
     reason: str | None  # why a run ended other than ok, one line
     steps: int  # optimiser steps run
     total_steps: int  # optimiser steps planned
@@ -75,12 +77,12 @@ def build_summary(*, steps: int, batch_size: int, train_seconds: float, eval_sec
                   final_eval_seconds: float, wall_time_s: float, best_dev: float | None, **fields: Any) -> Summary:
     """The record of one run from what the trainer knows at its end: `fields` are Summary fields by name (a
     name Summary does not have is a TypeError); `best_dev` is the best STS-B dev Spearman as a fraction. Derived
-    here: `best_dev_stsb` (x100, 4 decimals), `test_label`, `transfer_mode` (only beside transfer scores),
-    `sentences_per_s` and the rounded timings. JSON-safe (no NaN or infinity: None)."""
+    here: `reading` (trainer.readings), `best_dev_stsb` (x100, 4 decimals), `test_label`, `transfer_mode` (only
+    beside transfer scores), `sentences_per_s` and the rounded timings. JSON-safe (no NaN or infinity: None)."""
     unknown = sorted(set(fields) - set(Summary.__annotations__))
     if unknown:
         raise TypeError(f"build_summary: not summary.json fields: {unknown}")
-    record: dict[str, Any] = {"steps": steps, **fields}
+    record: dict[str, Any] = {"steps": steps, **fields, "reading": READING}
     record["best_dev_stsb"] = round(best_dev * 100, 4) if best_dev is not None else None
     record["test_label"] = sts_test_label(record.get("test") or ())
     if not record.get("transfer"):
@@ -132,6 +134,7 @@ def summary_row(summary: dict[str, Any], view: View) -> dict[str, Any]:
     for name in MTD_AGES:
         row[name] = mtd.get(name)
     if analysis:  # what ran, as the trainer recorded it (precision "auto" resolves per device); else the config's
+        row["reading"] = summary_reading(summary)
         row["variant"] = summary.get("variant") or config.get("variant")
         row["precision"] = summary.get("precision") or config.get("precision")
     else:

@@ -27,23 +27,27 @@ from trainer.errors import UserError
 
 
 def analyze_command(target: str, attach: bool = True, mtd_source: str = "formula", size: str = "single") -> int:
-    from analysis.load import ResultsError, read_study_spec
+    from analysis.load import OLDER_READING_FOLDER, ResultsError, read_study_spec
     from analysis.report import analyze
 
     study_dir, spec = _study_dir(target)
+    notes: list[str] = []
     try:
-        written = analyze(study_dir, mtd_source=mtd_source, size=size)
+        written = analyze(study_dir, mtd_source=mtd_source, size=size, notes=notes)
     except ResultsError as exc:
         raise UserError(str(exc)) from None
+    for note in notes:
+        print(note)
     print(f"wrote {len(written)} files to {written[0].parent if written else study_dir}:")
     for path in written:
-        print(f"  {path.name}")
+        print(f"  {path.relative_to(written[0].parent) if path.is_relative_to(written[0].parent) else path}")
 
     if attach:
         study_spec = read_study_spec(study_dir) or spec
         storage = study_spec.get("storage") or f"sqlite:///{(study_dir / 'optuna.db').resolve()}"
         name = study_spec.get("name") or study_dir.name
-        pngs = [p for p in written if p.suffix == ".png"]
+        # the current reading's figures only: an older reading's are analysed apart and not shown as the study's
+        pngs = [p for p in written if p.suffix == ".png" and OLDER_READING_FOLDER not in p.parts]
         attach_figures(pngs, storage, name, study_dir / "artifacts")
     return 0
 

@@ -162,13 +162,14 @@ class StudyFolder:
             return None, f"does not parse ({exc})"
         return (data, None) if isinstance(data, dict) else (None, "does not hold a JSON object")
 
-    def set_aside(self, path: Path) -> Path:
-        """Rename a damaged file or trial folder to <name>.damaged-<time> beside it; return the new path."""
-        target = path.with_name(f"{path.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
+    def set_aside(self, path: Path, why: str = "damaged") -> Path:
+        """Rename a file or trial folder to <name>.<why>-<time> beside it (`why`: damaged, or replaced by a re-run);
+        return the new path."""
+        target = path.with_name(f"{path.name}.{why}-{time.strftime('%Y%m%d-%H%M%S')}")
         n = 1
         while target.exists():
             n += 1
-            target = path.with_name(f"{path.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}-{n}")
+            target = path.with_name(f"{path.name}.{why}-{time.strftime('%Y%m%d-%H%M%S')}-{n}")
         os.replace(path, target)
         return target
 

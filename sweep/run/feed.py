@@ -56,6 +56,8 @@ class TrialFeed(Searcher):
             return None
         trial = plan.to_run.popleft()  # O(1): plan.to_run is a deque
         plan.handed_out.add(trial.key)
+        if trial.key in plan.replacing:  # a finished trial run again: its record kept beside, never deleted
+            plan.set_aside_for_rerun(trial.key)
         plan.folder.clear_attempt(trial.key)
         plan.folder.write_trial_config(trial)
         trial_dir = plan.folder.trial_dir(trial.key)

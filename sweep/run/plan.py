@@ -41,10 +41,12 @@ from sweep.run.progress import Progress
 from sweep.spec import StudySpec, Trial, expansion, planning_config, search_space, trial_from_params
 from sweep.text import hide_password, plural
 from trainer.config import flatten
+from trainer.readings import reading_changes, summary_reading
 from trainer.summary import summary_from_attrs
 from trainer.vocabulary import OK
 
 WEIGHTS_WANTED = "weights.wanted"  # trials/<key>/<this>: the trial runs again until its weights are back
+REPLACED = "replaced"  # trials/<key>/summary.json.replaced-<time>: a finished trial's record before its re-run
 
 
 class StudyPlan:
@@ -58,6 +60,8 @@ class StudyPlan:
         self.train_fn = train_fn
         self.rerun_changed = rerun_changed
         self.changed: dict[str, list[str]] = {}  # finished key -> fields its config now resolves differently
+        self.older_reading: dict[str, list[str]] = {}  # finished key -> what the current reading does differently
+        self.replacing: set[str] = set()  # finished keys that run again (--rerun-changed): their files set aside
         self.restoring: list[str] = []  # finished keys that run again to save the weights the study now keeps
         self.folder = StudyFolder(spec.study_dir)
         self.storage_url = spec.storage or self.folder.default_storage()
@@ -166,16 +170,20 @@ class StudyPlan:
             if problem:
                 self._damaged_summary(trial.key, problem, final[-1] if final else None)
                 summary = self.folder.read_summary(trial.key)  # restored from Optuna, or set aside
+            if summary is None and final and self._rerun_was_stopped(trial.key):
+                summary = self._summary_of_stopped_rerun(trial.key, final[-1])
             action = decide(attempts, summary)  # the one decision, shared with --dry-run and status
             changed = self._changed_fields(trial, summary) if action in ("skip", "record") else []
+            older = older_reading(summary) if action in ("skip", "record") else []
             if changed:
                 self.changed[trial.key] = changed
-            if changed and self.rerun_changed:
+            if older:
+                self.older_reading[trial.key] = older
+            if (changed or older) and self.rerun_changed:
+                self.replacing.add(trial.key)
                 self.to_run.append(trial)
             elif action == "skip":
                 last = final[-1]
-                if summary is None and (self.folder.trial_dir(trial.key) / WEIGHTS_WANTED).is_file():
-                    summary = self._summary_of_stopped_rerun(trial.key, last)
                 row.update(state=last.state.name, optuna_trial=last.number)
                 if summary is not None:
                     self.table.set_summary(trial.key, summary)
@@ -210,7 +218,7 @@ class StudyPlan:
         back; return how many. A kept trial whose weights are back loses its mark."""
         # a trial that would now resolve differently runs again only with --rerun-changed (it saves them then)
         restore = [key for key in weights_to_restore(self.spec, self.folder, ended, keep_changed)
-                   if key not in self.changed]
+                   if key not in self.changed and key not in self.older_reading]
         for key in restore:
             (self.folder.trial_dir(key) / WEIGHTS_WANTED).touch()
             self.to_run.append(self.trials[key])  # an ended trial is in neither to_run nor changed
@@ -221,13 +229,17 @@ class StudyPlan:
         return len(restore)
 
     def _summary_of_stopped_rerun(self, key: str, final: Any) -> dict[str, Any] | None:
-        """A trial marked for its weights whose re-run was stopped (the re-run cleared its files): its
-        summary.json back from the final Optuna attempt, so that it stays recorded and runs again."""
+        """A finished trial whose re-run was stopped (the re-run cleared its files): its summary.json back from
+        the final Optuna attempt, so that it stays recorded as it was and runs again when asked."""
         if final.state.name != "COMPLETE":
             return None
         self.folder.write_summary(key, summary_from_attrs(dict(final.user_attrs)))
-        print(f"trial {key}: its re-run for its weights was stopped; results restored from Optuna trial "
-              f"{final.number}, the re-run starts again", flush=True)
+        if (self.folder.trial_dir(key) / WEIGHTS_WANTED).is_file():
+            print(f"trial {key}: its re-run for its weights was stopped; results restored from Optuna trial "
+                  f"{final.number}, the re-run starts again", flush=True)
+        else:
+            print(f"trial {key}: its re-run (--rerun-changed) was stopped; results restored from Optuna trial "
+                  f"{final.number}", flush=True)
         return self.folder.read_summary(key)
 
     def _changed_fields(self, trial: Trial, summary: dict[str, Any] | None) -> list[str]:
@@ -246,6 +258,19 @@ class StudyPlan:
             return []  # the common case: one dict comparison, nothing flattened
         before, now = flatten(stored), flatten(trial.config)
         return sorted(k for k in now if k in before and k not in RUN_FIELDS and before[k] != now[k])
+
+    def set_aside_for_rerun(self, key: str) -> None:
+        """A finished trial handed out to run again (`replacing`): its summary.json and metrics.jsonl kept as
+        <name>.replaced-<time> beside the new ones (the attempt's start clears the trial's files)."""
+        for path in (self.folder.summary_path(key), self.folder.metrics_path(key)):
+            if path.is_file():
+                self.folder.set_aside(path, REPLACED)
+
+    def _rerun_was_stopped(self, key: str) -> bool:
+        """Whether a finished trial without summary.json had started a re-run that never ended: one for its
+        weights (marked), or one that set its files aside (--rerun-changed)."""
+        trial_dir = self.folder.trial_dir(key)
+        return (trial_dir / WEIGHTS_WANTED).is_file() or any(trial_dir.glob(f"summary.json.{REPLACED}-*"))
 
     def _damaged_summary(self, key: str, problem: str, final: Any) -> None:
         """A summary.json that does not parse: never read as "no result". When Optuna holds the trial's
@@ -290,6 +315,13 @@ class StudyPlan:
                     "their results are kept; add --rerun-changed to re-run them")
             self.progress.say(f"study {spec.name}: {len(self.changed)} finished trials would now resolve "
                               f"differently ({fields}); {what}")
+        if self.older_reading:
+            changes = "; ".join(dict.fromkeys(c for cs in self.older_reading.values() for c in cs))
+            what = ("re-running them, their old results kept beside as *.replaced-* (--rerun-changed)"
+                    if self.rerun_changed else "their results are kept and sweep analyze analyses them apart; "
+                    "add --rerun-changed to re-run them")
+            self.progress.say(f"study {spec.name}: {plural(len(self.older_reading), 'finished trial')} ran under an "
+                              f"older reading of the papers ({changes}); {what}")
         if self.restoring:
             self.progress.say(f"study {spec.name}: running {plural(len(self.restoring), 'finished trial')} again "
                               f"to save the weights keep_weights: {spec.to_dict()['keep_weights']} keeps (deleted "
@@ -339,6 +371,14 @@ def git_commit() -> str | None:
         except (OSError, subprocess.SubprocessError):
             _GIT_COMMIT.append(None)
     return _GIT_COMMIT[0]
+
+
+def older_reading(summary: dict[str, Any] | None) -> list[str]:
+    """What the current reading of the papers does differently for a finished trial (trainer.readings); [] when
+    its summary.json is the current reading's, or there is none."""
+    if not isinstance(summary, dict):
+        return []
+    return reading_changes(summary.get("config") or {}, summary_reading(summary))
 
 
 def number_or_none(value: Any) -> float | None:

@@ -25,6 +25,7 @@ from sweep.records.store import metric_value
 from sweep.run.plan import StudyPlan, number_or_none
 from sweep.run.worker import CURVE_KEY, ERROR_KEY, STEP_KEY, SUMMARY_KEY
 from sweep.text import shorten
+from trainer.readings import READING
 from trainer.summary import metrics_lines
 from trainer.vocabulary import ERROR, INTERRUPTED, PRUNED
 
@@ -180,7 +181,7 @@ class TrialEvents(tune.Callback):
             "status": PRUNED,
             "reason": f"stopped by the {self.plan.spec.scheduler.type} scheduler at step {last_step}",
             "steps": last_step, "best_step": best.get("step"), "best_dev_stsb": best.get("dev_stsb"),
-            "config": trial.config.get("config"),
+            "config": trial.config.get("config"), "reading": READING,
         }
 
     def _ensure_files(self, live: dict[str, Any], trial: Any, summary: dict[str, Any], overwrite: bool = False) -> None:

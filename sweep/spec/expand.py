@@ -170,7 +170,22 @@ def _expand_uncached(spec: StudySpec) -> Expansion:
             if fingerprint is not None and fingerprint not in seen:
                 seen.add(fingerprint)
                 trials.append(trial)
+    _check_keys_unique(spec, trials)
     return Expansion(trials, len(first_seed_trials), dropped, duplicates)
+
+
+def _check_keys_unique(spec: StudySpec, trials: list[Trial]) -> None:
+    """Two different trials never share a key (a trial folder): only a FORMER_DEFAULTS field, null in one and
+    written out in the other, can make them; the study is refused on that key's line."""
+    by_key: dict[str, Trial] = {}
+    for trial in trials:
+        other = by_key.setdefault(trial.key, trial)
+        if other is not trial:
+            field = next(k for k in FORMER_DEFAULTS if dotted_get(other.config, k) != dotted_get(trial.config, k))
+            raise spec.where().error(("parameters", field) if field in spec.parameters else ("parameters",),
+                                     f"two trials would share the key {trial.key}: {field} is null (the paper's "
+                                     f"value for the model) in one and {FORMER_DEFAULTS[field]} in the other; "
+                                     "write the value out in both")
 
 
 def _first_point(values: Any) -> Any:
@@ -336,9 +351,18 @@ def requested_fields(config: dict[str, Any] | None) -> dict[str, Any]:
     defaults = flat_default_config()  # by dotted key: as dotted_get(default_config(), key, MISSING) finds them
     out = {}
     for key, value in flatten(config or {}).items():
-        if key not in ("seed", "output_dir") and value != defaults.get(key, MISSING):
-            out[key] = value
+        if key in ("seed", "output_dir") or value == defaults.get(key, MISSING):
+            continue
+        if key in FORMER_DEFAULTS and value == FORMER_DEFAULTS[key]:
+            continue
+        out[key] = value
     return out
+
+
+# Fields whose fixed default became a rule (null: the paper's value for the model, trainer.method_rules): a study
+# that writes the former default out keeps the key its trials always had. Two trials of one study that differ
+# only there (one null, one the former default, resolving differently) would share a key: `expansion` refuses it.
+FORMER_DEFAULTS = {"batch_size": 64, "optim.lr": 3e-5}
 
 
 def check_expansion(spec: StudySpec) -> None:

@@ -16,10 +16,13 @@ import pytest
 from pydantic import Field
 
 import trainer.config
+from sweep.run.feed import TrialFeed
 from sweep.run.runner import StudyRun, run_study
 from sweep.spec import expand, load_study, trial_key
 from tests.helpers import study_file
 from trainer.config import Bool, Float, RunConfig
+from trainer.errors import UserError
+from trainer.readings import READING
 
 STUDY = """\
 name: keys
@@ -47,15 +50,18 @@ def write_study(tmp_path: Path) -> Path:
     return study_file(tmp_path, STUDY + f"results_dir: {tmp_path / 'results'}\n", "keys.yaml")
 
 
-def finish_every_trial(path: Path, config_in_summary: bool = True) -> list[str]:
+def finish_every_trial(path: Path, config_in_summary: bool = True, reading: int | None = READING) -> list[str]:
     """Run the study's plan and record every trial as the driver does when a trial ends ok (a summary
-    without its config when `config_in_summary` is False, as a stand-in trainer might write)."""
+    without its config when `config_in_summary` is False, as a stand-in trainer might write; of an older
+    reading of the papers when `reading` is None, as every summary written before readings were numbered)."""
     run = StudyRun(load_study(path), "unused:train").plan
     assert run.prepare() == 8
     for trial in list(run.to_run):
         number = run.mirror.start(trial)
         run.folder.write_trial_config(trial)
         summary = {"status": "ok", "steps": 6, "best_step": 3, "best_dev_stsb": 70.0}
+        if reading is not None:
+            summary["reading"] = reading
         if config_in_summary:
             summary["config"] = trial.config
         run.folder.write_summary(trial.key, summary)
@@ -87,6 +93,34 @@ def test_an_upgrade_keeps_finished_trials_finished(tmp_path, monkeypatch, capsys
         assert changed == ["study keys: 8 finished trials would now resolve differently (collapse_threshold); "
                            "their results are kept; add --rerun-changed to re-run them"]
     assert (tmp_path / "results" / "keys" / "trials" / keys[0] / "summary.json").is_file()  # results kept
+
+
+def test_a_study_of_an_older_reading_is_named_kept_and_rerun_only_when_asked(tmp_path, capsys):
+    """MoCoSE trials finished before the paper reading was corrected (summaries without `reading`): `sweep run`
+    names them and what changed, keeps them (sweep analyze keeps them apart), and with --rerun-changed runs
+    them again with their old summary.json kept beside the new one."""
+    path = write_study(tmp_path)
+    keys = finish_every_trial(path, reading=None)
+    code, out = rerun(path, capsys)
+    assert code == 0 and "8 already ended (skipped), 0 to run" in out
+    [line] = [line for line in out.splitlines() if "older reading" in line]
+    assert line.startswith("study keys: 8 finished trials ran under an older reading of the papers (MoCoSE's "
+                           "negatives are the queue only (eq. 3)")
+    assert line.endswith("their results are kept and sweep analyze analyses them apart; add --rerun-changed to "
+                         "re-run them")
+    run = StudyRun(load_study(path), "unused:train", rerun_changed=True).plan
+    assert run.prepare() == 8 and sorted(run.older_reading) == keys == sorted(run.replacing)
+    job = TrialFeed(run).next_job()  # handing the trial out sets its old record aside
+    trial_dir = tmp_path / "results" / "keys" / "trials" / job.key
+    assert not (trial_dir / "summary.json").exists()
+    [kept] = trial_dir.glob("summary.json.replaced-*")
+    assert json.loads(kept.read_text())["best_dev_stsb"] == 70.0  # the old result, whole
+    run.mirror = None
+    # the driver stops before the re-run ends: the next run restores the record from Optuna, still named older
+    code, out = rerun(path, capsys)
+    assert f"trial {job.key}: its re-run (--rerun-changed) was stopped; results restored" in out
+    assert json.loads((trial_dir / "summary.json").read_text())["best_dev_stsb"] == 70.0
+    assert "8 finished trials ran under an older reading" in out
 
 
 @pytest.mark.parametrize("config_in_summary", [True, False], ids=["summary-config", "config-yaml"])
@@ -143,7 +177,8 @@ def test_a_finished_study_that_keeps_weights_resolves_the_same(tmp_path, capsys,
         number = run.mirror.start(trial)
         run.folder.write_trial_config(trial)
         ran_with = {**trial.config, "save_model": True, "output_dir": str(run.folder.trial_dir(trial.key))}
-        summary = {"status": "ok", "steps": 6, "best_step": 3, "best_dev_stsb": 70.0, "config": ran_with}
+        summary = {"status": "ok", "steps": 6, "best_step": 3, "best_dev_stsb": 70.0, "config": ran_with,
+                   "reading": READING}
         run.folder.write_summary(trial.key, summary)
         run.mirror.finish(number, summary)
     run.mirror = None
@@ -153,3 +188,23 @@ def test_a_finished_study_that_keeps_weights_resolves_the_same(tmp_path, capsys,
     assert "8 already ended (skipped), 0 to run" in out
     assert "resolve differently" not in out
     assert StudyRun(load_study(path), "unused:train", rerun_changed=True).prepare() == 0
+
+
+def test_a_former_default_written_out_keeps_its_key_and_a_clash_is_refused(tmp_path):
+    """batch_size and optim.lr became per-model rules (null: the paper's value): writing out the former
+    defaults (64, 3e-5) asks for nothing, as before, so a bert-base study keeps its keys. For a model whose paper
+    value differs, null and the written-out former default resolve differently: one study holding both is
+    refused on the key's line instead of giving two trials one folder."""
+    head = "name: k\nbase: {model: bert-base-uncased, method: mocose, queue: {size: 32, initial_size: 8}}\n"
+    unset = expand(load_study(study_file(tmp_path, head + "parameters: {ema.decay: [0.5]}\nseeds: [1]\n")))
+    written = expand(load_study(study_file(
+        tmp_path, head.replace("method: mocose", "method: mocose, batch_size: 64, optim: {lr: 3.0e-5}")
+        + "parameters: {ema.decay: [0.5]}\nseeds: [1]\n")))
+    assert [t.key for t in unset] == [t.key for t in written]
+    assert unset[0].requested == {"model": "bert-base-uncased", "ema.decay": 0.5, "queue.size": 32,
+                                  "queue.initial_size": 8}
+    assert (unset[0].config["batch_size"], unset[0].config["optim"]["lr"]) == (64, 3e-5)  # section 4.1
+    large = head.replace("bert-base-uncased", "bert-large-uncased") + "parameters:\n  batch_size: [null, 64]\n"
+    with pytest.raises(UserError, match=r"k.yaml:4: .*two trials would share the key \w{12}: batch_size is null "
+                                        r"\(the paper's value for the model\) in one and 64 in the other"):
+        load_study(study_file(tmp_path, large + "seeds: [1]\n", "k.yaml"))

@@ -18,6 +18,7 @@ from sweep.run.runner import StudyRun
 from sweep.spec import load_study
 from tests.deadlines import scaled
 from tests.helpers import REPO, hand_made_study
+from trainer.readings import READING
 
 STUDY = """\
 name: restore
@@ -40,7 +41,8 @@ def end_trials(run: StudyPlan, devs: dict[str, float], kept: set[str]) -> None:
         number = run.mirror.start(trial)
         run.folder.write_trial_config(trial)
         ran_with = {**trial.config, "save_model": True, "output_dir": str(run.folder.trial_dir(trial.key))}
-        summary = {"status": "ok", "steps": 6, "best_step": 6, "best_dev_stsb": devs[trial.key], "config": ran_with}
+        summary = {"status": "ok", "steps": 6, "best_step": 6, "best_dev_stsb": devs[trial.key], "config": ran_with,
+                   "reading": READING}
         run.folder.write_summary(trial.key, summary)
         if trial.key in kept:
             (run.folder.model_dir(trial.key)).mkdir(parents=True, exist_ok=True)

@@ -14,8 +14,9 @@ from trainer.slices import parse_slices
 def test_defaults_follow_the_mocose_paper():
     cfg = RunConfig()
     assert cfg.method == "mocose"
-    assert cfg.optim.lr == pytest.approx(3e-5)
-    assert cfg.batch_size == 64
+    # section 4.1's bert-base settings, which every model the paper does not name (the embedded default) takes
+    assert cfg.optim.lr is None and cfg.resolved().optim.lr == pytest.approx(3e-5)
+    assert cfg.batch_size is None and cfg.resolved().batch_size == 64
     assert cfg.queue.size == 512 and cfg.queue.initial_size == 128
     assert cfg.temperature == pytest.approx(0.05)
     assert cfg.dropout is None and cfg.resolved().dropout == pytest.approx(0.1)
@@ -26,7 +27,9 @@ def test_defaults_follow_the_mocose_paper():
     assert cfg.resolved().ema.decay_end == 0.95 and cfg.resolved().ema.hold_after_schedule is True
     assert (cfg.heads.projection_layers, cfg.heads.predictor_layers) == (1, 2)
     assert cfg.pooler == "cls_before_pooler"
-    assert cfg.fgsm.mode == "lagged"
+    # eq. 1's gradient of the current loss, Algorithm 1's Adam
+    assert cfg.fgsm.mode is None and cfg.resolved().fgsm.mode == "exact"
+    assert cfg.optim.algorithm is None and cfg.resolved().optim.algorithm == "adam"
     # method-dependent fields stay unset until resolved()
     assert cfg.fgsm.eps is None and cfg.optim.weight_decay is None and cfg.eval.eval_steps is None
 
@@ -45,7 +48,8 @@ def test_resolved_fills_simcse_family_defaults(method):
     cfg = RunConfig(method=method).resolved()
     assert cfg.fgsm.eps == 0.0
     assert cfg.optim.weight_decay == 0.0
-    assert cfg.eval.eval_steps == 125
+    assert cfg.eval.eval_steps == 250  # SimCSE Appendix A: "every 250 training steps"
+    assert RunConfig(method=method, variant="released").resolved().eval.eval_steps == 125  # the release scripts
     assert cfg.mix.enabled is (method == "mix")
     if method == "gs":
         assert cfg.gaussian.count_per_batch == pytest.approx(3.0)
@@ -131,7 +135,7 @@ def test_override_does_not_modify_the_original():
     cfg = RunConfig()
     other = cfg.override({"queue.size": 1024, "batch_size": 32})
     assert (other.queue.size, other.batch_size) == (1024, 32)
-    assert (cfg.queue.size, cfg.batch_size) == (512, 64)
+    assert (cfg.queue.size, cfg.batch_size) == (512, None)
 
 
 def test_single_slice_string_becomes_a_list():

@@ -13,8 +13,11 @@ from trainer.losses import (
     info_nce,
     mix_logits,
     mixcse_loss,
+    mixcse_symmetric_loss,
+    mixed_negative_logits,
     mixed_negatives,
     mocose_loss,
+    paired_nce,
     queue_logits,
     sample_gaussian_negatives,
     simcse_loss,
@@ -43,15 +46,19 @@ def np_cross_entropy(logits):
     return float(np.mean(log_z - shifted[np.arange(len(logits)), np.arange(len(logits))]))
 
 
-def np_mix(z, lam):
-    return np_unit(lam * z + (1 - lam) * np.roll(z, -1, axis=0))
+def np_mix(z, lam, raw=False):
+    """MixCSE's mix of row i with row i+1: of the l2-normalised rows (the paper), or of the rows as they are
+    (`raw`, the released code), normalised after."""
+    u = z if raw else np_unit(z)
+    return np_unit(lam * u + (1 - lam) * np.roll(u, -1, axis=0))
 
 
 def np_mix_blocks(z1, z2, lam, tau, directions, layout, mix_source1=None, mix_source2=None):
-    """MixCSE's extra blocks written out entry by entry. The mix sources default to z1, z2."""
+    """MixCSE's extra blocks in the released code's N x N layouts, entry by entry, its raw mixes. The mix
+    sources default to z1, z2."""
     n = len(z1)
-    m2 = np_mix(z2 if mix_source2 is None else mix_source2, lam)
-    m1 = np_mix(z1 if mix_source1 is None else mix_source1, lam)
+    m2 = np_mix(z2 if mix_source2 is None else mix_source2, lam, raw=True)
+    m1 = np_mix(z1 if mix_source1 is None else mix_source1, lam, raw=True)
     block_b = np.zeros((n, n))
     block_c = np.zeros((n, n))
     for i in range(n):
@@ -157,9 +164,37 @@ def test_gaussian_negatives_distribution_and_reproducibility():
 
 # ---- MixCSE -----------------------------------------------------------------------------------
 @pytest.mark.parametrize("n,d", SIZES)
-def test_mixed_negatives_match_numpy(n, d):
+@pytest.mark.parametrize("raw", [False, True])
+def test_mixed_negatives_match_numpy(n, d, raw):
     z, _ = random_pair(n, d, seed=n + 5)
-    np.testing.assert_allclose(mixed_negatives(t(z), 0.2).numpy(), np_mix(z, 0.2), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(mixed_negatives(t(z), 0.2, raw_features=raw).numpy(), np_mix(z, 0.2, raw),
+                               rtol=1e-10, atol=1e-12)
+
+
+def test_the_paper_mixes_normalised_features_whatever_their_norms():
+    """The paper's h~'_{i,j} = (lam h'_i + (1 - lam) h'_j) / ||.|| of l2-normalised features, written out for an
+    anchor aligned with its positive (norm 1) and another positive orthogonal to it (norm 2): the anchor-mix
+    cosine is lam / sqrt(lam^2 + (1 - lam)^2) = 0.2425 at lam 0.2 (the paper's eq. 2). Mixing the raw rows (the
+    release) gives 0.2 / sqrt(0.2^2 + 1.6^2) = 0.1240 instead: the longer row takes more of the mix."""
+    lam = 0.2
+    anchor = np.array([[1.0, 0.0, 0.0]])
+    positives = np.array([[1.0, 0.0, 0.0], [0.0, 2.0, 0.0]])  # h'_i, then h'_j = h'_{i+1}
+    h_prime = positives / np.linalg.norm(positives, axis=1, keepdims=True)
+    mix = lam * h_prime[0] + (1 - lam) * h_prime[1]
+    paper = float(anchor[0] @ (mix / np.linalg.norm(mix)))
+    assert paper == pytest.approx(lam / np.sqrt(lam**2 + (1 - lam) ** 2)) and round(paper, 4) == 0.2425
+    code = mixed_negative_logits(t(np.vstack([anchor, anchor])), t(positives), lam, temperature=1.0)
+    assert code[0, 0].item() == pytest.approx(paper, rel=1e-12)
+    raw = mixed_negative_logits(t(np.vstack([anchor, anchor])), t(positives), lam, 1.0, raw_features=True)
+    assert round(raw[0, 0].item(), 4) == 0.1240
+    # random rows of unequal norms: the code's mix equals the formula on the normalised rows, not on the raw ones
+    z = np.random.default_rng(3).normal(size=(6, 5)) * np.array([[0.5], [1.0], [2.0], [3.0], [0.3], [1.7]])
+    got = mixed_negatives(t(z), lam).numpy()
+    for i in range(6):
+        a, b = z[i] / np.linalg.norm(z[i]), z[(i + 1) % 6] / np.linalg.norm(z[(i + 1) % 6])
+        expected = (lam * a + (1 - lam) * b) / np.linalg.norm(lam * a + (1 - lam) * b)
+        np.testing.assert_allclose(got[i], expected, rtol=1e-12)
+    assert not np.allclose(got, np_mix(z, lam, raw=True))
 
 
 @pytest.mark.parametrize("n,d", SIZES)
@@ -167,7 +202,7 @@ def test_mixed_negatives_match_numpy(n, d):
 @pytest.mark.parametrize("layout", ["released", "transposed"])
 def test_mix_logit_layout_matches_numpy(n, d, directions, layout):
     z1, z2 = random_pair(n, d, seed=n + 11)
-    blocks = mix_logits(t(z1), t(z2), 0.2, TAU, directions, layout=layout)
+    blocks = mix_logits(t(z1), t(z2), 0.2, TAU, directions, layout=layout, raw_features=True)
     expected = np_mix_blocks(z1, z2, 0.2, TAU, directions, layout)
     assert len(blocks) == len(expected) == (2 if directions == "both" else 1)
     for block, reference in zip(blocks, expected):
@@ -194,7 +229,7 @@ def test_mix_masked_entries_are_zero_and_the_rest_are_not(n):
 @pytest.mark.parametrize("layout", ["released", "transposed"])
 def test_mixcse_loss_matches_numpy(n, d, directions, layout):
     z1, z2 = random_pair(n, d, seed=n + 23)
-    loss = mixcse_loss(t(z1), t(z2), 0.2, TAU, directions, layout=layout)
+    loss = mixcse_loss(t(z1), t(z2), 0.2, TAU, directions, layout=layout, raw_features=True)
     assert loss.item() == pytest.approx(np_mix_loss(z1, z2, 0.2, TAU, directions, layout), rel=1e-9)
     assert loss.shape == ()
 
@@ -217,7 +252,7 @@ def test_mix_stop_gradient(n, d, directions, layout):
     z1, z2 = random_pair(n, d, seed=n * d)
     tau = 0.5  # a mild temperature keeps the finite differences accurate
     a, b = t(z1, True), t(z2, True)
-    mixcse_loss(a, b, 0.2, tau, directions, stop_grad=True, layout=layout).backward()
+    mixcse_loss(a, b, 0.2, tau, directions, stop_grad=True, layout=layout, raw_features=True).backward()
     frozen2 = np_numeric_grad(lambda x: np_mix_loss(z1, x, 0.2, tau, directions, layout, z1, z2), z2)
     frozen1 = np_numeric_grad(lambda x: np_mix_loss(x, z2, 0.2, tau, directions, layout, z1, z2), z1)
     np.testing.assert_allclose(b.grad.numpy(), frozen2, rtol=1e-5, atol=1e-7)
@@ -225,7 +260,7 @@ def test_mix_stop_gradient(n, d, directions, layout):
 
     # without stop-gradient the mixes carry gradient too
     a, b = t(z1, True), t(z2, True)
-    mixcse_loss(a, b, 0.2, tau, directions, stop_grad=False, layout=layout).backward()
+    mixcse_loss(a, b, 0.2, tau, directions, stop_grad=False, layout=layout, raw_features=True).backward()
     free2 = np_numeric_grad(lambda x: np_mix_loss(z1, x, 0.2, tau, directions, layout), z2)
     np.testing.assert_allclose(b.grad.numpy(), free2, rtol=1e-5, atol=1e-7)
     assert not np.allclose(free2, frozen2, rtol=1e-3, atol=1e-6)
@@ -240,23 +275,56 @@ def test_mix_rejects_unknown_options():
 
 
 # ---- MoCoSE -----------------------------------------------------------------------------------
+def np_mocose_eq3(q, key, queue, tau):
+    """MoCoSE eq. 3 (Algorithm 1 line 6) row by row, in cosines: -log exp(s(q_i, k_i)) / (exp(s(q_i, k_i)) +
+    sum over the queue of exp(s(q_i, l))), s = cos / tau; the other in-batch keys are not in it."""
+    total = 0.0
+    for i in range(len(q)):
+        positive = np_cos(q[i:i + 1], key[i:i + 1])[0, 0] / tau
+        negatives = np_cos(q[i:i + 1], queue)[0] / tau if len(queue) else np.zeros(0)
+        terms = np.concatenate([[positive], negatives])
+        total += -(positive - (terms.max() + np.log(np.exp(terms - terms.max()).sum())))
+    return total / len(q)
+
+
 @pytest.mark.parametrize("n,d", SIZES)
 @pytest.mark.parametrize("k", [0, 1, 7, 64])
 def test_mocose_loss_matches_numpy(n, d, k):
     q, key = random_pair(n, d, seed=n + k)
     queue = np.random.default_rng(k).normal(size=(k, d))
+    loss = mocose_loss(t(q), t(key), t(queue), TAU)  # the paper's eq. 3
+    assert loss.item() == pytest.approx(np_mocose_eq3(q, key, queue, TAU), rel=1e-9, abs=1e-12)
+    # the released code's: the other in-batch keys are negatives too
     logits = np.concatenate([np_cos(q, key), np_cos(q, queue) if k else np.zeros((n, 0))], axis=1) / TAU
-    loss = mocose_loss(t(q), t(key), t(queue), TAU)
-    assert loss.item() == pytest.approx(np_cross_entropy(logits), rel=1e-9)
+    released = mocose_loss(t(q), t(key), t(queue), TAU, in_batch_negatives=True)
+    assert released.item() == pytest.approx(np_cross_entropy(logits), rel=1e-9)
     assert queue_logits(t(q), t(queue), TAU).shape == (n, k)
 
 
-def test_mocose_empty_queue_is_in_batch_only_and_extra_blocks_append():
+def test_mocose_empty_queue_gives_exactly_zero_and_no_gradient():
+    """Eq. 3 with an empty queue (Table 7's "w.o. init.", K0 = 0, first step): the positive alone in its own
+    denominator, -log 1 = 0, whatever q and k are; the release's in-batch form gives about log N."""
+    q = torch.randn(8, 16, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(8, 16, dtype=torch.float64)
+    loss = mocose_loss(q, k, torch.empty(0, 16, dtype=torch.float64))
+    assert loss.item() == 0.0
+    loss.backward()
+    assert torch.count_nonzero(q.grad) == 0
+    released = mocose_loss(q, k, torch.empty(0, 16, dtype=torch.float64), in_batch_negatives=True)
+    assert released.item() > 1.0
+
+
+def test_mocose_extra_blocks_append_in_either_form():
     q, k = torch.randn(5, 8), torch.randn(5, 8)
-    assert torch.equal(mocose_loss(q, k, torch.empty(0, 8)), simcse_loss(q, k))
+    assert torch.equal(mocose_loss(q, k, torch.empty(0, 8), in_batch_negatives=True), simcse_loss(q, k))
     noise = torch.randn(9, 8)
-    with_noise = mocose_loss(q, k, torch.empty(0, 8), extra_logits=[cosine_logits(q, noise, TAU)])
+    with_noise = mocose_loss(q, k, torch.empty(0, 8), in_batch_negatives=True,
+                             extra_logits=[cosine_logits(q, noise, TAU)])
     assert torch.equal(with_noise, gs_infonce_loss(q, k, noise))
+    paired = mocose_loss(q, k, torch.empty(0, 8), extra_logits=[cosine_logits(q, noise, TAU)])
+    assert torch.equal(paired, paired_nce(q, k, TAU, [cosine_logits(q, noise, TAU)]))
+    assert paired.item() == pytest.approx(np_mocose_eq3(q.double().numpy(), k.double().numpy(),
+                                                        noise.double().numpy(), TAU), rel=1e-5)
 
 
 def test_mocose_accepts_float32_queue_with_bfloat16_queries():
@@ -291,10 +359,67 @@ def test_loss_decreases_with_adam(name):
 
 
 # ---- MixCSE: the paper's layout (one mixed negative per anchor and direction), hard_negative_weight ----
+def np_mix_infonce(anchors, positives, mixes, tau, weight=0.0):
+    """One direction of the paper's L_mix, row by row: -log exp(s(a_i, p_i)) / (sum_j exp(s(a_i, p_j)) +
+    exp(s(a_i, mix_i) + weight)), s = cos / tau."""
+    total = 0.0
+    for i in range(len(anchors)):
+        terms = [np_cos(anchors[i:i + 1], positives[j:j + 1])[0, 0] / tau for j in range(len(anchors))]
+        terms.append(np_cos(anchors[i:i + 1], mixes[i:i + 1])[0, 0] / tau + weight)
+        terms = np.array(terms)
+        total += -(terms[i] - (terms.max() + np.log(np.exp(terms - terms.max()).sum())))
+    return total / len(anchors)
+
+
+def np_symmetric_mix_loss(z1, z2, lam, tau, weight=0.0):
+    """The paper's two anchors: h_i against the h'_j with the mix of h'_i, h'_{i+1}; h'_i against the h_j with
+    the mix of h_i, h_{i+1}; the mean of the two."""
+    return (np_mix_infonce(z1, z2, np_mix(z2, lam), tau, weight)
+            + np_mix_infonce(z2, z1, np_mix(z1, lam), tau, weight)) / 2
+
+
+@pytest.mark.parametrize("n,d", SIZES)
+@pytest.mark.parametrize("weight", [0.0, 0.7])
+def test_mixcse_symmetric_loss_matches_numpy(n, d, weight):
+    z1, z2 = random_pair(n, d, seed=n + 53)
+    z2 = z2 * np.linspace(0.5, 2.0, n)[:, None]  # rows of unequal norms
+    loss = mixcse_symmetric_loss(t(z1), t(z2), 0.2, TAU, hard_negative_weight=weight)
+    assert loss.item() == pytest.approx(np_symmetric_mix_loss(z1, z2, 0.2, TAU, weight), rel=1e-9)
+
+
+def test_the_symmetric_and_one_loss_readings_differ():
+    """h'_i as an anchor of its own (the paper's reading) is not its mix as one more column of h_i's row: the
+    one-loss reading never puts h'_i's in-batch negatives in a denominator, so the gradient on z2 moves."""
+    z1, z2 = random_pair(8, 16, seed=8)
+    grads = []
+    for loss_fn in (lambda a, b: mixcse_loss(a, b, 0.2, TAU, "both", layout="paper"),
+                    lambda a, b: mixcse_symmetric_loss(a, b, 0.2, TAU)):
+        a, b = t(z1, True), t(z2, True)
+        loss_fn(a, b).backward()
+        grads.append(b.grad.numpy())
+    one_loss, symmetric = grads
+    assert np.linalg.norm(symmetric - one_loss) > 0.1 * np.linalg.norm(one_loss)
+
+
+@pytest.mark.parametrize("n,d", [(2, 3), (4, 3)])
+def test_mixcse_symmetric_stop_gradient(n, d):
+    """Stop-gradient: the mixes act as constants in both halves (finite differences with the mixes frozen)."""
+    z1, z2 = random_pair(n, d, seed=n * d + 1)
+    tau, lam = 0.5, 0.2
+    a, b = t(z1, True), t(z2, True)
+    mixcse_symmetric_loss(a, b, lam, tau).backward()
+    m1, m2 = np_mix(z1, lam), np_mix(z2, lam)
+
+    def frozen(x1, x2):
+        return (np_mix_infonce(x1, x2, m2, tau) + np_mix_infonce(x2, x1, m1, tau)) / 2
+
+    np.testing.assert_allclose(a.grad.numpy(), np_numeric_grad(lambda x: frozen(x, z2), z1), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(b.grad.numpy(), np_numeric_grad(lambda x: frozen(z1, x), z2), rtol=1e-5, atol=1e-7)
+
 def np_paper_mix_loss(z1, z2, lam, tau, directions, weight=0.0):
     """The paper's L_mix row by row: denominator += exp(cos(h_i, m'_i)/tau) (+ exp(cos(h'_i, m_i)/tau))."""
     n = len(z1)
-    m2, m1 = np_mix(z2, lam), np_mix(z1, lam)
+    m2, m1 = np_mix(z2, lam), np_mix(z1, lam)  # of the normalised features
     total = 0.0
     for i in range(n):
         terms = [np_cos(z1[i:i + 1], z2[j:j + 1])[0, 0] / tau for j in range(n)]

@@ -113,7 +113,7 @@ def test_parameters_without_gradient_and_the_state_are_per_parameter():
 def test_build_optimizer_picks_the_class_and_keeps_the_groups():
     from trainer.config import RunConfig
 
-    optim = RunConfig().optim
+    optim = RunConfig(method="simcse").resolved().optim
     w, bias = torch.nn.Parameter(torch.zeros(2)), torch.nn.Parameter(torch.zeros(2))
     groups = [{"params": [w], "weight_decay": 1e-6}, {"params": [bias], "weight_decay": 0.0}]
     released = build_optimizer(groups, optim, released=True)
@@ -121,5 +121,44 @@ def test_build_optimizer_picks_the_class_and_keeps_the_groups():
     assert [g["weight_decay"] for g in released.param_groups] == [1e-6, 0.0]
     assert released.defaults["eps"] == optim.eps == 1e-8 and released.defaults["correct_bias"] is True
     paper = build_optimizer(groups, optim, released=False)
-    assert type(paper) is torch.optim.AdamW
+    assert optim.algorithm == "adamw" and type(paper) is torch.optim.AdamW
     assert not paper.defaults["fused"]  # fused only on CUDA: CPU runs keep the default implementation's numbers
+    mocose = RunConfig(method="mocose").resolved().optim  # Algorithm 1: "Optimizer: Adam optimizer"
+    adam = build_optimizer(groups, mocose, released=False)
+    assert mocose.algorithm == "adam" and type(adam) is torch.optim.Adam
+    assert [g["weight_decay"] for g in adam.param_groups] == [1e-6, 0.0]
+
+
+def numpy_adam_l2(theta, grads, lr, betas, eps, weight_decay):
+    """Adam (Kingma and Ba, Algorithm 1) on the gradient plus weight_decay * theta (L2 regularisation), written
+    from the definition: m, v the bias-corrected moments, theta -= lr * m_hat / (sqrt(v_hat) + eps)."""
+    m, v = np.zeros_like(theta), np.zeros_like(theta)
+    for t, g in enumerate(grads, start=1):
+        g = g + weight_decay * theta
+        m = betas[0] * m + (1 - betas[0]) * g
+        v = betas[1] * v + (1 - betas[1]) * g * g
+        m_hat, v_hat = m / (1 - betas[0] ** t), v / (1 - betas[1] ** t)
+        theta = theta - lr * m_hat / (np.sqrt(v_hat) + eps)
+    return theta
+
+
+@pytest.mark.parametrize("weight_decay", [0.0, 1e-6, 0.1])
+def test_the_paper_readings_adam_is_adam_with_l2_weight_decay(weight_decay):
+    """MoCoSE's paper reading (optim.algorithm adam, Algorithm 1 and section 4.1's weight decay) against Adam
+    with L2 regularisation written out; with weight decay 0 it is also AdamW's update."""
+    from trainer.config import RunConfig
+
+    rng = np.random.default_rng(0)
+    start = rng.normal(size=5)
+    grads = [rng.normal(size=5) for _ in range(4)]
+    optim = RunConfig(method="mocose", optim={"lr": 1e-2}).resolved().optim
+    for algorithm in ("adam", "adamw"):
+        theta = torch.nn.Parameter(torch.tensor(start, dtype=torch.float64))
+        optimizer = build_optimizer([{"params": [theta], "weight_decay": weight_decay}],
+                                    optim.model_copy(update={"algorithm": algorithm}), released=False)
+        for g in grads:
+            theta.grad = torch.tensor(g, dtype=torch.float64)
+            optimizer.step()
+        expected = numpy_adam_l2(start, grads, 1e-2, (0.9, 0.999), 1e-8, weight_decay)
+        same = algorithm == "adam" or weight_decay == 0.0
+        assert np.allclose(theta.detach().numpy(), expected, rtol=1e-10, atol=1e-13) is same

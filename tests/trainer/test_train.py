@@ -163,7 +163,7 @@ def test_short_run_of_each_method(method, make_config, tmp_path, encoder_forward
     best = max(reports, key=lambda r: r["dev_stsb"])
     assert summary["best_step"] == best["step"] and summary["best_dev_stsb"] == best["dev_stsb"]
     # linear decay to 0 over the run, no warm-up (lr reported after the step's scheduler update)
-    assert reports[0]["lr"] == pytest.approx(config.optim.lr * 0.5)
+    assert reports[0]["lr"] == pytest.approx(config.resolved().optim.lr * 0.5)
     assert reports[1]["lr"] == pytest.approx(0.0, abs=1e-15)
     # gradient clipping at 1.0 on every step
     assert clips == [1.0] * 4
@@ -175,20 +175,22 @@ def test_short_run_of_each_method(method, make_config, tmp_path, encoder_forward
     online = [c for c in encoder_forwards if c[0]]
     assert all(grad for _, grad, _ in online)
     if method == "mocose":
-        # online branch: N rows with gradient; target branch: another encoder, the same N rows, no gradient
-        assert [rows for _, _, rows in online] == [B] * 4
+        # online branch: N rows with gradient; target branch: another encoder, the same N rows, no gradient. FGSM
+        # is exact under the paper reading (eq. 1): a clean forward whose gradient gives the sign, then the
+        # perturbed one, so two of each per step
+        assert [rows for _, _, rows in online] == [B] * 8
         target = [c for c in encoder_forwards if not c[0]]
-        assert target == [(False, False, B)] * 4
+        assert target == [(False, False, B)] * 8
         # cosine EMA schedule 0.75 -> 0.95 over the run: eta grows and ends at 0.95
         assert reports[0]["eta"] == pytest.approx(0.85) and reports[1]["eta"] == pytest.approx(0.95)
         # the queue starts with K0 random keys and gains B real keys per step, up to K
-        assert queue_sizes == [8, 16, 24, 32]
+        assert queue_sizes == [8, 8, 16, 16, 24, 24, 32, 32]
         assert [r["queue_fill"] for r in reports] == [min(K0 + B * 2, K), K]
         assert summary["mtd"].keys() >= MTD_KEYS
         assert summary["mtd"]["eta_choice"] == "mean"
         assert summary["mtd"]["queue_k"] == K and summary["mtd"]["batch_size"] == B
         assert summary["mtd"]["formula"] == pytest.approx(1 / (1 - summary["mtd"]["eta"]) + K / B)
-        # FGSM is on by default (lagged, eps 5e-9) and its measured norm is reported
+        # FGSM is on by default (exact, eps 5e-9) and its measured norm is reported
         assert all(r["fgsm_norm"] is not None for r in reports)
         assert config.resolved().optim.weight_decay == pytest.approx(1e-6)
     else:

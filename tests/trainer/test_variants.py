@@ -251,7 +251,8 @@ def test_heads_init_statistics():
 
 def test_released_cutoffs_cut_both_branches_at_the_word_embeddings(make_config, monkeypatch):
     """Released: a fixed count of positions, [CLS] and pads included, on the word-embedding output of BOTH
-    branches; paper: the embedding-layer output of the online branch only."""
+    branches; paper: the embedding-layer output of both views too (Algorithm 1 line 3), each its own draw;
+    `augment.branches: online` keeps the cutoff to the online view."""
     cuts = []
     import trainer.augment as augment
 
@@ -266,7 +267,10 @@ def test_released_cutoffs_cut_both_branches_at_the_word_embeddings(make_config, 
     monkeypatch.setattr(augment, "token_cutoff", lambda e, m, rate, generator=None: paper_cuts.append(1)
                         or real_paper(e, m, rate, generator=generator))
     train_mod.train(make_config(max_steps=2, **{"augment.token_cutoff": 0.2}))
-    assert cuts == [] and len(paper_cuts) == 2  # online only
+    assert cuts == [] and len(paper_cuts) == 4  # two steps x (online + target)
+    paper_cuts.clear()
+    train_mod.train(make_config(max_steps=2, **{"augment.token_cutoff": 0.2, "augment.branches": "online"}))
+    assert len(paper_cuts) == 2  # online only
 
 
 EVAL_BATCH = ["a man is playing a guitar .", "two dogs run across the snow", "the stock market fell sharply today"]
@@ -493,3 +497,74 @@ def test_final_tasks_may_include_transfer_tasks(make_config):
     assert 0 < summary["transfer"]["TREC"] <= 100 and summary["transfer"]["avg"] == summary["transfer"]["TREC"]
     with pytest.raises(UserError, match="unknown task 'STS17'"):
         train_mod.train(make_config("simcse", **{"eval.final_tasks": ["STS17"]}))
+
+
+# ---- MoCoSE's paper reading: eq. 3's negatives, both views augmented (Algorithm 1) -------------------------
+def np_eq3(q, k, queue, tau):
+    """MoCoSE eq. 3 written out in float64: -log exp(c(q_i, k_i)/tau) / (exp(c(q_i, k_i)/tau) + sum over the
+    queue of exp(c(q_i, l)/tau)), c the cosine; the mean over the batch."""
+    def unit(x):
+        return x / np.linalg.norm(x, axis=1, keepdims=True)
+    q, k = unit(q.astype(np.float64)), unit(k.astype(np.float64))
+    positive = np.sum(q * k, axis=1) / tau
+    if len(queue):
+        negatives = q @ unit(queue.astype(np.float64)).T / tau
+        terms = np.concatenate([positive[:, None], negatives], axis=1)
+    else:
+        terms = positive[:, None]
+    top = terms.max(axis=1, keepdims=True)
+    return float(np.mean(np.log(np.exp(terms - top).sum(axis=1)) + top[:, 0] - positive))
+
+
+@pytest.mark.parametrize("in_batch", [False, True])
+def test_mocose_steps_follow_eq_3_and_an_empty_queue_starts_at_exactly_zero(make_config, monkeypatch, in_batch):
+    """Table 7's "w.o. init." (queue.initial_size 0) is a valid run: under eq. 3 its first step sees an empty
+    queue and its loss is exactly 0; every step's loss is eq. 3 on the step's own q, k and queue. With
+    released.in_batch_negatives the first step's loss is the in-batch InfoNCE, about log N."""
+    seen = []
+
+    def replacement_for(real):
+        def spy(q, k, queue_keys, *args, **kwargs):
+            loss = real(q, k, queue_keys, *args, **kwargs)
+            seen.append((q.detach().numpy().copy(), k.detach().numpy().copy(),
+                         queue_keys.detach().numpy().copy(), loss.item()))
+            return loss
+        return spy
+
+    patch_everywhere(monkeypatch, "mocose_loss", replacement_for)
+    summary = train_mod.train(make_config(max_steps=3, **{"queue.initial_size": 0, "eval.eval_steps": 3,
+                                                          "released.in_batch_negatives": in_batch}))
+    assert summary["status"] == "ok" and summary["reason"] is None and len(seen) == 3
+    q, k, queue, loss = seen[0]
+    assert queue.shape[0] == 0
+    if in_batch:
+        assert loss == pytest.approx(math.log(B), rel=0.5)
+        return
+    assert loss == 0.0
+    assert [len(queue) for _, _, queue, _ in seen] == [0, B, 2 * B]
+    for q, k, queue, loss in seen:
+        assert loss == pytest.approx(np_eq3(q, k, queue, 0.05), rel=1e-5, abs=1e-7)
+    assert summary["history"][0]["loss"] == pytest.approx(np.mean([loss for *_, loss in seen]), rel=1e-5)
+
+
+def test_mocose_paper_reading_augments_both_views_each_its_own_draw(make_config, monkeypatch):
+    """Algorithm 1 line 3 (v_o, v_t <- E_a(B), E_a(B)): the token shuffle reaches the target encoder too, with a
+    permutation of its own; `augment.branches: online` leaves the target view unshuffled."""
+    import trainer.methods.base as base
+
+    positions = []  # (target?, position ids) of every encoder forward
+    real_cls = base.Method.cls
+
+    def cls(self, encoder, ids, mask, position_ids=None):
+        positions.append((encoder is not self.encoder, None if position_ids is None else position_ids.clone()))
+        return real_cls(self, encoder, ids, mask, position_ids)
+
+    monkeypatch.setattr(base.Method, "cls", cls)
+    train_mod.train(make_config(max_steps=2, **{"augment.token_shuffle": True}))
+    online = [p for target, p in positions if not target]
+    target = [p for target, p in positions if target]
+    assert len(online) == len(target) == 2 and all(p is not None for p in online + target)
+    assert any(not torch.equal(a, b) for a, b in zip(online, target))  # each view its own permutation
+    positions.clear()
+    train_mod.train(make_config(max_steps=2, **{"augment.token_shuffle": True, "augment.branches": "online"}))
+    assert [p is None for target, p in positions if target] == [True, True]

@@ -1,12 +1,21 @@
 """MixCSE: SimCSE plus mixed hard negatives (Zhang et al., AAAI 2022; docs/science/mixcse.md).
 
-Math. For anchor h_i = z1_i with positive h'_i = z2_i, mix the positive with another positive h'_j:
+Math. For anchor h_i = z1_i with positive h'_i = z2_i, the features l2-normalised ("Note that these feature
+vectors are l2 normalized"), mix the positive with another positive h'_j:
 
     m'_{i,j} = (lam * h'_i + (1 - lam) * h'_j) / ||lam * h'_i + (1 - lam) * h'_j||
 
 and add exp(cos(h_i, SG(m'_{i,j}))/tau) to SimCSE's denominator (SG = stop-gradient). "Both
 directions": h'_i also gets a mixed negative m_{i,j} built the same way from the anchors h_i, h_j.
-A small lam (0.2) keeps the mix mostly "other sentence", so it stays a negative.
+A small lam (0.2) keeps the mix mostly "other sentence", so it stays a negative. The released code mixes the
+raw MLP outputs and normalises only the mix (`raw_features`, `released.mix_raw_features`): the share of h'_i
+in the mix's direction is then lam * r / (lam * r + 1 - lam), r = ||z_i|| / ||z_j||, not lam.
+
+Two anchors (the paper: "both h_i and h'_i may serve as the anchor ... So we also construct h~_{i,j} for h'_i
+by mixing h_i and h_j in the same way"). `mixcse_symmetric_loss`, the paper reading (`mix.anchors:
+symmetric`): h'_i is the anchor of a second InfoNCE, over the h_j with the mix m_{i,j}; the two losses are
+averaged. `mix.anchors: one_loss`: m_{i,j}'s logit cos(h'_i, m_{i,j}) is one more column of h_i's row in one
+loss (the release's single-loss layout cut to its diagonals: `layout="paper"`, directions both).
 
 Layout, following the authors' released code (j = the next sample of the shuffled batch, so
 mix(z)_k = normalize(lam*z_k + (1-lam)*z_{(k+1) mod N})), with m2 = mix(z2) and m1 = mix(z1):
@@ -46,22 +55,26 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from trainer.losses.infonce import NORM_EPS, cosine_logits, info_nce
+from trainer.losses.infonce import NORM_EPS, cosine_logits, info_nce, paired_cosine_logits
 
 Directions = Literal["both", "single"]
 Layout = Literal["released", "paper", "transposed"]
 LAYOUTS = ("released", "paper", "transposed")
 
 
-def mixed_negatives(z: Tensor, lam: float, stop_grad: bool = True) -> Tensor:
-    """m_k = normalize(lam * z_k + (1 - lam) * z_{(k+1) mod N}), detached when `stop_grad`.
+def mixed_negatives(z: Tensor, lam: float, stop_grad: bool = True, raw_features: bool = False) -> Tensor:
+    """m_k = normalize(lam * u_k + (1 - lam) * u_{(k+1) mod N}) with u = normalize(z) (the paper), or u = z
+    (`raw_features`: the release); detached when `stop_grad`.
 
-    >>> z = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    >>> z = torch.tensor([[2.0, 0.0], [0.0, 1.0]])
     >>> mixed_negatives(z, lam=0.5)
     tensor([[0.7071, 0.7071],
             [0.7071, 0.7071]])
+    >>> mixed_negatives(z, lam=0.5, raw_features=True)[0]  # the longer row pulls the mix its way
+    tensor([0.8944, 0.4472])
     """
-    mixed = F.normalize(lam * z + (1.0 - lam) * z.roll(-1, dims=0), dim=-1, eps=NORM_EPS)
+    u = z if raw_features else F.normalize(z, dim=-1, eps=NORM_EPS)
+    mixed = F.normalize(lam * u + (1.0 - lam) * u.roll(-1, dims=0), dim=-1, eps=NORM_EPS)
     return mixed.detach() if stop_grad else mixed
 
 
@@ -71,13 +84,6 @@ def _zero_entries(logits: Tensor, column_of_row: Tensor) -> Tensor:
     mask = torch.zeros(n, logits.shape[1], dtype=torch.bool, device=logits.device)
     mask[torch.arange(n, device=logits.device), column_of_row] = True
     return logits.masked_fill(mask, 0.0)
-
-
-def _diagonal_cosines(a: Tensor, b: Tensor, temperature: float) -> Tensor:
-    """cos(a_i, b_i)/tau as an (N, 1) block."""
-    a = F.normalize(a, dim=-1, eps=NORM_EPS)
-    b = F.normalize(b.to(a.dtype), dim=-1, eps=NORM_EPS)
-    return (a * b).sum(dim=-1, keepdim=True) / temperature
 
 
 def _add_to_diagonal(logits: Tensor, weight: float) -> Tensor:
@@ -95,10 +101,12 @@ def mix_logits(
     stop_grad: bool = True,
     layout: Layout = "released",
     hard_negative_weight: float = 0.0,
+    raw_features: bool = False,
 ) -> list[Tensor]:
-    """The mixed-negative blocks to append to SimCSE's logits: [B] (single) or [B, C] (both).
+    """The mixed-negative blocks to append to SimCSE's logits in one loss: [B] (single) or [B, C] (both).
 
-    See the module docstring for the exact layouts and which entry is set to logit 0.
+    See the module docstring for the exact layouts and which entry is set to logit 0; `raw_features` mixes the
+    unnormalised rows (`mixed_negatives`).
 
     >>> z = torch.randn(4, 8)
     >>> [block.shape for block in mix_logits(z, z)]
@@ -111,12 +119,12 @@ def mix_logits(
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     n = z1.shape[0]
-    mixed_positives = mixed_negatives(z2, lam, stop_grad)
-    mixed_anchors = mixed_negatives(z1, lam, stop_grad) if directions == "both" else None
+    mixed_positives = mixed_negatives(z2, lam, stop_grad, raw_features)
+    mixed_anchors = mixed_negatives(z1, lam, stop_grad, raw_features) if directions == "both" else None
     if layout == "paper":
-        blocks = [_diagonal_cosines(z1, mixed_positives, temperature)]
+        blocks = [paired_cosine_logits(z1, mixed_positives, temperature)]
         if mixed_anchors is not None:
-            blocks.append(_diagonal_cosines(z2, mixed_anchors, temperature))
+            blocks.append(paired_cosine_logits(z2, mixed_anchors, temperature))
         return [block + hard_negative_weight for block in blocks] if hard_negative_weight else blocks
 
     rows = torch.arange(n, device=z1.device)
@@ -142,12 +150,56 @@ def mixcse_loss(
     layout: Layout = "released",
     hard_negative_weight: float = 0.0,
     extra_logits: Sequence[Tensor] = (),
+    raw_features: bool = False,
 ) -> Tensor:
-    """MixCSE: InfoNCE over [cos(z1, z2) | mixed-negative blocks | extra blocks] / tau, label i.
+    """MixCSE in one loss: InfoNCE over [cos(z1, z2) | mixed-negative blocks | extra blocks] / tau, label i.
 
     >>> z = torch.randn(6, 8)
     >>> bool(mixcse_loss(z, z) > mixcse_loss(z, z, directions="single"))  # more negatives, larger loss
     True
     """
-    blocks = mix_logits(z1, z2, lam, temperature, directions, stop_grad, layout, hard_negative_weight)
+    blocks = mix_logits(z1, z2, lam, temperature, directions, stop_grad, layout, hard_negative_weight, raw_features)
     return info_nce(z1, z2, temperature, [*blocks, *extra_logits])
+
+
+def mixed_negative_logits(anchor: Tensor, source: Tensor, lam: float, temperature: float = 0.05,
+                          stop_grad: bool = True, hard_negative_weight: float = 0.0,
+                          raw_features: bool = False) -> Tensor:
+    """The paper's one mixed negative per anchor, as an (N, 1) block: cos(anchor_i, mix(source)_i)/tau
+    (+ `hard_negative_weight`), mix(source)_i mixing source_i with source_{(i+1) mod N}.
+
+    >>> z = torch.eye(3)
+    >>> mixed_negative_logits(z, z, lam=0.2, temperature=1.0).squeeze(1)  # lam / sqrt(lam^2 + (1-lam)^2)
+    tensor([0.2425, 0.2425, 0.2425])
+    """
+    return paired_cosine_logits(anchor, mixed_negatives(source, lam, stop_grad, raw_features),
+                                temperature) + hard_negative_weight
+
+
+def mixcse_symmetric_loss(
+    z1: Tensor,
+    z2: Tensor,
+    lam: float = 0.2,
+    temperature: float = 0.05,
+    stop_grad: bool = True,
+    hard_negative_weight: float = 0.0,
+    raw_features: bool = False,
+    extra_logits: Sequence[Tensor] = (),
+) -> Tensor:
+    """MixCSE with both anchors, the paper's reading (`mix.anchors: symmetric`):
+
+        L = 1/2 [ InfoNCE(h -> h', extra | cos(h_i, m'_i)) + InfoNCE(h' -> h, cos(h'_i, m_i)) ]
+
+    with m' = mixes of the positives h' (z2), m = mixes of the anchors h (z1). `extra_logits` (Gaussian noise)
+    join the first loss, whose anchors are GS-InfoNCE's.
+
+    >>> z = torch.randn(6, 8)
+    >>> first = mixcse_loss(z, z, directions="single", layout="paper")
+    >>> torch.allclose(mixcse_symmetric_loss(z, z), first)  # one view: the two halves are the same loss
+    True
+    """
+    first = info_nce(z1, z2, temperature, [*extra_logits, mixed_negative_logits(
+        z1, z2, lam, temperature, stop_grad, hard_negative_weight, raw_features)])
+    second = info_nce(z2, z1, temperature, [mixed_negative_logits(
+        z2, z1, lam, temperature, stop_grad, hard_negative_weight, raw_features)])
+    return (first + second) / 2

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from trainer.losses.gaussian import gaussian_logits, sample_gaussian_negatives
-from trainer.losses.mix import mix_logits
+from trainer.losses.mix import mix_logits, mixed_negative_logits
 from trainer.method_rules import MethodRules, method_rules
 
 if TYPE_CHECKING:  # types for annotations only
@@ -40,7 +40,11 @@ class NegativeBlocks:
     """The extra negative blocks a method appends to its InfoNCE logits, each built by a pure function of
     trainer.losses: GS-InfoNCE's Gaussian noise (`gaussian.*`, `gaussian_logits`) and MixCSE's mixed
     negatives (`mix.*`, `mix_logits`), in the paper's or the released layout. Every method gets the blocks
-    its config turns on, in the order [Gaussian | mixed] after its own logits."""
+    its config turns on, in the order [Gaussian | mixed] after its own logits.
+
+    MixCSE's second anchor under `mix.anchors: symmetric` (both directions, the paper's layout) is a second
+    loss, not a block: a method that averages two directions (the SimCSE family) asks `second_anchor` for it
+    and calls with `two_losses=True`; MoCoSE, whose keys are never anchors, takes every mix in its one loss."""
 
     def __init__(self, config: RunConfig, generator: torch.Generator):
         self.temperature = config.temperature
@@ -48,18 +52,32 @@ class NegativeBlocks:
         self.gaussian = config.gaussian
         self.mix = config.mix if config.mix.enabled else None
         self.mix_layout = "released" if config.released.mix_negatives else "paper"
+        self.raw_features = bool(config.released.mix_raw_features)
+        self.symmetric = (self.mix is not None and self.mix_layout == "paper" and self.mix.directions == "both"
+                          and self.mix.anchors == "symmetric")
         self.generator = generator
 
-    def __call__(self, anchor: Tensor, positive: Tensor) -> list[Tensor]:
-        """The enabled blocks for one batch (fresh Gaussian noise on every call)."""
+    def __call__(self, anchor: Tensor, positive: Tensor, two_losses: bool = False) -> list[Tensor]:
+        """The enabled blocks of the anchor's loss for one batch (fresh Gaussian noise on every call);
+        `two_losses`: the caller adds `second_anchor`'s loss, so the anchor's row takes its own mix only."""
         blocks = []
         if self.gaussian_count:
             blocks.append(gaussian_logits(anchor, self.noise(anchor), self.temperature, self.gaussian.weight))
         if self.mix is not None:
             mix = self.mix
-            blocks += mix_logits(anchor, positive, mix.lam, self.temperature, mix.directions, mix.stop_grad,
-                                 self.mix_layout, mix.hard_negative_weight)
+            directions = "single" if two_losses and self.symmetric else mix.directions
+            blocks += mix_logits(anchor, positive, mix.lam, self.temperature, directions, mix.stop_grad,
+                                 self.mix_layout, mix.hard_negative_weight, self.raw_features)
         return blocks
+
+    def second_anchor(self, anchor: Tensor, positive: Tensor) -> list[Tensor] | None:
+        """The blocks of the positive's own loss (`positive` as the anchor against every `anchor`): its one mixed
+        negative, a mix of the anchors (MixCSE, `mix.anchors: symmetric`); None when there is no second loss."""
+        if not self.symmetric:
+            return None
+        mix = self.mix
+        return [mixed_negative_logits(positive, anchor, mix.lam, self.temperature, mix.stop_grad,
+                                      mix.hard_negative_weight, self.raw_features)]
 
     def noise(self, anchor: Tensor) -> Tensor:
         """M fresh Gaussian vectors of the anchor's size (GS-InfoNCE draws them every step)."""
@@ -149,9 +167,10 @@ class Method(nn.Module):
         return None
 
     def trainable_groups(self, weight_decay: float) -> list[dict]:
-        """AdamW parameter groups, as HF's Trainer (used by SimCSE and MoCoSE): no weight decay on biases
-        and LayerNorm weights. LayerNorms are found by module type (as HF's ALL_LAYERNORM_LAYERS), not
-        only by name: the MoCoSE heads' LayerNorms sit in nn.Sequential (e.g. "projection.1.weight")."""
+        """The optimiser's parameter groups, as HF's Trainer builds them (every release trains through it): no
+        weight decay on biases and LayerNorm weights. No paper names its groups; the papers' readings keep these.
+        LayerNorms are found by module type (as HF's ALL_LAYERNORM_LAYERS), not only by name: the MoCoSE heads'
+        LayerNorms sit in nn.Sequential (e.g. "projection.1.weight")."""
         norm_params = {id(p) for m in self.modules() if isinstance(m, nn.LayerNorm)
                        for p in m.parameters(recurse=False)}
         decay, no_decay = [], []

@@ -3,11 +3,17 @@ negative queue, in the paper's reading or the released code's (`released.*`, doc
 
 Online branch: embeddings -> encoder -> pooler Linear(d, d) on [CLS] (from BERT's pooler, no activation)
 -> projection (P layers, to the embedding size e) -> predictor (Q layers). Target branch: the SAME
-embedding layer (one module object), then EMA copies of encoder, pooler and projection. Loss (eq. 3):
-InfoNCE of the online queries against the target keys of the same sentences (another dropout mask) and
-the queue. After every optimiser step: the EMA update (eq. 2), then the batch's target keys enter the queue.
+embedding layer (one module object), then EMA copies of encoder, pooler and projection. Both views are
+augmented (Algorithm 1 line 3, v_o, v_t <- E_a(B), E_a(B)): dropout, FGSM on the shared word embeddings, and
+the token shuffle and cutoffs when on, each view its own draw (`augment.branches: online` keeps them to the
+online view). Loss (eq. 3): InfoNCE of each online query against the target key of its own sentence and the
+queue (`released.in_batch_negatives`: the other in-batch keys too). After every optimiser step: the EMA update
+(eq. 2), then the batch's target keys z_t enter the queue (Algorithm 1 line 9 writes "enqueue(Q, v_t)", the
+augmented input; the queue holds keys of the loss's space, as eq. 3's l and section 3's "update it using the
+output of target branch" say).
 
 Released-code behaviours (each its own `released.*` key):
+- in_batch_negatives: the other in-batch keys are negatives beside the queue (`InfoNCEWithQueue`).
 - ema_schedule: eta0 -> 1.0 over T = 15000 steps, not clamped after T (config `ema.*` resolved so); the
   update after optimiser step s uses eta(s + 1), as the release's counter runs one ahead
   (`trainer.schedules.ema_schedule_step`).
@@ -27,13 +33,14 @@ Released-code behaviours (each its own `released.*` key):
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
 
-from trainer.augment import EmbeddingCutoff, EvaluationAugments
+from trainer.augment import EmbeddingCutoff, EvaluationAugments, shuffled_positions
 from trainer.ema import ema_update
 from trainer.heads import build_predictor, build_projection, make_pooler_dense
 from trainer.losses.mocose import mocose_loss
@@ -91,9 +98,9 @@ class MoCoSE(Method):
         h = self.pooler_dense(self.cls(self.encoder, ids, mask, position_ids))
         return self.predictor(self.projection(h))
 
-    def target(self, ids: Tensor, mask: Tensor) -> Tensor:
+    def target(self, ids: Tensor, mask: Tensor, position_ids: Tensor | None = None) -> Tensor:
         with torch.set_grad_enabled(self.target_gradients and torch.is_grad_enabled()):
-            h = self.target_pooler_dense(self.cls(self.target_encoder, ids, mask))
+            h = self.target_pooler_dense(self.cls(self.target_encoder, ids, mask, position_ids))
             return self.target_projection(h)
 
     def queue_limit(self) -> int | None:
@@ -103,15 +110,27 @@ class MoCoSE(Method):
         return released_read_length(self.queue.pushed, self.queue.size, self.config.queue.initial_size)
 
     def loss(self, ids: Tensor, mask: Tensor, position_ids: Tensor | None = None) -> StepOutput:
+        """`position_ids`: the online view's token shuffle; the target view draws its own (both views)."""
+        both_views = self.config.augment.branches == "both"
         with self.cutoff.on(mask):
             q = self.online(ids, mask, position_ids).float()
             if self.cutoff.released:  # the release cuts both branches' word embeddings
-                k = self.target(ids, mask).float()
+                k = self.target(ids, mask, self.target_positions(ids, mask, both_views)).float()
         if not self.cutoff.released:
-            k = self.target(ids, mask).float()
+            target_positions = self.target_positions(ids, mask, both_views)
+            with self.cutoff.on(mask) if both_views else contextlib.nullcontext():
+                k = self.target(ids, mask, target_positions).float()
         queue_keys = self.queue.get(self.slices, self.queue_limit())
-        loss = mocose_loss(q, k, queue_keys, self.config.temperature, extra_logits=self.negatives(q, k))
+        loss = mocose_loss(q, k, queue_keys, self.config.temperature,
+                           in_batch_negatives=bool(self.config.released.in_batch_negatives),
+                           extra_logits=self.negatives(q, k))
         return StepOutput(loss, keys=k.detach())
+
+    def target_positions(self, ids: Tensor, mask: Tensor, both_views: bool) -> Tensor | None:
+        """The target view's own token shuffle (None without one, or when only the online view is shuffled)."""
+        if not (self.config.augment.token_shuffle and both_views):
+            return None
+        return shuffled_positions(ids, mask, self.device_generator)
 
     # ---- after the optimiser step: the traceable distance, the EMA update, the queue push ------------
     def _eta_at(self, step: int) -> float:
