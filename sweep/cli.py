@@ -175,7 +175,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="an unreadable SQLite Optuna storage: keep it aside as optuna.db.damaged-<time> and "
                           "rebuild it from the trials' summary.json (it only mirrors them)")
     run.add_argument("--rerun-changed", action="store_true",
-                     help="re-run finished trials whose config now resolves differently (a default changed)")
+                     help="re-run finished trials whose config now resolves differently (a default changed) or "
+                          "that an older reading of the papers made (their old summary.json kept as *.replaced-*)")
     run.add_argument("--many-trials", action="store_true",
                      help="plan a study of more than 100,000 trials (refused otherwise: planning alone takes minutes)")
     run.set_defaults(func=_cmd_run)

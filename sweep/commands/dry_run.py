@@ -21,8 +21,9 @@ from sweep.commands.cost import (
 from sweep.spec.expand import expansion, planning_config
 from sweep.spec.schema import StudySpec, Trial
 from sweep.text import format_value, is_expr, one_line, plural
+from trainer.config import flatten
 from trainer.errors import UserError
-from trainer.vocabulary import STS_BENCHMARK, STS_TASKS, STS_TEST_PAIRS, TRANSFER_TASKS
+from trainer.vocabulary import METHOD_LABELS, STS_BENCHMARK, STS_TASKS, STS_TEST_PAIRS, TRANSFER_TASKS
 
 # A training sentence costs a few encodings (two views forward, then backward), an evaluated one a single
 # forward pass: a final evaluation of FAR_MORE times the sentences a trial trains on is most of the trial.
@@ -121,6 +122,9 @@ def _dry_run_text(spec: StudySpec) -> str:
         line("corpus", text)
     for text in final_eval_lines(configs):
         line("eval", text)
+    for text in training_lines(configs, None if spec.method == "tpe" else [t.requested for t in expansion(spec).trials],
+                               spec.base):
+        line("training", text)
     if spec.method == "tpe":
         line("trials", f"up to {spec.budget} per seed x {plural(len(spec.seeds), 'seed')} = "
                        f"{spec.budget * len(spec.seeds)}, chosen by TPE during the run")
@@ -168,6 +172,35 @@ def _dry_run_text(spec: StudySpec) -> str:
     out.append("")
     out.append(format_trial_table(spec, trials, states, costs))
     return "\n".join(out)
+
+
+def training_lines(configs: list[dict[str, Any]], requested: list[dict[str, Any]] | None,
+                   base: dict[str, Any]) -> list[str]:
+    """The learning rate and batch size the trials train with, one text per (method, model): the paper's values
+    for the model (trainer.method_rules.model_settings, with where the paper gives them) or the study's own;
+    a note where a paper reading runs on the embedded model, which no paper starts from. `requested`: each
+    config's fields the study set (None: tpe, whose base is all there is before its asks)."""
+    from trainer.method_rules import model_settings
+
+    asked = requested if requested is not None else [flatten(base)] * len(configs)
+    groups: dict[tuple[str, str, str], int] = {}
+    for config, fields in zip(configs, asked):
+        method, model = config["method"], config["model"]
+        source = model_settings(method, model).source
+        own = [name for name in ("optim.lr", "batch_size") if name in fields]
+        if len(own) == 2:
+            source = "both set by the study"
+        elif own:
+            source = f"{'batch_size' if own == ['optim.lr'] else 'lr'}: {source}; {own[0]}: the study's"
+        key = (f"{METHOD_LABELS[method]} on {model}: lr {config['optim']['lr']:g}, batch {config['batch_size']}",
+               source, model)
+        groups[key] = groups.get(key, 0) + 1
+    texts = [f"{what} ({source})" + (f", {plural(count, 'trial')}" if len(groups) > 1 else "")
+             for (what, source, _), count in groups.items()]
+    if any(c["model"] == "embedded" and c["variant"] == "paper" for c in configs):
+        texts.append("model embedded (all-MiniLM-L6-v2, already trained contrastively on sentence pairs) is no "
+                     "paper's starting point: a paper reading on it checks the pipeline, not a paper's table")
+    return texts
 
 
 def study_cost_lines(spec: StudySpec, configs: list[dict[str, Any]], trials: int | None = None

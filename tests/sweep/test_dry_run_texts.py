@@ -93,3 +93,25 @@ def test_the_dry_run_of_the_shipped_studies_names_corpus_and_evaluation(study, c
     print_dry_run(load_study(REPO / "studies" / f"{study}.yaml"))
     out = capsys.readouterr().out
     assert re.search(r"^corpus: +\S", out, re.M) and re.search(r"^eval: +\S", out, re.M)
+
+
+def test_the_dry_run_shows_each_papers_lr_and_batch_size_per_model(tmp_path, capsys):
+    """Per-model settings from the papers' own text (MoCoSE section 4.1: BERT-large lr 1e-5, batch 32; SimCSE
+    Table A.1: RoBERTa-base lr 1e-5, batch 512; MixCSE names no RoBERTa setting, so bert-base's with a note),
+    what the study sets itself, and the note a paper reading on the embedded model gets."""
+    spec = {"name": "models", "base": {"model": "embedded", "method": "mocose", "max_steps": 6},
+            "parameters": {"model": ["bert-large-uncased", "roberta-base", "embedded"],
+                           "method": ["mocose", "simcse", "mix"]},
+            "results_dir": str(tmp_path / "results")}
+    lines = dry_run_lines(capsys, study_file(tmp_path, spec), "training")
+    assert "MoCoSE on bert-large-uncased: lr 1e-05, batch 32 (MoCoSE section 4.1), 1 trial" in lines
+    assert "SimCSE on roberta-base: lr 1e-05, batch 512 (SimCSE Table A.1), 1 trial" in lines
+    assert ("MixCSE on roberta-base: lr 3e-05, batch 64 (bert-base's (MixCSE, Implementation Details): the paper "
+            "names no setting for roberta-base), 1 trial") in lines
+    assert lines[-1].startswith("model embedded (all-MiniLM-L6-v2, already trained contrastively on sentence pairs) "
+                                "is no paper's starting point")
+    spec["base"]["batch_size"] = 16
+    spec["parameters"] = {"model": ["bert-large-uncased"]}
+    [line] = dry_run_lines(capsys, study_file(tmp_path, spec), "training")
+    assert line == ("MoCoSE on bert-large-uncased: lr 1e-05, batch 16 (lr: MoCoSE section 4.1; batch_size: the "
+                    "study's)")

@@ -452,6 +452,63 @@ def test_mixcse_dev_head_and_layout(tiny_model_dir):
         assert method.negatives.mix_layout == layout
 
 
+def np_mix_row_loss(anchors, positives, mixes, tau):
+    """One InfoNCE of the paper's L_mix, row by row in float64: -log exp(c(a_i, p_i)/tau) / (sum_j exp(c(a_i, p_j)/
+    tau) + sum over the row's mixes of exp(c(a_i, m)/tau)); `mixes[i]` lists row i's mixed negatives."""
+    def cos(a, b):
+        return float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
+    total = 0.0
+    for i in range(len(anchors)):
+        terms = np.array([cos(anchors[i], p) / tau for p in positives] + [cos(anchors[i], m) / tau for m in mixes[i]])
+        total += np.log(np.exp(terms - terms.max()).sum()) + terms.max() - terms[i]
+    return total / len(anchors)
+
+
+def np_paper_mix(z, lam, i):
+    """The paper's mix of row i with row i+1 of l2-normalised features."""
+    u = z / np.linalg.norm(z, axis=1, keepdims=True)
+    mixed = lam * u[i] + (1 - lam) * u[(i + 1) % len(z)]
+    return mixed / np.linalg.norm(mixed)
+
+
+@pytest.mark.parametrize("anchors", ["symmetric", "one_loss"])
+def test_mixcse_step_is_the_papers_loss_with_either_reading_of_the_two_anchors(tiny_model_dir, monkeypatch, anchors):
+    """The MixCSE method object's loss on a real batch against the paper's formulas written out on the two views it
+    encoded: symmetric (h'_i the anchor of its own loss, the two averaged; the paper reading's default) or one_loss
+    (h'_i's mixed negative one more column of h_i's row)."""
+    config = RunConfig.from_dict({"model": str(tiny_model_dir), "method": "mix", "device": "cpu",
+                                  "mix": {"anchors": anchors}}).resolved()
+    encoder, tokenizer = train_mod.load_encoder(config.model, dropout=config.dropout)
+    method = MixCSE(encoder, config, torch.Generator(), torch.Generator())
+    views = {}
+    real = MixCSE.two_views
+
+    def keep(self, *args):
+        views["z"] = real(self, *args)
+        return views["z"]
+
+    monkeypatch.setattr(MixCSE, "two_views", keep)
+    batch = tokenizer(EVAL_BATCH + ["a cat sleeps on the sofa"], padding=True, return_tensors="pt")
+    loss = method.loss(batch["input_ids"], batch["attention_mask"]).loss.item()
+    z1, z2 = (v.detach().double().numpy() for v in views["z"])
+    n, lam = len(z1), config.mix.lam
+    m2 = [np_paper_mix(z2, lam, i) for i in range(n)]  # mixes of the positives h'
+    m1 = [np_paper_mix(z1, lam, i) for i in range(n)]  # mixes of the anchors h
+    if anchors == "symmetric":
+        expected = (np_mix_row_loss(z1, z2, [[m] for m in m2], 0.05)
+                    + np_mix_row_loss(z2, z1, [[m] for m in m1], 0.05)) / 2
+    else:  # row i of h: its own mix and h'_i's, the latter compared with h'_i (its logit c(h'_i, m1_i)/tau)
+        def cos(a, b):
+            return float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
+
+        expected = 0.0
+        for i in range(n):
+            terms = np.array([cos(z1[i], p) / 0.05 for p in z2]
+                             + [cos(z1[i], m2[i]) / 0.05, cos(z2[i], m1[i]) / 0.05])
+            expected += (np.log(np.exp(terms - terms.max()).sum()) + terms.max() - terms[i]) / n
+    assert loss == pytest.approx(expected, rel=1e-5)
+
+
 # ---- the measured traceable distance --------------------------------------------------------------------
 def brute_force_ema_age(etas: list[float]) -> float:
     """Mean age of the online weights inside the target after len(etas) updates, from the weights
