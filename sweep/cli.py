@@ -252,8 +252,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run one command; its exit status (docs/running/results-and-resume.md, "Exit codes"): 0; 1 (`sweep run`:
-    a trial failed or was interrupted; `sweep doctor`: a problem found); 2 (a user error, one line); 128 + N
-    (signal N; 141 when the output's reader went away)."""
+    a trial failed or was interrupted; `sweep doctor`: a problem found); 2 (a user error, one line); 3 (`sweep
+    run`: Ray could not start or be reached, one line); 128 + N (signal N; 141 when the output's reader went
+    away)."""
     signal_latch.install()  # first: SIGINT, SIGTERM and SIGHUP alike stop the command from here on
     try:
         from trainer.errors import UserError, bounded_message  # the trainer's config, pydantic: after the handlers

@@ -38,7 +38,7 @@ class Check:
 
 
 # ---- the checklist -------------------------------------------------------------------------------------
-def environment_checks(data_dir: str | None = None) -> list[Check]:
+def environment_checks(data_dir: str | None = None, ray_start: bool = True) -> list[Check]:
     checks = [Check("ok", f"python {platform.python_version()} ({sys.executable})")]
     checks += _torch_checks()
     for package, extra in (("ray", "ray[tune]"), ("optuna", "optuna"), ("transformers", "transformers")):
@@ -49,7 +49,73 @@ def environment_checks(data_dir: str | None = None) -> list[Check]:
             checks.append(Check("PROBLEM", f"{package} cannot be imported ({exc})", f"pip install '{extra}'"))
     checks += _data_checks(data_dir)
     checks += _model_checks()
+    if ray_start:
+        checks += ray_checks()
     return checks
+
+
+RAY_PROBE_SECONDS = 120  # the local head's start-and-stop; Ray's own start-up gives up after 60 s
+
+
+def ray_checks() -> list[Check]:
+    """Whether a local Ray head can start here: a virtual-memory cap (ulimit -v), the free space of Ray's temp
+    folder, and a real start-and-stop in a process of its own under RAY_PROBE_SECONDS (its leftovers killed)."""
+    from sweep.run.ray_start import VM_CAP_FIX, address_limit_text, ray_temp_dir, temp_dir_problem
+
+    checks = []
+    folder = ray_temp_dir()
+    if temp_dir_problem(folder) is None:
+        existing = next(p for p in (folder, *folder.parents) if p.exists())
+        checks.append(Check("ok", f"Ray's temp folder {folder}: {shutil.disk_usage(existing).free / 2**30:.1f} GiB "
+                                  "free"))
+    problem = _probe_ray_start()
+    cap = address_limit_text()
+    if cap is not None:
+        started = problem is None
+        checks.append(Check("note" if started else "PROBLEM", f"a virtual-memory limit of {cap} is set (ulimit -v)",
+                            "" if started else VM_CAP_FIX))
+    if problem is None:
+        checks.append(Check("ok", "a local Ray head starts and stops"))
+    else:
+        checks.append(Check("PROBLEM", f"a local Ray head does not start: {problem['cause']}", problem["fix"]))
+    return checks
+
+
+def _probe_ray_start() -> dict[str, str] | None:
+    """None when a local Ray head starts and stops in a child process (`python -m sweep.run.ray_start`), else
+    its cause and fix. This process reaps the child's orphans meanwhile (child_subreaper) and kills whatever of
+    it is left at the end."""
+    import subprocess
+
+    from sweep.run.reaper import descendants, kill_all
+    from sweep.run.stopping import child_subreaper
+
+    root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    with child_subreaper():
+        before = set(descendants(os.getpid()))
+        process = subprocess.Popen([sys.executable, "-m", "sweep.run.ray_start"], stdout=subprocess.PIPE,
+                                   stderr=subprocess.DEVNULL, text=True, env=env)
+        try:
+            out, _ = process.communicate(timeout=RAY_PROBE_SECONDS)
+            lines = out.strip().splitlines()
+            answer = json.loads(lines[-1]) if lines else {
+                "cause": f"the start-and-stop process exited with {process.returncode} and said nothing",
+                "fix": "run `python -m sweep.run.ray_start` to see its output"}
+        except subprocess.TimeoutExpired:
+            answer = {"cause": f"it did not start within {RAY_PROBE_SECONDS} s",
+                      "fix": f"look at Ray's log under {ray_temp_dir_text()}"}
+        finally:
+            kill_all({pid: start for pid, start in descendants(os.getpid()).items() if pid not in before}, grace=1.0)
+            process.wait()
+    return answer
+
+
+def ray_temp_dir_text() -> str:
+    """Where the local head's logs are, for a probe that did not answer."""
+    from sweep.run.ray_start import ray_temp_dir
+
+    return str(ray_temp_dir() / "session_latest" / "logs")
 
 
 def _torch_checks() -> list[Check]:

@@ -20,9 +20,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from sweep.run.ray_start import RayStartError, ray_start_failure, ray_start_precheck
 from sweep.run.reaper import name as process_name
-from sweep.run.stopping import StopSignals, descendants_of_driver, kill_leftovers, reassert_handlers
-from trainer.errors import UserError
+from sweep.run.stopping import (
+    StopSignals,
+    descendants_of_driver,
+    kill_leftovers,
+    raised_by_stop,
+    reassert_handlers,
+)
 
 # Environment variables a trial needs where it runs (forwarded to the workers through runtime_env).
 FORWARDED_ENV = ("SWEEP_DATA_DIR", "SWEEP_STAGING_DIR", "HF_HOME", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE",
@@ -51,9 +57,16 @@ def start_ray(address: str | None, stop: StopSignals, folder_path: Path) -> bool
     os.environ.setdefault("TUNE_DISABLE_SIGINT_HANDLER", "1")  # ours stops the run (no Tuner.restore hint)
     # ray.init(configure_logging=False) starts by clearing the "ray" logger's handlers, so what it logs
     # itself (e.g. "Token authentication is enabled ...") would reach stderr through logging.lastResort.
+    problem = ray_start_precheck(address)
+    if problem is not None:
+        raise RayStartError(problem.line(address))
     handler = ray_log_handler(folder_path)
     saved_last_resort, logging.lastResort = logging.lastResort, handler
+    saved_stderr = os.dup(2)
     try:
+        # Ray's C++ core logs to the process's stderr (file descriptor 2) while it starts or fails ("Failed to
+        # connect to GCS ..."): into ray.log with the rest of Ray's lines; the terminal gets our one line.
+        os.dup2(handler.stream.fileno(), 2)
         if address:
             ray.init(address=address, **kwargs)
         else:
@@ -74,14 +87,14 @@ def start_ray(address: str | None, stop: StopSignals, folder_path: Path) -> bool
         # ray.init's own SIGTERM handlers (installed while it starts) end in sys.exit
         stop.signum = stop.signum or signal.SIGTERM
         return True
-    except (ConnectionError, RuntimeError, ValueError) as exc:
-        where = f"the Ray cluster at {address}" if address else "a local Ray instance"
-        hint = ""
-        if address and "RAY_AUTH_MODE" not in os.environ:
-            hint = ("; if the cluster uses token authentication (Ray's default for `ray start`), set "
-                    "RAY_AUTH_MODE=token (the token is read from $RAY_AUTH_TOKEN or ~/.ray/auth_token)")
-        raise UserError(f"cannot start or reach {where}: {' '.join(str(exc).split())[:300]}{hint}") from None
+    except Exception as exc:  # every way ray.init fails ends in one line naming what is known of the cause
+        if raised_by_stop(exc):
+            raise
+        raise RayStartError(ray_start_failure(exc, address).line(address)) from None
     finally:
+        handler.flush()
+        os.dup2(saved_stderr, 2)
+        os.close(saved_stderr)
         logging.lastResort = saved_last_resort
         stop.install()  # replaces ray.init's SIGTERM handlers and the core worker's crash dump
     ray_logger = logging.getLogger("ray")
