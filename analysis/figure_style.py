@@ -21,12 +21,14 @@ too, so that the figure reads in grey; heat maps use SEQUENTIAL (cividis, made f
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import re
 import textwrap
 import warnings
 import weakref
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import matplotlib
 import numpy as np
@@ -196,6 +198,8 @@ def legend_below(ax, handles: list | None = None, labels: list[str] | None = Non
     and set in as many columns as fit."""
     if handles is None:
         handles, labels = ax.get_legend_handles_labels()
+    if _FOOTNOTE.get():
+        title = f"{title}\nwarning: {_FOOTNOTE.get()}" if title else f"warning: {_FOOTNOTE.get()}"
     fig = ax.get_figure()
     font = FontProperties(size=matplotlib.rcParams["legend.fontsize"])
     title_font = FontProperties(size=matplotlib.rcParams["legend.title_fontsize"])
@@ -220,6 +224,19 @@ def legend_below(ax, handles: list | None = None, labels: list[str] | None = Non
     legend.set_in_layout(False)  # its room is the strip `finish` keeps free
     _COLUMNS[legend] = columns
     return legend
+
+
+_FOOTNOTE: contextvars.ContextVar[str | None] = contextvars.ContextVar("footnote", default=None)
+
+
+@contextlib.contextmanager
+def footnote(text: str | None) -> Iterator[None]:
+    """Every figure drawn inside the block carries `text` as the last line of its legend (None: nothing)."""
+    token = _FOOTNOTE.set(text)
+    try:
+        yield
+    finally:
+        _FOOTNOTE.reset(token)
 
 
 def _legend_width(fig: Figure) -> float:

@@ -27,6 +27,8 @@ from __future__ import annotations
 import ast
 import json
 import math
+import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -37,7 +39,7 @@ import yaml
 from trainer.evaluation.sts_average import AVG
 from trainer.mtd import ETA_CHOICES, K_CHOICES, config_traceable_distance
 from trainer.readings import reading_changes, summary_reading
-from trainer.summary import summary_row
+from trainer.summary import PROVENANCE_WORDS, provenance_spread, summary_row
 from trainer.vocabulary import FINAL_FAIL_STATUSES, OK, PRUNED, STS_TASKS, TRANSFER_TASKS, optuna_state_name
 
 MTD_SOURCES = ("formula", "measured")
@@ -53,7 +55,7 @@ NOT_PARAMETERS = {
     "best_step", "dev_stsb", "align", "uniform", "align_uniform_split", "sentences_per_s", "wall_time_s",
     "output_dir", "device", "save_model", "data.data_dir", "data.cache_dir", "data.corpus", "eval.batch_size",
     "gaussian.m_per_batch", "error", "transfer_mode", "eval.final_tasks", "eval.transfer_mode", "reading",
-    "older_reading",
+    "older_reading", "protocol", "commit", "packages", "device_name",
     *SCORES, *TRANSFER_SCORES,
 }
 # Top-level config keys without a dot that may be swept.
@@ -134,6 +136,71 @@ def load_results(
 
 
 OLDER_READING_FOLDER = "older_reading"
+
+
+@dataclass
+class ComparableGroup:
+    """Trials that may be put in one table or figure: one reading of the papers and one evaluation protocol.
+    `folder`: where under the figures folder they go ("" for the main group); `note`: the one line saying why
+    they are apart (None for the main group); `warning`: what differs among them that is not the protocol (code,
+    packages, device), or None."""
+
+    folder: str
+    table: pd.DataFrame
+    note: str | None
+    warning: str | None
+
+
+def comparable_groups(table: pd.DataFrame) -> list[ComparableGroup]:
+    """The trials split so that nothing not comparable is pooled: first by reading (reading_groups), then by
+    evaluation protocol (trainer.summary.evaluation_protocol). The main group is the current reading's largest
+    protocol group (the first in trial order on a tie); every other group goes to a folder of its own, named
+    after what sets it apart, with one line saying so. Each group carries a warning when its trials ran on
+    different code commits, package versions or devices (analysis.load.provenance_warning)."""
+    groups = []
+    for folder, part, note in reading_groups(table):
+        protocols = part["protocol"].fillna("") if "protocol" in part.columns else pd.Series("", part.index)
+        order = protocols.value_counts(sort=False)
+        main = max(order.index, key=lambda p: (order[p], -list(order.index).index(p))) if len(order) else ""
+        reference = _protocol(main)
+        for protocol in [main, *[p for p in order.index if p != main]]:
+            trials = part[protocols == protocol].copy()
+            if protocol == main:
+                groups.append(ComparableGroup(folder, trials, note, provenance_warning(trials)))
+                continue
+            differs = {k: v for k, v in _protocol(protocol).items() if reference.get(k) != v}
+            name = "_".join(f"{k.split('.')[-1]}-{_slug(v)}" for k, v in differs.items()) or "protocol"
+            sub = f"{folder}/protocol_{name}".lstrip("/")
+            what = ", ".join(f"{k} {_text(v)} (the others: {_text(reference.get(k))})" for k, v in differs.items())
+            groups.append(ComparableGroup(sub, trials, f"{len(trials)} of {len(table)} trials were evaluated under "
+                                          f"another protocol ({what}): analysed apart in {sub}/, never compared "
+                                          "with the others", provenance_warning(trials)))
+    return groups
+
+
+def provenance_warning(table: pd.DataFrame) -> str | None:
+    """One line naming what differs among trials drawn together that is not their protocol: their code commits,
+    package versions, devices (each value with its trial count; trainer.summary.provenance_spread); None when
+    nothing does."""
+    columns = [c for c in PROVENANCE_WORDS if c in table.columns]
+    spread = provenance_spread(table[columns].to_dict("records")) if columns else None
+    return f"these trials ran on {spread}: differences between them may come from that" if spread else None
+
+
+def _protocol(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text) if text else {}
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _text(value: Any) -> str:
+    return "+".join(map(str, value)) if isinstance(value, list) else str(value)
+
+
+def _slug(value: Any) -> str:
+    return re.sub(r"[^A-Za-z0-9._]+", "-", _text(value))[:40].strip("-") or "none"
 
 
 def reading_groups(table: pd.DataFrame) -> list[tuple[str, pd.DataFrame, str | None]]:

@@ -42,17 +42,17 @@ from typing import Any, Callable
 import pandas as pd
 
 from analysis import figures, mtd_figures, tables
-from analysis.figure_style import DEFAULT_SIZE, check_size, save_figure
+from analysis.figure_style import DEFAULT_SIZE, check_size, footnote, save_figure
 from analysis.knobs import MTD_FIGURES, figures_called_for
 from analysis.load import (
     SCORES,
     TRANSFER_SCORES,
     ResultsError,
+    comparable_groups,
     declared_parameters,
     grouping_keys,
     load_results,
     read_study_spec,
-    reading_groups,
 )
 from trainer.evaluation.sts_average import AVG
 from trainer.vocabulary import STS_BENCHMARK, STS_TASKS
@@ -79,9 +79,11 @@ def analyze(
     (docs/science/traceable-distance.md). `score` is the y of the figures ("avg" = the seven-task STS test
     average; trials that did not evaluate all seven have none, and the figures plot `fallback_score`
     instead, under its own name). `n_boot` and `seed`: the bootstrap of the intervals over seeds. `size`:
-    "single" (one journal column) or "double" (the page's width). Trials of an older reading of the papers
-    (trainer.readings) are analysed apart, in <out_dir>/older_reading/ (analysis.load.reading_groups); `notes`,
-    when given, gets the one line that says so.
+    "single" (one journal column) or "double" (the page's width). Trials that may not be compared are analysed
+    apart (analysis.load.comparable_groups): those of an older reading of the papers in <out_dir>/older_reading/,
+    those evaluated under another protocol in <out_dir>/protocol_<what differs>/; trials drawn together that ran
+    on different code, packages or devices get a warning under each table and in each figure's legend. `notes`,
+    when given, gets the one line for each split and each warning.
 
     Written: each applicable figure as .png (300 dpi), .pdf (TrueType fonts) and .csv (its data), and the
     score tables scores.md/.tex/.csv (and transfer.* when trials ran the transfer tasks).
@@ -95,17 +97,20 @@ def analyze(
     table = load_results(study_dir, eta_choice=eta_choice, k_choice=k_choice, mtd_source=mtd_source)
     params, knobs = study_knobs(study_dir, table)
     written: list[Path] = []
-    for folder, part, note in reading_groups(table):
-        if note is not None and notes is not None:
-            notes.append(note)
-        written += _analyze_part(part, study_dir, out_dir / folder, params, knobs, score, n_boot, seed, mtd_source,
-                                 size)
+    for group in comparable_groups(table):
+        if notes is not None:
+            notes += [line for line in (group.note, group.warning and f"{group.folder or 'figures'}: {group.warning}")
+                      if line]
+        with footnote(group.warning):
+            written += _analyze_part(group.table, study_dir, out_dir / group.folder, params, knobs, score, n_boot,
+                                     seed, mtd_source, size, group.warning)
     return written
 
 
 def _analyze_part(table: pd.DataFrame, study_dir: Path, out_dir: Path, params: list[str], knobs: list[str],
-                  score: str, n_boot: int, seed: int, mtd_source: str, size: str) -> list[Path]:
-    """`analyze` for one set of trials that may be pooled: its figures and tables into `out_dir`."""
+                  score: str, n_boot: int, seed: int, mtd_source: str, size: str, warning: str | None) -> list[Path]:
+    """`analyze` for one set of trials that may be pooled: its figures and tables into `out_dir`; `warning` (what
+    differs among them that is not the protocol) ends each table's note."""
     if not _has_values(table, score):
         fallback = fallback_score(table) if score == AVG else None
         if fallback is None:
@@ -127,15 +132,24 @@ def _analyze_part(table: pd.DataFrame, study_dir: Path, out_dir: Path, params: l
         numbers = tables.score_table(table, by=params)
         from trainer.files import write_text_atomic  # here: importing analysis stays light
 
-        written.append(write_text_atomic(out_dir / "scores.md", tables.markdown_table(table, by=params)))
-        written.append(write_text_atomic(out_dir / "scores.tex", tables.latex_table(table, by=params)))
+        written.append(write_text_atomic(out_dir / "scores.md", tables.markdown_table(table, by=params)
+                                         + _warning_line(warning)))
+        written.append(write_text_atomic(out_dir / "scores.tex", tables.latex_table(table, by=params)
+                                         + _warning_line(warning, "% ")))
         written.append(write_text_atomic(out_dir / "scores.csv", numbers.to_csv(index=False)))
     if any(_has_values(table, column) for column in TRANSFER_SCORES):
         numbers = tables.score_table(table, by=params, scores=TRANSFER_SCORES)
-        written.append(write_text_atomic(out_dir / "transfer.md", tables.transfer_markdown_table(table, by=params)))
-        written.append(write_text_atomic(out_dir / "transfer.tex", tables.transfer_latex_table(table, by=params)))
+        written.append(write_text_atomic(out_dir / "transfer.md", tables.transfer_markdown_table(table, by=params)
+                                         + _warning_line(warning)))
+        written.append(write_text_atomic(out_dir / "transfer.tex", tables.transfer_latex_table(table, by=params)
+                                         + _warning_line(warning, "% ")))
         written.append(write_text_atomic(out_dir / "transfer.csv", numbers.to_csv(index=False)))
     return written
+
+
+def _warning_line(warning: str | None, prefix: str = "") -> str:
+    """The table's closing note on what differs among its trials besides the settings ("" when nothing does)."""
+    return f"\n{prefix}Warning: {warning}.\n" if warning else ""
 
 
 def fallback_score(table: pd.DataFrame) -> str | None:

@@ -295,7 +295,8 @@ def cmd_sts(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     """`sweep doctor --bench --json OUT` with gpu_bench.run_bench's budget set to --budget seconds (the bench
     stops starting runs that would end past it and lists them as skipped). Exit 0 when the bench JSON was
-    written (the checklist's problems, e.g. Ray and Optuna absent, are in it), else doctor's status."""
+    written and every verdict of the bench held (the checklist's problems, e.g. Ray and Optuna absent, are in
+    it); 1, each failed verdict printed on a line, when one failed; else doctor's status."""
     import functools
 
     import sweep.commands.doctor as doctor
@@ -308,8 +309,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
     argv = ["doctor", "--bench", "--no-probe", "--json", args.out, "--steps", str(args.steps)] + (
         ["--tiny"] if args.tiny else [])
     status = main(argv)
-    if Path(args.out).is_file() and "bench" in json.loads(Path(args.out).read_text()):
-        return 0
+    written = json.loads(Path(args.out).read_text()) if Path(args.out).is_file() else {}
+    if "bench" in written:
+        for verdict in written.get("failed_verdicts") or []:
+            print(f"bench verdict failed: {verdict}")
+        return 1 if written.get("failed_verdicts") else 0  # the checklist's problems (no Ray, ...) are in it
     return status or 2
 
 
@@ -348,6 +352,9 @@ def cmd_report(args: argparse.Namespace) -> int:
         result = parts[name]["result"]
         if parts[name]["state"] == "ran" and result is not None:
             parts[name]["state"] = "ran" if result.get("ok") else "disagrees"
+    verdicts = (parts["bench"]["result"] or {}).get("failed_verdicts") or []
+    if verdicts and parts["bench"]["state"] == "ran":
+        parts["bench"].update(state="verdict failed", why="; ".join(verdicts))
     bench = (parts["bench"]["result"] or {}).get("bench")
     if bench and bench.get("skipped"):
         skipped += [f"bench: {what}" for what in bench["skipped"]]

@@ -12,7 +12,8 @@ first step until that many trials are running at once (each holds a file in the 
 raises when $FAKE_TRAIN_BARRIER_S seconds (default 120) pass first: a test of concurrency that waits for the
 condition instead of hoping that fixed-length trials overlap.
 The summary records when the trial started and ended (`started_at`, `ended_at`: time.time()), so tests
-can read concurrency from the trials themselves, and the current `reading` (trainer.readings), as the trainer's.
+can read concurrency from the trials themselves, the current `reading` (trainer.readings) and a `provenance`
+block (trainer.provenance, its data part empty: no corpus is read), as the trainer's.
 
     >>> train(RunConfig.from_dict({...}), report=print)   # doctest: +SKIP
 """
@@ -25,6 +26,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from trainer.provenance import provenance
 from trainer.readings import READING
 from trainer.vocabulary import STS_TASKS, TRANSFER_TASKS
 
@@ -98,7 +100,7 @@ def _train(config: Any, report: Any, steps: int, step_s: float, started_at: floa
     if len(test) == len(STS_TASKS):
         test["avg"] = score - 1
     summary = {"status": "ok", "reason": None, "steps": steps, "reading": READING, "best_step": steps,
-               "best_dev_stsb": score,
+               "provenance": provenance("cpu", "fp32", None, None), "best_dev_stsb": score,
                "test": test or None, "test_label": _test_label(test),
                "align": 0.2 + score / 1000, "uniform": -2.0 - score / 1000, "align_uniform_split": "dev", **times}
     transfer = [t for t in final_tasks if t in TRANSFER_TASKS]

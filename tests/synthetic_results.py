@@ -43,6 +43,7 @@ def base_config(method: str = "mocose", **sections: dict[str, Any]) -> dict[str,
         "heads": {"projection_layers": 1, "predictor_layers": 2, "embedding_dim": None, "predictor_hidden_dim": None},
         "gaussian": {"count": None, "count_per_batch": None, "mu": 0.0, "sigma": 1.0, "weight": 1.0},
         "mix": {"enabled": method == "mix", "lam": 0.2, "directions": "both", "stop_grad": True},
+        "eval": {"final_tasks": None, "selection": "dev"},
     }
     for name, values in sections.items():
         if isinstance(values, dict):
@@ -97,7 +98,8 @@ def write_results(
                     "measured": 1 / (1 - config["ema"]["decay"]) + trial.get("age_max", 8.0)},
             "sentences_per_s": 150.0, "wall_time_s": 800.0, "config": config, "reading": READING,
         }
-        for name in ("variant", "transfer", "transfer_mode", "test_label", "reading"):  # only where the trial has them
+        # only where the trial has them
+        for name in ("variant", "transfer", "transfer_mode", "test_label", "reading", "provenance", "precision"):
             if name in trial:
                 summary[name] = trial[name]
         if trial["state"] != "COMPLETE":

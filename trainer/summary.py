@@ -6,10 +6,11 @@ on a cluster, `files`; the driver writes one for a trial a scheduler stopped or 
 
 - `summary_row(summary, "trials.csv")`: the result columns of trials.csv (sweep.records.store.RESULT_COLUMNS):
   every STS task, `avg` and transfer column (None when not scored), `mtd_measured`, `precision` as the trainer
-  recorded it, and `mtd` only when the trainer recorded a formula value (otherwise the row keeps the MTD
-  planned for the trial).
+  recorded it, `commit` (the code's short commit, trainer.provenance), and `mtd` only when the trainer recorded a
+  formula value (otherwise the row keeps the MTD planned for the trial).
 - `summary_row(summary, "analysis")`: the resolved config flattened to dotted columns after status and reason,
-  what ran (`reading`, trainer.readings; `variant`, `precision`: the summary's, else the config's), the test
+  what ran (`reading`, trainer.readings; `protocol`, `evaluation_protocol` as JSON; `commit`, `packages`,
+  `device_name`, `provenance_columns`; `variant`, `precision`: the summary's, else the config's), the test
   scores the trial has (no column for the others), `mtd` even when None, `transfer_mode` and `align_uniform_split`; no
   `mtd_measured` (the analysis adds it).
 - `metrics_lines(summary)`: the metrics.jsonl lines the record's curve holds (what the driver writes for a
@@ -30,6 +31,7 @@ from typing import Any, Literal, TypedDict
 from trainer.config import flatten
 from trainer.evaluation.sts_average import AVG, readable_test, sts_test_label
 from trainer.files import json_safe
+from trainer.provenance import short_commit
 from trainer.readings import READING, summary_reading
 from trainer.vocabulary import STS_TASKS, TRANSFER_TASKS
 
@@ -68,6 +70,7 @@ class Summary(TypedDict, total=False):
     corpus_sentences: int
     history: list[dict[str, Any]]  # every evaluation's metrics line (metrics.jsonl)
     config: dict[str, Any]  # the resolved run config
+    provenance: dict[str, Any]  # trainer.provenance: code, packages, device, precision, node, data
     resources: dict[str, Any]  # added by the sweep's worker: where it ran
     files: dict[str, Any]  # added on a cluster: whether the trial's files reached the driver
     restored_from: str  # "optuna" when rebuilt by summary_from_attrs
@@ -99,6 +102,63 @@ def metrics_lines(summary: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 View = Literal["trials.csv", "analysis"]
+
+# The evaluation protocol: everything that changes a score for the same weights. Trials whose protocols differ are
+# never compared (analysis.load.comparable_groups).
+PROTOCOL_FIELDS = ("pooler", "eval.final_tasks", "eval.align_uniform_split", "eval.transfer_mode", "eval.selection",
+                   "released.eval_cutoff", "released.dev_on_mlp", "precision")
+
+
+def evaluation_protocol(summary: dict[str, Any]) -> dict[str, Any]:
+    """The protocol one trial's scores were made under (PROTOCOL_FIELDS, by dotted key), from its summary.json:
+    the resolved config's evaluation keys and the precision the run used; an unset final-task list is the seven
+    STS tasks it stands for.
+
+    >>> evaluation_protocol({"config": {"pooler": "avg", "eval": {"final_tasks": None}}, "precision": "fp32"})["pooler"]
+    'avg'
+    """
+    flat = flatten(summary.get("config") or {})
+    protocol = {name: flat.get(name) for name in PROTOCOL_FIELDS}
+    protocol["eval.final_tasks"] = list(protocol["eval.final_tasks"] or STS_TASKS)
+    protocol["precision"] = summary.get("precision") or protocol["precision"]
+    return protocol
+
+
+PROVENANCE_WORDS = {"commit": "code states", "packages": "package sets", "device_name": "devices"}
+
+
+def provenance_spread(columns: list[dict[str, Any]]) -> str | None:
+    """What differs among trials besides their settings, from their `provenance_columns`: "2 code states (abc:
+    3 trials; def+dirty: 1 trial), ...", the most common value first; None when their code, packages and device
+    agree (unknown values left out).
+
+    >>> provenance_spread([{"commit": "b+dirty"}, {"commit": "a"}, {"commit": "a"}])
+    '2 code states (a: 2 trials; b+dirty: 1 trial)'
+    """
+    parts = []
+    for column, words in PROVENANCE_WORDS.items():
+        counts: dict[str, int] = {}
+        for row in columns:
+            if row.get(column) is not None:
+                counts[str(row[column])] = counts.get(str(row[column]), 0) + 1
+        if len(counts) > 1:  # the most common first
+            ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+            parts.append(f"{len(counts)} {words} (" + "; ".join(
+                f"{value}: {n} trial{'s' if n > 1 else ''}" for value, n in ranked) + ")")
+    return ", ".join(parts) or None
+
+
+def provenance_columns(summary: dict[str, Any]) -> dict[str, Any]:
+    """What made a trial's numbers, as the analysis compares it: the code's short commit, the package versions
+    (one text), the device's name and the precision (trainer.provenance); None where the summary has no
+    provenance block (written before it existed)."""
+    block = summary.get("provenance")
+    if not isinstance(block, dict):
+        return {"commit": None, "packages": None, "device_name": None}
+    packages = block.get("packages") or {}
+    return {"commit": short_commit(block),
+            "packages": ", ".join(f"{name} {version}" for name, version in packages.items() if version),
+            "device_name": (block.get("device") or {}).get("name")}
 MTD_AGES = ("ema_age", "queue_age_mean", "queue_age_max")  # summary["mtd"] fields copied under their own name
 
 # The Optuna attributes: flat name -> where it lives in the record. Everything else but the curve is kept
@@ -111,6 +171,10 @@ FLAT_ATTRS: dict[str, tuple[str, ...]] = {
     "transfer_avg": ("transfer", "avg"),
     "mtd": ("mtd", "formula"),
     **{f"mtd_{name}": ("mtd", name) for name in ("measured", *MTD_AGES, "eta")},
+    # what made the numbers (trainer.provenance): the dashboard's columns; the rest of the block in summary_other
+    "commit": ("provenance", "code", "commit"), "code_dirty": ("provenance", "code", "dirty"),
+    "torch": ("provenance", "packages", "torch"), "transformers": ("provenance", "packages", "transformers"),
+    "device_name": ("provenance", "device", "name"), "hostname": ("provenance", "node", "hostname"),
 }
 OTHER_ATTR = "summary_other"
 NOT_IN_OPTUNA = ("history",)  # the curve: Optuna holds dev_stsb as intermediate values, metrics.jsonl all of it
@@ -135,10 +199,13 @@ def summary_row(summary: dict[str, Any], view: View) -> dict[str, Any]:
         row[name] = mtd.get(name)
     if analysis:  # what ran, as the trainer recorded it (precision "auto" resolves per device); else the config's
         row["reading"] = summary_reading(summary)
+        row["protocol"] = json.dumps(evaluation_protocol(summary), sort_keys=True)
+        row.update(provenance_columns(summary))
         row["variant"] = summary.get("variant") or config.get("variant")
         row["precision"] = summary.get("precision") or config.get("precision")
     else:
         row["precision"] = summary.get("precision")
+        row["commit"] = short_commit(summary.get("provenance"))
     row["best_step"] = summary.get("best_step")
     row["dev_stsb"] = summary.get("best_dev_stsb")
     row.update(test if analysis else {name: test.get(name) for name in (*STS_TASKS, AVG)})

@@ -41,6 +41,7 @@ from trainer.files import apply_umask_modes, json_safe, write_text_atomic
 from trainer.methods import Method, method_class
 from trainer.models import load_encoder, pick_device
 from trainer.optim import build_optimizer
+from trainer.provenance import provenance
 from trainer.summary import build_summary
 from trainer.vocabulary import COLLAPSED, DIVERGED, OK, STS_BENCHMARK, STS_TASKS
 
@@ -108,6 +109,23 @@ def restore_checkpoint(method: Method, state: dict[str, dict[str, torch.Tensor]]
         modules[name].load_state_dict(module_state)
 
 
+class ComputePrecision:
+    """The precision the encoder's matrix products ran in, as the run measured it: the dtype of its first Linear
+    layer's output in the first training forward (autocast casts it there), not the precision the config asked
+    for. `seen` stays None until that forward."""
+
+    NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+
+    def __init__(self, encoder: torch.nn.Module):
+        layer = next((m for m in encoder.modules() if isinstance(m, torch.nn.Linear)), None)
+        self.seen: str | None = None
+        self.handle = layer.register_forward_hook(self._record) if layer is not None else None
+
+    def _record(self, module: torch.nn.Module, inputs: tuple, output: torch.Tensor) -> None:
+        self.seen = self.NAMES.get(output.dtype, str(output.dtype).removeprefix("torch."))
+        self.handle.remove()
+
+
 def check_fgsm_precision(config: RunConfig, precision: str, word_embeddings: torch.Tensor) -> None:
     """Refuse an FGSM eps that half-precision autocast would round away before the encoder sees it."""
     dtype = AUTOCAST_DTYPES.get(precision)
@@ -130,6 +148,7 @@ class _Run:
     started: float  # time.perf_counter() when train() began
     device: torch.device
     precision: str
+    provenance: dict[str, Any]  # trainer.provenance: what made the run's numbers
     host_reads: HostReadPolicy
     root: Path  # the data directory
     out_dir: Path | None
@@ -146,6 +165,7 @@ class _Run:
     method: Method
     fgsm: FGSM | None
     autocast: Any
+    compute: ComputePrecision  # the precision the step actually computed in
     optimizer: torch.optim.Optimizer
     scheduler: Any
     scaler: torch.amp.GradScaler | None
@@ -224,8 +244,8 @@ def _set_up(config: RunConfig, host_reads: HostReadPolicy | None) -> _Run:
     encoder, tokenizer = load_encoder(config.model, dropout=config.dropout)
     check_fgsm_precision(config, precision, encoder.get_input_embeddings().weight)
     cache_dir = Path(config.data.cache_dir) if config.data.cache_dir else root / "cache"
-    corpus = load_corpus(corpus_path(root, config.data.corpus), tokenizer, config.data.max_length,
-                         config.data.max_sentences, cache_dir)
+    corpus_file = corpus_path(root, config.data.corpus)
+    corpus = load_corpus(corpus_file, tokenizer, config.data.max_length, config.data.max_sentences, cache_dir)
     batch = config.batch_size
     if len(corpus) < batch:
         raise UserError(f"the corpus has {len(corpus)} sentences, fewer than batch_size={batch}: lower batch_size")
@@ -256,11 +276,13 @@ def _set_up(config: RunConfig, host_reads: HostReadPolicy | None) -> _Run:
     encode_eval, encode_dev = evaluation_encoders(method, tokenizer, device, eval_augments)
     return _Run(
         config=config, started=started, device=device, precision=precision,
+        provenance=provenance(device, precision, corpus_file, root, cache_dir),
         host_reads=host_reads or host_read_policy(device), root=root, out_dir=out_dir, dev=dev,
         final_sts=final_sts, final_transfer=final_transfer, encoder=encoder, tokenizer=tokenizer, corpus=corpus,
         total_steps=total_steps, steps_per_epoch=steps_per_epoch, generator=generator,
         device_generator=device_generator, method=method, fgsm=fgsm,
         autocast=torch.autocast(device.type, dtype=autocast_dtype) if autocast_dtype else contextlib.nullcontext(),
+        compute=ComputePrecision(encoder),
         optimizer=optimizer, scheduler=scheduler,
         # fp16 needs loss scaling on any device (its range underflows small gradients); bf16 has fp32's range
         scaler=torch.amp.GradScaler(device.type) if precision == "fp16" else None,
@@ -447,9 +469,10 @@ def _summary(run: _Run, final: dict[str, Any]) -> dict[str, Any]:
         extra["test_selected"] = {"label": TEST_SELECTED_LABEL, "step": best_test["step"], "test": best_test["test"]}
     if run.eval_augments is not None:
         extra["eval_cutoff"] = EvaluationAugments.LABEL
+    precision = run.compute.seen or run.precision  # what the step computed in; the request if no step ran
     summary = build_summary(
         status=run.status, reason=run.reason, steps=run.step, total_steps=run.total_steps,
-        variant=config.variant, precision=run.precision, released=dict(config.to_dict()["released"]),
+        variant=config.variant, precision=precision, released=dict(config.to_dict()["released"]),
         selection="dev" if config.eval.selection == "dev" else f"test_avg: {TEST_SELECTED_LABEL}",
         best_step=best["step"] if best["state"] is not None else None,
         best_dev=best["dev"] if best["state"] is not None else None,
@@ -460,6 +483,7 @@ def _summary(run: _Run, final: dict[str, Any]) -> dict[str, Any]:
         batch_size=config.batch_size, train_seconds=run.train_seconds, eval_seconds=run.eval_seconds,
         final_eval_seconds=run.final_eval_seconds, wall_time_s=time.perf_counter() - run.started,
         device=str(run.device), corpus_sentences=len(run.corpus), history=run.history, config=config.to_dict(),
+        provenance={**run.provenance, "precision": precision},
         **extra,
     )
     if run.out_dir:

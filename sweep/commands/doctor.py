@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sweep.commands.gpu_bench import PRECISIONS, bench_table, run_bench
+from sweep.commands.gpu_bench import PRECISIONS, bench_table, failed_verdicts, run_bench
 from trainer.errors import UserError
 from trainer.vocabulary import METHODS
 
@@ -232,8 +232,8 @@ def doctor_command(bench: bool = False, tiny: bool = False, json_path: str | Non
                    data_dir: str | None = None, methods: str | None = None, precisions: str | None = None,
                    steps: int = 20, probe: bool = True) -> int:
     """Print the checklist (and the bench, written as JSON to `json_path`, by default with --bench to the
-    device's record, bench_record_path); 0 when nothing is a problem, 1 otherwise. `probe`: the CPU bench's
-    size probe (run_bench)."""
+    device's record, bench_record_path); 0 when nothing is a problem and every bench verdict holds
+    (gpu_bench.failed_verdicts), 1 otherwise. `probe`: the CPU bench's size probe (run_bench)."""
     chosen_methods = _choices(methods, METHODS, "--methods")
     chosen_precisions = _choices(precisions, PRECISIONS, "--precisions")
     if steps < 1:
@@ -250,15 +250,16 @@ def doctor_command(bench: bool = False, tiny: bool = False, json_path: str | Non
         report = run_bench(tiny=tiny, methods=chosen_methods, precisions=chosen_precisions, steps=steps,
                            data_dir=data_dir, say=lambda text: print(text, flush=True), probe=probe)
         print()
-        print(bench_table(report))
+        print(bench_table(report))  # each failed verdict on a line of its own, "FAILED <verdict>"
         out["bench"] = report
+        out["failed_verdicts"] = failed_verdicts(report)
     if bench or json_path:
         from trainer.files import write_text_atomic
 
         json_path = json_path or str(bench_record_path(out["bench"]))
         write_text_atomic(json_path, json.dumps(out, indent=2) + "\n")
         print(f"written: {json_path}")
-    return 1 if problems else 0
+    return 1 if problems or out.get("failed_verdicts") else 0
 
 
 def _choices(text: str | None, allowed: tuple[str, ...], option: str) -> tuple[str, ...]:

@@ -103,8 +103,10 @@ def export_trial(study: str | Path, dest: str | Path, trial_key: str | None = No
                         "BERT's pooler layer) that the saved weights do not include; export a trial with "
                         f"{', '.join(EXPORTABLE_POOLERS)}")
 
-    card = model_card(location.name, folder, key, summary, rows.get(key, {}), selection,
-                      _git_commit(location, key, summary), pooler)
+    card = model_card(location.name, folder, key, summary, rows.get(key, {}), selection, pooler)
+    differs = code_differs(summary)
+    if differs:
+        print(f"note: {differs}; the model card gives the trial's own code and versions", flush=True)
     dest.parent.mkdir(parents=True, exist_ok=True)
     partial = dest.parent / f".{dest.name}.partial-{os.getpid()}"
     shutil.rmtree(partial, ignore_errors=True)
@@ -223,24 +225,37 @@ def _best_trial(folder: StudyFolder, rows: dict[str, dict[str, str]], metric: tu
                  f"{_fmt(value)} (`sweep export --best`)")
 
 
-def _git_commit(location: Any, key: str, summary: dict[str, Any]) -> str:
-    """The commit the trial ran at: the Optuna trial's git_commit attribute, else the summary's."""
-    try:
-        import optuna
+def code_text(block: dict[str, Any] | None) -> str:
+    """The code a trial ran, from its provenance block (trainer.provenance), in words."""
+    code = (block or {}).get("code") or {}
+    if not code:
+        return "unknown (the trial ran before its code was recorded)"
+    if not code.get("commit"):
+        return f"{code.get('source') or 'unknown'} (version {code.get('version') or '?'})"
+    text = f"{code['commit']} (version {code.get('version') or '?'})"
+    if code.get("dirty"):
+        text += f", with uncommitted changes (diff sha256 {str(code.get('diff_sha256'))[:16]})"
+    return text
 
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
-        trials = optuna.load_study(study_name=location.name, storage=location.storage).get_trials(deepcopy=False)
-        for trial in reversed(trials):
-            if trial.user_attrs.get("key") == key and trial.user_attrs.get("git_commit"):
-                return str(trial.user_attrs["git_commit"])
-    except Exception:  # an unreachable or missing Optuna storage: fall back to the files
-        pass
-    return str(summary.get("git_commit") or "unknown")
+
+def code_differs(summary: dict[str, Any]) -> str | None:
+    """A line when the trial's code is not the code of this checkout (a commit, or uncommitted changes, apart);
+    None when they are the same or the trial recorded none."""
+    from trainer.provenance import code_state
+
+    trial = ((summary.get("provenance") or {}).get("code")) or {}
+    if not trial.get("commit"):
+        return None
+    here = code_state()
+    same = (trial.get("commit"), trial.get("diff_sha256")) == (here.get("commit"), here.get("diff_sha256"))
+    if same:
+        return None
+    return f"the trial ran at {code_text({'code': trial})}; this checkout is at {code_text({'code': here})}"
 
 
 # ---- the model card -------------------------------------------------------------------------------
 def model_card(study: str, folder: StudyFolder, key: str, summary: dict[str, Any], row: dict[str, str],
-               selection: str, commit: str, pooler: str) -> str:
+               selection: str, pooler: str) -> str:
     """The README.md of the exported folder (Hub metadata header + what the model is and how it scored)."""
     config = summary.get("config") or {}
     method = config.get("method", "?")
@@ -267,7 +282,7 @@ def model_card(study: str, folder: StudyFolder, key: str, summary: dict[str, Any
            f"| base model | {base_model_text} |",
            f"| pooler | {pooler} ({_POOLER_TEXT[pooler]}) |",
            f"| seed | {seed} |",
-           f"| git commit | {commit} |",
+           f"| code | {code_text(summary.get('provenance'))} |",
            *[f"| {label} | {text} |" for label, text in tracker_runs(folder.trial_dir(key))],
            f"| MTD (formula) | {_fmt(mtd.get('formula'))} |",
            f"| MTD (measured) | {_fmt(mtd.get('measured'))} |",
@@ -279,6 +294,7 @@ def model_card(study: str, folder: StudyFolder, key: str, summary: dict[str, Any
            "## STS (Spearman x100, SentEval protocol, the best-dev state)", "",
            "| " + " | ".join([*STS_TASKS, "avg"]) + " |", "|" + "---|" * (len(STS_TASKS) + 1),
            "| " + " | ".join(_fmt(test.get(task)) for task in [*STS_TASKS, "avg"]) + " |", ""]
+    out += provenance_lines(summary)
     transfer = summary.get("transfer")
     if isinstance(transfer, dict) and transfer:
         out += ["## Transfer tasks", "", "| task | score |", "|---|---|"]
@@ -295,6 +311,33 @@ def model_card(study: str, folder: StudyFolder, key: str, summary: dict[str, Any
     if study_text:
         out += ["## Study", "", "```yaml", study_text, "```", ""]
     return "\n".join(out)
+
+
+def provenance_lines(summary: dict[str, Any]) -> list[str]:
+    """The card's "What made it" section: the trial's own code, packages, device, precision, node and data
+    (its summary.json's provenance block, written by the process that ran it); [] when it has none."""
+    block = summary.get("provenance")
+    if not isinstance(block, dict):
+        return []
+    packages = block.get("packages") or {}
+    device = block.get("device") or {}
+    node = block.get("node") or {}
+    data = block.get("data") or {}
+    corpus = data.get("corpus") or {}
+    gpu = ", ".join(f"{name} {device[key]}" for name, key in (("memory GiB", "memory_gib"), ("driver", "driver"),
+                                                              ("CUDA", "cuda"), ("cuDNN", "cudnn")) if device.get(key))
+    rows = [("code", code_text(block)),
+            ("packages", ", ".join(f"{name} {version}" for name, version in packages.items() if version)),
+            ("device", f"{device.get('name')}" + (f" ({gpu})" if gpu else "")
+             + (f"; CPU {device.get('cpu')}, {device.get('cpu_cores')} cores" if device.get("type") == "cuda" else
+                f", {device.get('cpu_cores')} cores")),
+            ("precision", block.get("precision") or "?"),
+            ("node", ", ".join(f"{k} {v}" for k, v in node.items() if v)),
+            ("training corpus", f"{corpus.get('file')} (sha256 {corpus.get('sha256')}, {corpus.get('from')})"
+             if corpus else "-"),
+            ("evaluation data", f"{(data.get('evaluation') or {}).get('files')} SentEval files (manifest sha256 "
+                                f"{(data.get('evaluation') or {}).get('sha256')})")]
+    return ["## What made it", "", "| | |", "|---|---|", *[f"| {label} | {text} |" for label, text in rows], ""]
 
 
 def tracker_runs(trial_dir: Path) -> list[tuple[str, str]]:

@@ -14,6 +14,7 @@ from typing import Any
 from sweep.records.store import StudyFolder, StudyLocation, locate_study
 from sweep.text import shorten
 from trainer.errors import UserError
+from trainer.summary import provenance_columns, provenance_spread
 from trainer.vocabulary import STS_TASKS
 
 SHOWN_RESULTS = ("dev_stsb", "avg", "mtd")
@@ -64,10 +65,24 @@ def show_status(study: str) -> int:
                   "`sweep run` sets it aside and restores it from Optuna (or runs the trial again)")
     if next_run:
         print(next_run)
+    spread = provenance_spread([provenance_columns(summary) for summary in _ended_summaries(location.folder, rows)])
+    if spread:
+        print(f"the study's finished trials ran on {spread}: `sweep analyze` warns where it compares them")
     if counts.get("RUNNING") and not _driver_running(location.folder):
         print("no `sweep run` is running this study: its RUNNING trials were interrupted and run again "
               "on the next `sweep run`")
     return 0
+
+
+def _ended_summaries(folder: StudyFolder, rows: list[dict[str, str]]) -> list[dict[str, Any]]:
+    """The summary.json of every trial that ended with a result (a COMPLETE or PRUNED row)."""
+    summaries = []
+    for row in rows:
+        if row.get("key") and row.get("state") in ("COMPLETE", "PRUNED"):
+            summary = folder.read_summary(row["key"])
+            if summary is not None:
+                summaries.append(summary)
+    return summaries
 
 
 def _optuna_trials(location: StudyLocation) -> list[Any] | None:

@@ -45,7 +45,7 @@ CONFIG_COLUMNS = (
 )
 RESULT_COLUMNS = (
     "steps", "mtd", "mtd_measured", "ema_age", "queue_age_mean", "queue_age_max", "best_step", "dev_stsb",
-    *STS_TASKS, "avg", *TRANSFER_TASKS, "transfer_avg", "precision",
+    *STS_TASKS, "avg", *TRANSFER_TASKS, "transfer_avg", "precision", "commit",
     "align", "uniform", "sentences_per_s", "wall_time_s", "weights",
 )
 

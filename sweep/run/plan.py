@@ -106,7 +106,7 @@ class StudyPlan:
         distributions = self._distributions(planned)
         commit = git_commit()
         self.mirror = OptunaMirror(self.spec, self.storage_url, distributions,
-                                   common_attrs={"git_commit": commit} if commit else {})
+                                   common_attrs={"driver_commit": commit} if commit else {})
         self._record_study_file()
         stale = self.mirror.fail_interrupted()
         self.table = TrialsTable(self.folder, self.param_names)

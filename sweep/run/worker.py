@@ -104,6 +104,9 @@ def _run_one(job: TrialJob) -> None:
         sys.stderr.flush()
     summary = dict(summary)
     summary.setdefault("config", job.config)
+    if isinstance(summary.get("provenance"), dict):  # the node as Ray names it, beside the trainer's host name
+        node = {**(summary["provenance"].get("node") or {}), "ray_node_id": ray_node_id()}
+        summary["provenance"] = {**summary["provenance"], "node": node}
     finish.report(summary, SUMMARY_KEY)  # the trainer's own, plus `resources`
 
 
@@ -169,6 +172,16 @@ def trial_resources(cpu: float, gpu: float) -> dict[str, Any]:
     return {"cpu": cpu, "gpu": gpu, "gpu_ids": gpu_ids,
             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"), "host": socket.gethostname(),
             "node_ip": node_ip}
+
+
+def ray_node_id() -> str | None:
+    """The Ray node this worker runs on (None outside a Ray worker)."""
+    import ray
+
+    try:
+        return ray.get_runtime_context().get_node_id()
+    except Exception:  # not inside a Ray worker (e.g. called directly in a test)
+        return None
 
 
 def out_of_memory(exc: BaseException) -> BaseException | None:

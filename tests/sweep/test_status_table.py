@@ -46,3 +46,21 @@ def test_status_drops_the_avg_column_of_a_study_without_the_seven_task_average(t
     out = capsys.readouterr().out
     assert table_header(out) == ["key", "seed", "state", "status", "dev_stsb", "avg", "mtd", "reason"]
     assert "70.00" in out.splitlines()[2]
+
+
+def test_status_says_when_the_finished_trials_ran_on_two_code_states(tmp_path, capsys):
+    """One trial more after a comment was edited in trainer/: its summary.json records uncommitted changes, and
+    `sweep status` names the two code states with their trial counts."""
+    import json
+
+    folder = hand_made_study(tmp_path, {key: {"dev": 70.0, "state": "COMPLETE"} for key in ("aaa", "bbb", "ccc")})
+    for key, dirty in (("aaa", False), ("bbb", False), ("ccc", True)):
+        path = folder / "trials" / key / "summary.json"
+        summary = json.loads(path.read_text())
+        summary["provenance"] = {"code": {"commit": "c" * 40, "dirty": dirty}, "packages": {"torch": "2.13.0"},
+                                 "device": {"name": "AMD EPYC"}}
+        path.write_text(json.dumps(summary))
+    assert show_status(str(folder)) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert (f"the study's finished trials ran on 2 code states ({'c' * 12}: 2 trials; {'c' * 12}+dirty: 1 trial): "
+            "`sweep analyze` warns where it compares them") in lines

@@ -44,7 +44,14 @@ def full_summary(seed: int = 1) -> dict:
         "sentences_per_s": 410.5, "train_seconds": 39.0, "eval_seconds": 3.5, "final_eval_seconds": 20.1,
         "wall_time_s": 70.2, "device": "cpu", "corpus_sentences": 16000,
         "history": [{"step": 125, "loss": 1.2, "dev_stsb": 81.2345, "ema_age": 3.9}],
-        "config": config, "resources": {"host": "here", "cpu": 1.0, "gpu": 0.0},
+        "config": config, "resources": {"host": "here", "cpu": 1.0, "gpu": 0.0}, "reading": 2,
+        "provenance": {"code": {"version": "0.1.0", "commit": "0" * 40, "dirty": True, "diff_sha256": "1" * 64,
+                                "source": "git checkout"},
+                       "packages": {"python": "3.11.7", "torch": "2.13.0+cpu", "transformers": "5.24.0"},
+                       "device": {"type": "cpu", "name": "AMD EPYC", "cpu": "AMD EPYC", "cpu_cores": 2},
+                       "precision": "fp32", "node": {"hostname": "node-1", "ray_node_id": "ab" * 28},
+                       "data": {"corpus": {"file": "wiki1m_sample.txt", "sha256": "2" * 64, "from": "manifest"},
+                                "evaluation": {"sha256": "3" * 64, "files": 78}}},
     }
 
 
@@ -66,6 +73,9 @@ def test_a_full_summary_round_trips_through_the_optuna_attributes(tmp_path):
     assert all(attrs[task] == summary["transfer"][task] for task in TRANSFER_TASKS)
     assert attrs["transfer_avg"] == summary["transfer"]["avg"] and attrs["mtd"] == 12.04
     assert attrs["mtd_measured"] == 11.7 and attrs["transfer_mode"] == "fasttest"
+    # ... and what made the numbers (the rest of the provenance block rides in summary_other)
+    assert (attrs["commit"], attrs["code_dirty"], attrs["torch"], attrs["device_name"], attrs["hostname"]) == (
+        "0" * 40, True, "2.13.0+cpu", "AMD EPYC", "node-1")
 
 
 def test_none_fields_and_a_method_without_mtd_come_back_as_they_were():
