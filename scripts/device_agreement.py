@@ -413,7 +413,7 @@ def markdown(report: dict[str, Any]) -> str:
     bench = (report["parts"]["bench"].get("result") or {}).get("bench")
     if bench:
         try:
-            from sweep.commands.gpu_bench import bench_table
+            from sweep.commands.bench_report import bench_table
 
             lines += ["", bench_table(bench)]
         except ImportError:

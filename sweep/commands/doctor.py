@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sweep.commands.gpu_bench import PRECISIONS, bench_table, failed_verdicts, run_bench
+from sweep.commands.bench_report import bench_table, failed_verdicts
+from sweep.commands.gpu_bench import PRECISIONS, run_bench
 from trainer.errors import UserError
 from trainer.vocabulary import METHODS
 
@@ -41,15 +42,17 @@ class Check:
 def environment_checks(data_dir: str | None = None, ray_start: bool = True) -> list[Check]:
     checks = [Check("ok", f"python {platform.python_version()} ({sys.executable})")]
     checks += _torch_checks()
+    missing = set()
     for package, extra in (("ray", "ray[tune]"), ("optuna", "optuna"), ("transformers", "transformers")):
         try:
             module = __import__(package)
             checks.append(Check("ok", f"{package} {getattr(module, '__version__', '?')}"))
         except ImportError as exc:
+            missing.add(package)
             checks.append(Check("PROBLEM", f"{package} cannot be imported ({exc})", f"pip install '{extra}'"))
     checks += _data_checks(data_dir)
     checks += _model_checks()
-    if ray_start:
+    if ray_start and "ray" not in missing:  # without Ray (a trainer-only machine) there is no head to start
         checks += ray_checks()
     return checks
 
@@ -233,7 +236,7 @@ def doctor_command(bench: bool = False, tiny: bool = False, json_path: str | Non
                    steps: int = 20, probe: bool = True) -> int:
     """Print the checklist (and the bench, written as JSON to `json_path`, by default with --bench to the
     device's record, bench_record_path); 0 when nothing is a problem and every bench verdict holds
-    (gpu_bench.failed_verdicts), 1 otherwise. `probe`: the CPU bench's size probe (run_bench)."""
+    (bench_report.failed_verdicts), 1 otherwise. `probe`: the CPU bench's size probe (run_bench)."""
     chosen_methods = _choices(methods, METHODS, "--methods")
     chosen_precisions = _choices(precisions, PRECISIONS, "--precisions")
     if steps < 1:

@@ -462,7 +462,7 @@ def test_model_card_names_the_trial_tracker_runs(tmp_path):
         "wandb": {"run_id": "abc123", "project": "p", "group": "hand", "mode": "offline", "dir": str(folder.path)}}))
 
     def card(key):
-        return model_card("hand", folder, key, folder.read_summary(key), {}, "chosen", "abc", "avg")
+        return model_card("hand", folder, key, folder.read_summary(key), {}, "chosen", "avg")
 
     text = card("k1")
     assert ("| MLflow run | run `r1` in experiment `hand` at http://h:5000 "

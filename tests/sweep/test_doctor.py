@@ -168,7 +168,8 @@ def test_the_sync_check_names_the_loop_line_that_synchronised():
 
 
 def test_the_bench_starts_no_run_that_would_end_past_its_budget(tmp_path):
-    from sweep.commands.gpu_bench import bench_table, run_bench
+    from sweep.commands.bench_report import bench_table
+    from sweep.commands.gpu_bench import run_bench
 
     report = run_bench(tiny=True, budget_s=0.0, say=lambda text: None)
     assert report["runs"] == [] and report["sharing"] is None
@@ -299,7 +300,7 @@ def test_the_step_clock_times_the_steps_after_the_first_and_stops_the_run_only_w
 
 
 def test_the_bench_table_says_an_unchecked_sync_once_not_on_every_row():
-    from sweep.commands.gpu_bench import bench_table
+    from sweep.commands.bench_report import bench_table
 
     unchecked = {"sync_free": None, "first_sync": "not checked: no GPU (sync debug mode is CUDA's)"}
     run = {"method": "simcse", "precision_asked": "fp32", "precision_ran": "fp32", "steps_per_s": 1.5,
@@ -370,7 +371,7 @@ def test_the_bench_fails_on_a_provoked_fault_and_passes_the_clean_run(tmp_path, 
 
 
 def test_failed_verdicts_read_a_sync_inside_the_step_and_a_failed_run():
-    from sweep.commands.gpu_bench import failed_verdicts
+    from sweep.commands.bench_report import failed_verdicts
 
     run = {"method": "mocose", "precision_asked": "bf16", "precision_ran": "bf16", "status": "ok", "loss_vs_fp32": 0.01,
            "sync": {"sync_free": True}}
