@@ -13,11 +13,33 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 import pandas as pd
+from matplotlib.lines import Line2D
 
 from analysis import paper_values
-from analysis.figure_style import label_n, line_through
+from analysis.figure_style import N_LABEL, N_OFFSETS
 from analysis.load import swept_parameters
 from trainer.vocabulary import SICK_RELATEDNESS, STS_BENCHMARK, STS_TASK_LABELS
+
+
+def label_n(ax, xs: Sequence[float], ys: Sequence[float], ns: Sequence[float], color: str) -> None:
+    """An "n=k" label at each point; `finish` moves each where it covers nothing."""
+    for x, y, n in zip(xs, ys, ns):
+        if np.isfinite(y):
+            note = ax.annotate(f"n={int(n)}", (x, y), textcoords="offset points", xytext=N_OFFSETS[0][:2],
+                               ha=N_OFFSETS[0][2], va=N_OFFSETS[0][3], fontsize=6, color=color,
+                               annotation_clip=False)
+            note.set_gid(N_LABEL)
+            note.set_in_layout(False)
+
+
+def line_through(ax, xs: Sequence[float], ys: Sequence[float], **style: Any) -> Line2D | None:
+    """One series' line along its swept knob: only through points of increasing x (None if fewer than two)."""
+    points = sorted((x, y) for x, y in zip(xs, ys) if np.isfinite(x) and np.isfinite(y))
+    if len({x for x, _ in points}) < 2 or len({x for x, _ in points}) != len(points):
+        return None
+    (line,) = ax.plot([x for x, _ in points], [y for _, y in points], marker="none", zorder=3, **style)
+    return line
+
 
 STD_NOTE = "mean ± 1 std over seeds"  # the plain form; legends use spread_note(n of the points)
 DODGE_NOTE = "series dodged sideways at each value"

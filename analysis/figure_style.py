@@ -38,7 +38,6 @@ from matplotlib.collections import LineCollection
 from matplotlib.figure import Figure
 from matplotlib.font_manager import FontProperties
 from matplotlib.legend import Legend
-from matplotlib.lines import Line2D
 from matplotlib.ticker import Formatter, LogFormatter, ScalarFormatter
 from matplotlib.transforms import Bbox
 
@@ -92,8 +91,14 @@ STYLE = {
 _COLUMNS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # legend -> its number of columns
 _ORIGINAL_TEXT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # title or label -> its text unwrapped
 _ORIGINAL_SIZE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # heat-map cell text -> its font size
+_PANEL_HEIGHT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # figure -> its panels' height (in), if taller
+
+
+def panel_height(fig: Figure, inches: float) -> None:
+    """Keep `fig`'s panels at least `inches` high instead of PANEL_HEIGHT (a panel of many labelled rows)."""
+    _PANEL_HEIGHT[fig] = inches
 _PAD = 4.0  # px kept free at the canvas' edges and between a label and a mark (at 100 dpi)
-_N_OFFSETS = (  # where an n label may go, in points from its point: (dx, dy, ha, va), first choice first
+N_OFFSETS = (  # where an n label may go, in points from its point: (dx, dy, ha, va), first choice first
     (5, 0, "left", "center"), (-5, 0, "right", "center"), (4, 4, "left", "bottom"), (4, -4, "left", "top"),
     (-4, 4, "right", "bottom"), (-4, -4, "right", "top"), (0, 6, "center", "bottom"), (0, -6, "center", "top"),
     (9, 0, "left", "center"), (-9, 0, "right", "center"), (0, 11, "center", "bottom"), (0, -11, "center", "top"),
@@ -203,8 +208,8 @@ def legend_below(ax, handles: list | None = None, labels: list[str] | None = Non
     fig = ax.get_figure()
     font = FontProperties(size=matplotlib.rcParams["legend.fontsize"])
     title_font = FontProperties(size=matplotlib.rcParams["legend.title_fontsize"])
-    available = _legend_width(fig)
     unit = font.get_size_in_points() * fig.dpi / 72  # one em in px
+    available = _legend_width(fig) - 2 * matplotlib.rcParams["legend.borderpad"] * unit  # inside the frame
     handle = (matplotlib.rcParams["legend.handlelength"] + matplotlib.rcParams["legend.handletextpad"]) * unit
     labels = [_wrap(label, available - handle, font, fig) for label in labels]
     title = _wrap(title, available, title_font, fig) if title else None
@@ -359,9 +364,11 @@ def _crowded(labels: Sequence, renderer) -> bool:
 
 
 def _keep_panel_height(fig: Figure, axes: Sequence, size: str) -> bool:
-    """Make the figure as tall as it takes for its shortest panel to be PANEL_HEIGHT high."""
+    """Make the figure as tall as it takes for its shortest panel to be PANEL_HEIGHT high (or what panel_height
+    asked for)."""
     rows = max(ax.get_subplotspec().get_gridspec().nrows for ax in axes)
-    missing = PANEL_HEIGHT[size] - min(ax.bbox.height for ax in axes) / fig.dpi
+    wanted = max(PANEL_HEIGHT[size], _PANEL_HEIGHT.get(fig, 0.0))
+    missing = wanted - min(ax.bbox.height for ax in axes) / fig.dpi
     if abs(missing) <= 0.05:
         return False
     width, height = fig.get_size_inches()
@@ -408,17 +415,6 @@ def finish(fig: Figure, axes: Sequence, size: str) -> Figure:
 
 
 # ---- labels beside points -----------------------------------------------------------------------
-def label_n(ax, xs: Sequence[float], ys: Sequence[float], ns: Sequence[float], color: str) -> None:
-    """An "n=k" label at each point; `finish` moves each where it covers nothing."""
-    for x, y, n in zip(xs, ys, ns):
-        if np.isfinite(y):
-            note = ax.annotate(f"n={int(n)}", (x, y), textcoords="offset points", xytext=_N_OFFSETS[0][:2],
-                               ha=_N_OFFSETS[0][2], va=_N_OFFSETS[0][3], fontsize=6, color=color,
-                               annotation_clip=False)
-            note.set_gid(N_LABEL)
-            note.set_in_layout(False)
-
-
 def mark_boxes(ax, renderer) -> tuple[list[Bbox], list[np.ndarray]]:
     """Display-space boxes of the marks that stand for data (markers, error bars), and the vertices of
     the lines through them."""
@@ -463,7 +459,7 @@ def _place_n_labels(ax, renderer) -> None:
     taken: list[Bbox] = []
     for note in notes:
         scored = []
-        for rank, (dx, dy, ha, va) in enumerate(_N_OFFSETS):
+        for rank, (dx, dy, ha, va) in enumerate(N_OFFSETS):
             note.set(ha=ha, va=va)
             note.xyann = (dx, dy)
             box = note.get_window_extent(renderer).padded(1.0)
@@ -471,7 +467,7 @@ def _place_n_labels(ax, renderer) -> None:
                     + 10 * sum(_crosses(box, line) for line in lines) + rank * 0.1)
             scored.append((cost, rank))
         _, best = min(scored)
-        dx, dy, ha, va = _N_OFFSETS[best]
+        dx, dy, ha, va = N_OFFSETS[best]
         note.set(ha=ha, va=va)
         note.xyann = (dx, dy)
         taken.append(note.get_window_extent(renderer))
@@ -491,12 +487,3 @@ def _fit_cells(ax, renderer) -> None:
         cell = Bbox.from_extents(*corners.min(axis=0), *corners.max(axis=0)).padded(-1.5)
         while not _contains(cell, text.get_window_extent(renderer)) and text.get_fontsize() > 4.5:
             text.set_fontsize(text.get_fontsize() - 0.5)
-
-
-def line_through(ax, xs: Sequence[float], ys: Sequence[float], **style: Any) -> Line2D | None:
-    """One series' line along its swept knob: only through points of increasing x (None if fewer than two)."""
-    points = sorted((x, y) for x, y in zip(xs, ys) if np.isfinite(x) and np.isfinite(y))
-    if len({x for x, _ in points}) < 2 or len({x for x, _ in points}) != len(points):
-        return None
-    (line,) = ax.plot([x for x, _ in points], [y for _, y in points], marker="none", zorder=3, **style)
-    return line

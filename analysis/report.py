@@ -41,7 +41,7 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from analysis import figures, mtd_figures, tables
+from analysis import figures, mtd_figures, paired, tables
 from analysis.figure_style import DEFAULT_SIZE, check_size, footnote, save_figure
 from analysis.knobs import MTD_FIGURES, figures_called_for
 from analysis.load import (
@@ -96,6 +96,7 @@ def analyze(
     out_dir = Path(out_dir)
     table = load_results(study_dir, eta_choice=eta_choice, k_choice=k_choice, mtd_source=mtd_source)
     params, knobs = study_knobs(study_dir, table)
+    reference = read_study_spec(study_dir).get("reference") or None
     written: list[Path] = []
     for group in comparable_groups(table):
         if notes is not None:
@@ -103,14 +104,16 @@ def analyze(
                       if line]
         with footnote(group.warning):
             written += _analyze_part(group.table, study_dir, out_dir / group.folder, params, knobs, score, n_boot,
-                                     seed, mtd_source, size, group.warning)
+                                     seed, mtd_source, size, group.warning, reference)
     return written
 
 
 def _analyze_part(table: pd.DataFrame, study_dir: Path, out_dir: Path, params: list[str], knobs: list[str],
-                  score: str, n_boot: int, seed: int, mtd_source: str, size: str, warning: str | None) -> list[Path]:
+                  score: str, n_boot: int, seed: int, mtd_source: str, size: str, warning: str | None,
+                  reference: dict[str, Any] | None = None) -> list[Path]:
     """`analyze` for one set of trials that may be pooled: its figures and tables into `out_dir`; `warning` (what
-    differs among them that is not the protocol) ends each table's note."""
+    differs among them that is not the protocol) ends each table's note; `reference`: the study's reference
+    configuration for the paired table (analysis.paired)."""
     if not _has_values(table, score):
         fallback = fallback_score(table) if score == AVG else None
         if fallback is None:
@@ -119,7 +122,7 @@ def _analyze_part(table: pd.DataFrame, study_dir: Path, out_dir: Path, params: l
     out_dir.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
     plans = applicable_figures(table, params, score, n_boot=n_boot, seed=seed, knobs=knobs, mtd_source=mtd_source,
-                               size=size)
+                               size=size, reference=reference)
     for name, draw in plans:
         try:
             fig, data = draw()
@@ -137,6 +140,8 @@ def _analyze_part(table: pd.DataFrame, study_dir: Path, out_dir: Path, params: l
         written.append(write_text_atomic(out_dir / "scores.tex", tables.latex_table(table, by=params)
                                          + _warning_line(warning, "% ")))
         written.append(write_text_atomic(out_dir / "scores.csv", numbers.to_csv(index=False)))
+    if paired.has_pairs(table, params, score):
+        written += _write_paired(table, out_dir, params, score, n_boot, seed, reference, warning)
     if any(_has_values(table, column) for column in TRANSFER_SCORES):
         numbers = tables.score_table(table, by=params, scores=TRANSFER_SCORES)
         written.append(write_text_atomic(out_dir / "transfer.md", tables.transfer_markdown_table(table, by=params)
@@ -145,6 +150,37 @@ def _analyze_part(table: pd.DataFrame, study_dir: Path, out_dir: Path, params: l
                                          + _warning_line(warning, "% ")))
         written.append(write_text_atomic(out_dir / "transfer.csv", numbers.to_csv(index=False)))
     return written
+
+
+def _write_paired(table: pd.DataFrame, out_dir: Path, params: list[str], score: str, n_boot: int, seed: int,
+                  named: dict[str, Any] | None, warning: str | None) -> list[Path]:
+    """paired.md, paired.tex and paired.csv: each configuration against the reference (analysis.paired)."""
+    from trainer.files import write_text_atomic  # here: importing analysis stays light
+
+    reference, chosen = _reference(table, params, score, named)
+    if reference is None:
+        return []
+    differences, left_out = paired.paired_differences(table, params, reference, score, max(n_boot, 1000), seed)
+    if not differences:
+        return []
+    frame = paired.paired_frame(differences, params)
+    return [write_text_atomic(out_dir / "paired.md", paired.paired_markdown(differences, params, reference, chosen,
+                                                                             score, left_out) + _warning_line(warning)),
+            write_text_atomic(out_dir / "paired.tex", paired.paired_markdown(differences, params, reference, chosen,
+                                                                              score, left_out, latex=True)
+                              + _warning_line(warning, "% ")),
+            write_text_atomic(out_dir / "paired.csv", frame.to_csv(index=False))]
+
+
+def _reference(table: pd.DataFrame, params: list[str], score: str, named: dict[str, Any] | None
+               ) -> tuple[dict[str, Any] | None, str]:
+    """The paired comparisons' reference (analysis.paired.reference_configuration); (None, why) with a warning
+    when the study's reference has no finished trial among these."""
+    try:
+        return paired.reference_configuration(table, params, score, named)
+    except ValueError as exc:
+        warnings.warn(f"paired differences skipped: {exc}", stacklevel=3)
+        return None, str(exc)
 
 
 def _warning_line(warning: str | None, prefix: str = "") -> str:
@@ -187,6 +223,7 @@ def figure_file_name(name: str, mtd_source: str = "formula") -> str:
 def applicable_figures(
     table: pd.DataFrame, params: list[str], score: str = "avg", n_boot: int = 1000, seed: int = 0,
     knobs: list[str] | None = None, mtd_source: str = "formula", size: str = DEFAULT_SIZE,
+    reference: dict[str, Any] | None = None,
 ) -> list[tuple[str, Callable[[], tuple[Any, pd.DataFrame]]]]:
     """(name, draw) for every figure the study's `knobs` call for and the trials support, in a fixed order.
 
@@ -226,6 +263,11 @@ def applicable_figures(
         add("gaussian_m", figures.figure_gaussian_m, score=score, by=params)
     if (table["method"] == "mix").any():
         add("mix_lambda", figures.figure_mix_lambda, score=score, by=params)
+    if paired.has_pairs(table, params, score):  # configurations that share seeds: their paired differences
+        chosen_reference, chosen = _reference(table, params, score, reference)
+        if chosen_reference is not None and paired.has_pairs(table, params, score, chosen_reference):
+            plans.append(("paired_differences", lambda: paired.figure_paired_differences(
+                table, params, chosen_reference, chosen, score, max(n_boot, 1000), seed, size)))
     return plans
 
 

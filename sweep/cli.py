@@ -56,11 +56,19 @@ def _cmd_run(args: argparse.Namespace) -> int:
         from sweep.run.preflight import preflight_resources
 
         preflight_resources(spec.resources.cpu, spec.resources.gpu)
+    estimate = None
+    if spec.cost_limit is not None:  # before anything is written: a refused study leaves nothing behind
+        from sweep.commands.cost_limit import check_cost_limit, study_estimate, unestimated_line
+
+        estimate = study_estimate(spec)
+        check_cost_limit(spec, estimate)
+        if estimate.unestimated:
+            print(f"note: {unestimated_line(estimate)}", flush=True)
     from sweep.run.runner import run_study
 
     signal_latch.honour()  # `import ray._raylet` swallows a KeyboardInterrupt (sweep.signal_latch)
     code = run_study(spec, address=args.address, max_concurrent=args.max_concurrent, extend=args.extend,
-                     rerun_changed=args.rerun_changed, rebuild_storage=args.rebuild_storage)
+                     rerun_changed=args.rerun_changed, rebuild_storage=args.rebuild_storage, cost_estimate=estimate)
     if code >= 128:
         # Stopped by a signal, everything recorded and Ray shut down: exit now. Ray's core worker can crash
         # in the interpreter's teardown (SIGSEGV) after a signal came while it was starting.
@@ -253,8 +261,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run one command; its exit status (docs/running/results-and-resume.md, "Exit codes"): 0; 1 (`sweep run`:
     a trial failed or was interrupted; `sweep doctor`: a problem found); 2 (a user error, one line); 3 (`sweep
-    run`: Ray could not start or be reached, one line); 128 + N (signal N; 141 when the output's reader went
-    away)."""
+    run`: Ray could not start or be reached, one line); 4 (`sweep run`: stopped on the study's cost_limit);
+    128 + N (signal N; 141 when the output's reader went away)."""
     signal_latch.install()  # first: SIGINT, SIGTERM and SIGHUP alike stop the command from here on
     try:
         from trainer.errors import UserError, bounded_message  # the trainer's config, pydantic: after the handlers

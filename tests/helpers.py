@@ -175,11 +175,12 @@ def hand_made_study(tmp_path: Path, trials: dict[str, dict], keep_weights: objec
 
 
 # ---- `sweep` processes and their sessions -------------------------------------------------------------
-def run_sweep(args: list[str], cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess:
+def run_sweep(args: list[str], cwd: Path, timeout: float = 240, env: dict[str, str] | None = None
+              ) -> subprocess.CompletedProcess:
     """`sweep ARGS` in a subprocess (its own session, so that no Ray process outlives it); `timeout` is
-    scaled (tests/deadlines.py)."""
+    scaled (tests/deadlines.py); `env`: its environment (default: this one's)."""
     return subprocess.run([sys.executable, "-m", "sweep", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=scaled(timeout), start_new_session=True)
+                          timeout=scaled(timeout), start_new_session=True, env=env)
 
 
 def fake_env(steps: int = 3, step_s: float = 0.2, **extra: str) -> dict[str, str]:

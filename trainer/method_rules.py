@@ -247,6 +247,13 @@ MOCOSE_RULES = MethodRules(
                       "or leave embedding_dim null"),),
 )
 
+# The released-code switches that act on one method only (the others read them as off): what a trial's evaluation
+# protocol holds (trainer.summary.evaluation_protocol) and what its summary says it ran.
+FLAG_METHODS: dict[str, frozenset[str]] = {
+    "released.dev_on_mlp": frozenset({MIXCSE}),
+    "released.eval_cutoff": frozenset({MOCOSE}),
+}
+
 RULES: dict[str, MethodRules] = {rules.name: rules
                                  for rules in (SIMCSE_RULES, GS_INFONCE_RULES, MIXCSE_RULES, MOCOSE_RULES)}
 

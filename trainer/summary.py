@@ -31,6 +31,7 @@ from typing import Any, Literal, TypedDict
 from trainer.config import flatten
 from trainer.evaluation.sts_average import AVG, readable_test, sts_test_label
 from trainer.files import json_safe
+from trainer.method_rules import FLAG_METHODS
 from trainer.provenance import short_commit
 from trainer.readings import READING, summary_reading
 from trainer.vocabulary import STS_TASKS, TRANSFER_TASKS
@@ -120,6 +121,9 @@ def evaluation_protocol(summary: dict[str, Any]) -> dict[str, Any]:
     flat = flatten(summary.get("config") or {})
     protocol = {name: flat.get(name) for name in PROTOCOL_FIELDS}
     protocol["eval.final_tasks"] = list(protocol["eval.final_tasks"] or STS_TASKS)
+    for flag, methods in FLAG_METHODS.items():  # a switch that does not act on this method changes nothing
+        if flat.get("method") not in methods:
+            protocol[flag] = False
     protocol["precision"] = summary.get("precision") or protocol["precision"]
     return protocol
 

@@ -5,7 +5,8 @@
     find_records(device, local_gpu_name())          # ([BenchRecord], None), or ([], the line naming the
                                                     # command that makes the record)
     trial_cost(config, device, record)              # -> TrialCost: planned steps and evaluations, seconds
-    cost_lines(spec, device, record, costs) -> [str]  # the dry run's `cost:` lines
+    cost_lines(spec, device, record, costs) -> [str]  # the dry run's `cost:` lines for one record
+    study_cost_lines(spec, configs) -> ([str], [TrialCost])  # those of every record of the study's device
 
 The estimate of one trial, from the record's run of the trial's method at its precision (`precision: auto`
 resolved as the trainer does, trainer.method_rules):
@@ -420,3 +421,28 @@ def cost_lines(spec: Any, device: str, record: BenchRecord, costs: list[TrialCos
         notes[f"the bench timed one CPU thread; each trial has {spec.resources.cpu:g} (not scaled)"] = None
     lines += [f"note: {note}" for note in notes]
     return lines
+
+
+def study_cost_lines(spec: Any, configs: list[dict[str, Any]], trials: int | None = None
+                     ) -> tuple[list[str], list[TrialCost]]:
+    """The `cost:` lines and each config's TrialCost, from the bench record(s) of the
+    device the trials run on; `trials`: how many trials the study runs at most when `configs` only plans them
+    (TPE: its planning config). Without a record, one line naming the command that makes one."""
+    devices = {run_device(spec, config) for config in configs}
+    device = "cuda" if "cuda" in devices else "cpu"
+    records, advice = find_records(device, local_gpu_name())
+    shapes: dict[str, Any] = {}
+    bound = f"the {spec.scheduler.type} scheduler stops trials early" if spec.scheduler else None
+    if not records:
+        return [f"not estimated: {advice}"], [trial_cost(config, device, None) for config in configs]
+    texts: list[str] = []
+    first: list[TrialCost] = []
+    at_once = trials_at_once(spec, device, trials or len(configs))
+    for record in records:
+        slowdown, shared = sharing_slowdown(record, at_once, device)
+        costs = [trial_cost(config, device, record, shapes, slowdown) for config in configs]
+        for cost in costs:
+            cost.notes += [shared] if shared else []
+        texts += cost_lines(spec, device, record, costs, trials=trials, upper_bound_why=bound)
+        first = first or costs
+    return texts, first

@@ -8,16 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sweep.commands.cost import (
-    TrialCost,
-    cost_lines,
-    find_records,
-    local_gpu_name,
-    run_device,
-    sharing_slowdown,
-    trial_cost,
-    trials_at_once,
-)
+from sweep.commands.cost import TrialCost, study_cost_lines
 from sweep.spec.expand import expansion, planning_config
 from sweep.spec.schema import StudySpec, Trial
 from sweep.text import format_value, is_expr, one_line, plural
@@ -130,6 +121,8 @@ def _dry_run_text(spec: StudySpec) -> str:
                        f"{spec.budget * len(spec.seeds)}, chosen by TPE during the run")
         for text in study_cost_lines(spec, configs, trials=spec.budget * len(spec.seeds))[0]:
             line("cost", text)
+        for text in _limit_lines(spec):
+            line("limit", text)
         line("space", "")
         for key, values in spec.parameters.items():
             out.append(f"  {key}: {_describe_parameter(values)}")
@@ -169,6 +162,8 @@ def _dry_run_text(spec: StudySpec) -> str:
     texts, costs = study_cost_lines(spec, [t.config for t in trials])
     for text in texts:
         line("cost", text)
+    for text in _limit_lines(spec):
+        line("limit", text)
     out.append("")
     out.append(format_trial_table(spec, trials, states, costs))
     return "\n".join(out)
@@ -203,29 +198,13 @@ def training_lines(configs: list[dict[str, Any]], requested: list[dict[str, Any]
     return texts
 
 
-def study_cost_lines(spec: StudySpec, configs: list[dict[str, Any]], trials: int | None = None
-                     ) -> tuple[list[str], list[TrialCost]]:
-    """The `cost:` lines (sweep.commands.cost) and each config's TrialCost, from the bench record(s) of the
-    device the trials run on; `trials`: how many trials the study runs at most when `configs` only plans them
-    (TPE: its planning config). Without a record, one line naming the command that makes one."""
-    devices = {run_device(spec, config) for config in configs}
-    device = "cuda" if "cuda" in devices else "cpu"
-    records, advice = find_records(device, local_gpu_name())
-    shapes: dict[str, Any] = {}
-    bound = f"the {spec.scheduler.type} scheduler stops trials early" if spec.scheduler else None
-    if not records:
-        return [f"not estimated: {advice}"], [trial_cost(config, device, None) for config in configs]
-    texts: list[str] = []
-    first: list[TrialCost] = []
-    at_once = trials_at_once(spec, device, trials or len(configs))
-    for record in records:
-        slowdown, shared = sharing_slowdown(record, at_once, device)
-        costs = [trial_cost(config, device, record, shapes, slowdown) for config in configs]
-        for cost in costs:
-            cost.notes += [shared] if shared else []
-        texts += cost_lines(spec, device, record, costs, trials=trials, upper_bound_why=bound)
-        first = first or costs
-    return texts, first
+def _limit_lines(spec: StudySpec) -> list[str]:
+    """The study's cost_limit against its estimate (sweep.run.cost_limit); [] without a limit."""
+    if spec.cost_limit is None:
+        return []
+    from sweep.commands.cost_limit import limit_lines, study_estimate
+
+    return limit_lines(spec, study_estimate(spec))
 
 
 def corpus_lines(configs: list[dict[str, Any]]) -> list[str]:

@@ -32,7 +32,7 @@ from trainer.errors import UserError
 
 # Fields that do not change what a trial computes: a change is neither an extension nor a new study.
 NEUTRAL_FIELDS = ("description", "resources", "results_dir", "analysis", "loggers", "tracking", "reuse_workers",
-                  "keep_weights")
+                  "keep_weights", "reference", "cost_limit")
 HISTORY_FILE = "study_history.yaml"
 
 

@@ -5,7 +5,7 @@ an Optuna ask, run once per seed) as the job its worker runs (a sweep.run.job.Tr
 Tune trial config: sweep.run.worker.run_trial), and the Optuna asks the study's constraints drop. Taking a
 trial off the plan's queue costs O(1) however many trials it holds. Tune asks the feed for a trial whenever
 it has room (`max_concurrent_trials`, sized by sweep.run.ray_session.trial_room); the feed hands out nothing
-once a stop signal came.
+once a stop signal came, or once the next trial would pass the study's cost_limit (sweep.run.cost_limit).
 """
 
 from __future__ import annotations
@@ -50,6 +50,9 @@ class TrialFeed(Searcher):
         if self.stopping is not None and self.stopping.requested:
             return None  # stopping: launch nothing new
         plan = self.plan
+        if plan.cost_limit is not None and self.has_more():
+            if not plan.cost_limit.allows(plan.to_run[0].key if plan.to_run else None):
+                return None  # the next trial would pass the study's cost_limit: nothing more is handed out
         if not plan.to_run and plan.asks_left > 0:
             self.ask_tpe()
         if not plan.to_run:
@@ -72,17 +75,20 @@ class TrialFeed(Searcher):
         )
 
     def ask_tpe(self) -> None:
-        """tpe: ask Optuna for a parameter set; it becomes one trial per seed (the first seed's trial is
-        the asked Optuna trial). A set the constraints drop, or one already run, is told FAIL (status
+        """tpe: ask Optuna for a parameter set; it becomes one trial per seed (one seed: the trial is the asked
+        Optuna trial; several: the set is asked in the seed-means study, sweep.records.seed_means, and each seed's
+        trial starts in the study's own). A set the constraints drop, or one already run, is told FAIL (status
         "dropped" / "duplicate") and asked again; after many in a row the search space is exhausted."""
         plan = self.plan
+        means = plan.seed_means
         for _ in range(MAX_DROPPED_ASKS):
-            number, params = plan.mirror.ask({"asked": True})
+            number, params = means.ask() if means is not None else plan.mirror.ask({"asked": True})
+            refuse = means.refuse if means is not None else plan.mirror.fail
             first = trial_from_params(plan.spec, params, plan.spec.seeds[0])
             if first is None:
-                plan.mirror.fail(number, "dropped by the study's constraints", status=DROPPED)
+                refuse(number, "dropped by the study's constraints", status=DROPPED)
             elif first.key in plan.trials:
-                plan.mirror.fail(number, f"same configuration as trial {first.key}", status=DUPLICATE)
+                refuse(number, f"same configuration as trial {first.key}", status=DUPLICATE)
             else:
                 break
         else:
@@ -92,16 +98,21 @@ class TrialFeed(Searcher):
             plan.asks_left = 0
             return
         plan.asks_left -= 1
-        plan.asked[first.key] = number
-        plan.mirror.set_attrs(number, {"key": first.key, "seed": first.seed})
+        if means is None:
+            plan.asked[first.key] = number
+            plan.mirror.set_attrs(number, {"key": first.key, "seed": first.seed})
+        seeds: dict[int, str] = {}
         for seed in plan.spec.seeds:
             trial = first if seed == first.seed else trial_from_params(plan.spec, params, seed)
             if trial is None or trial.key in plan.trials:
                 plan.progress.total -= 1
                 continue
+            seeds[seed] = trial.key
             plan.trials[trial.key] = trial
             plan.table.add(trial)
             plan.to_run.append(trial)
+        if means is not None:
+            means.register(number, seeds)
 
     def __getstate__(self) -> dict[str, Any]:
         # Tune pickles its config into ray/<run>/tuner.pkl for Tuner.restore, which resume does not use;

@@ -35,10 +35,11 @@ from typing import Any
 from sweep.records.history import keep_weights_changed, record_change
 from sweep.records.mirror import OptunaMirror, infer_distributions, rebuild_storage
 from sweep.records.resume import decide
+from sweep.records.seed_means import SeedMeans, asks_made, tpe_known_trials, uses_seed_means
 from sweep.records.store import StudyFolder, TrialsTable, is_final, metric_value
 from sweep.records.weights import WeightKeeper
 from sweep.run.progress import Progress
-from sweep.spec import StudySpec, Trial, expansion, planning_config, search_space, trial_from_params
+from sweep.spec import StudySpec, Trial, expansion, planning_config, search_space
 from sweep.text import hide_password, plural
 from trainer.config import flatten
 from trainer.readings import reading_changes, summary_reading
@@ -71,6 +72,7 @@ class StudyPlan:
         self.to_run: deque[Trial] = deque()
         self.asks_left = 0  # tpe: Optuna asks still to make (each runs once per seed)
         self.asked: dict[str, int] = {}  # tpe: key -> number of the asked Optuna trial it starts as
+        self.seed_means: Any = None  # tpe with several seeds: sweep.records.seed_means.SeedMeans
         self.handed_out: set[str] = set()  # keys given to Tune and not ended yet
         self.mirror: Any = None  # sweep.records.mirror.OptunaMirror, opened by prepare()
         self.table: TrialsTable | None = None
@@ -79,10 +81,10 @@ class StudyPlan:
         self.change = change
         self.progress_note = ""
         self.rebuild_storage = rebuild_storage  # an unreadable SQLite storage is rebuilt from the records
-        # On a Ray cluster (--address): the `files` entry of each job (sweep.run.trial_files) and the node watch
-        # (sweep.run.node_watch), set by use_cluster(); None on one machine.
+        # the `files` of each job (sweep.run.trial_files) and the node watch on a cluster (use_cluster); else None
         self.files: dict[str, Any] | None = None
         self.node_watch: Any = None
+        self.cost_limit: Any = None  # sweep.run.cost_limit.CostLimit when the study has a cost_limit
 
     def use_cluster(self, files: dict[str, Any], node_watch: Any) -> None:
         """The run is on a Ray cluster: every job from now on carries `files` (where its worker sends the trial's
@@ -107,6 +109,8 @@ class StudyPlan:
         commit = git_commit()
         self.mirror = OptunaMirror(self.spec, self.storage_url, distributions,
                                    common_attrs={"driver_commit": commit} if commit else {})
+        if uses_seed_means(self.spec):
+            self.seed_means = SeedMeans(self.spec, self.mirror.storage, distributions)
         self._record_study_file()
         stale = self.mirror.fail_interrupted()
         self.table = TrialsTable(self.folder, self.param_names)
@@ -160,7 +164,7 @@ class StudyPlan:
         by_key = self.mirror.trials_by_key()
         skipped = 0
         if self.spec.method == "tpe":
-            planned = self._tpe_known_trials(by_key)
+            planned = tpe_known_trials(self.spec, by_key, self.seed_means)
         for trial in planned:
             self.trials[trial.key] = trial
             row = self.table.add(trial)
@@ -200,8 +204,9 @@ class StudyPlan:
             else:
                 self.to_run.append(trial)
         if self.spec.method == "tpe":
-            asked = {t.number for ts in by_key.values() for t in ts if t.user_attrs.get("asked")}
-            self.asks_left = max(0, (self.spec.budget or 1) - len(asked))
+            self.asks_left = max(0, (self.spec.budget or 1) - asks_made(by_key, self.seed_means))
+        if self.seed_means is not None:  # seeds that ended before: their configurations told when complete
+            self.seed_means.tell_ended(self.table.rows, ended)
         return skipped
 
     def _record_study_file(self) -> None:
@@ -285,20 +290,6 @@ class StudyPlan:
         else:
             aside = self.folder.set_aside(self.folder.trial_dir(key))
             print(f"trial {key}: {path} {problem}; its folder kept as {aside}, the trial runs again", flush=True)
-
-    def _tpe_known_trials(self, by_key: dict[str, list[Any]]) -> list[Trial]:
-        """tpe: every seed of the parameter sets asked in earlier runs, rebuilt from Optuna."""
-        known: dict[str, Trial] = {}
-        for attempts in by_key.values():
-            first = attempts[0]
-            if not first.user_attrs.get("asked"):
-                continue
-            params = {name: first.params[name] for name in self.param_names if name in first.params}
-            for seed in self.spec.seeds:
-                trial = trial_from_params(self.spec, params, seed)
-                if trial is not None:
-                    known.setdefault(trial.key, trial)
-        return list(known.values())
 
     def _print_plan(self, skipped: int, stale: int) -> None:
         spec = self.spec

@@ -2,7 +2,8 @@
 
     run_study(spec, address=None, max_concurrent=None) -> exit code (README "Exit codes"):
         0 every trial ended with a result (ok, diverged, collapsed, pruned); 1 a trial ended in an
-        error or was interrupted; 130/143/129 stopped by SIGINT (Ctrl-C) / SIGTERM / SIGHUP.
+        error or was interrupted; 4 stopped on the study's cost_limit (sweep.run.cost_limit), resumable;
+        130/143/129 stopped by SIGINT (Ctrl-C) / SIGTERM / SIGHUP.
 
 Owns: the study run that ties the other modules together, top to bottom: check the spec against the
 recorded study, take the study's lock, plan and resume (sweep.run.plan), start Ray (sweep.run.ray_session), run
@@ -37,6 +38,7 @@ from typing import Any
 from ray import tune
 
 from sweep.records.history import check_same_study
+from sweep.run.cost_limit import EXIT_COST_LIMIT, CostLimit, measured_only
 from sweep.run.feed import TrialFeed
 from sweep.run.node_checks import check_nodes, software_versions
 from sweep.run.node_watch import LOST_NODE_RETRIES, NodeWatch
@@ -70,8 +72,8 @@ DEFAULT_TRAIN_FN = "trainer.train:train"
 
 def run_study(spec: StudySpec, address: str | None = None, max_concurrent: int | None = None,
               *, extend: bool = False, rerun_changed: bool = False, rebuild_storage: bool = False,
-              _train_fn: str | None = None) -> int:
-    """Run every trial of `spec` that has not ended yet; return the exit code (the module docstring): 0, 1,
+              cost_estimate: Any = None, _train_fn: str | None = None) -> int:
+    """Run every trial of `spec` that has not ended yet; return the exit code (the module docstring): 0, 1, 4,
     or 128 + the number of the signal that stopped it.
 
     `address`: an existing Ray cluster ("host:port" or "auto"); None starts Ray on this machine.
@@ -79,6 +81,9 @@ def run_study(spec: StudySpec, address: str | None = None, max_concurrent: int |
     values or seeds (sweep.records.history); the change is recorded in the study's history.
     `rerun_changed`: also re-run finished trials whose config now resolves differently (a default changed).
     `rebuild_storage`: an unreadable SQLite storage is kept aside and rebuilt from the trials' records.
+    `cost_estimate`: with a cost_limit, the study's sweep.run.cost_limit.StudyEstimate (`sweep run` makes it with
+    sweep.commands.cost_limit.study_estimate and refuses the study first when it passes the limit); None: the
+    limit holds on measured time alone.
     `_train_fn` ("module:function", also $SWEEP_TRAIN_FN) replaces trainer.train, for development.
     """
     if max_concurrent is not None and max_concurrent < 1:
@@ -86,7 +91,11 @@ def run_study(spec: StudySpec, address: str | None = None, max_concurrent: int |
     train_fn = _train_fn or os.environ.get("SWEEP_TRAIN_FN") or DEFAULT_TRAIN_FN
     change = check_same_study(spec, extend=extend)  # before anything is written
     check_loggers(spec.loggers)  # before Ray starts
+    limit = None
+    if spec.cost_limit is not None:
+        limit = CostLimit(spec, cost_estimate if cost_estimate is not None else measured_only(spec))
     run = StudyRun(spec, train_fn, rerun_changed=rerun_changed, rebuild_storage=rebuild_storage, change=change)
+    run.plan.cost_limit = limit
     run.check_inputs_of_a_new_study()
     try:
         with run.stop.installed(), run.locked():
@@ -247,6 +256,8 @@ class StudyRun:
         self.print_summary()
         if self.stop.requested:
             return self.stop.exit_code
+        if self._stopped_on_limit():
+            return EXIT_COST_LIMIT
         errors = [r for r in self.plan.table.rows.values()
                   if r["state"] == "FAIL" and (r.get("status") or ERROR) not in RESULT_STATUSES]
         return 1 if errors or self.interrupted else 0
@@ -328,6 +339,8 @@ class StudyRun:
             counts[label] = counts.get(label, 0) + 1
         text = ", ".join(f"{n} {label}" for label, n in sorted(counts.items()))
         head = "interrupted" if self.interrupted else "finished"
+        if self._stopped_on_limit():
+            head = "stopped on its cost limit"
         say(f"study {plan.spec.name} {head} after {plan.progress.elapsed():.0f}s: {len(rows)} trials: {text}")
         if plan.progress.best is not None:
             value, key = plan.progress.best
@@ -340,8 +353,15 @@ class StudyRun:
         say(f"trials.csv: {plan.folder.trials_csv}")
         if self.stop.requested:
             self._say_stopped()
+        elif self._stopped_on_limit():
+            say(plan.cost_limit.stop_line(len(plan.to_run) + plan.asks_left * len(plan.spec.seeds)))
         elif self.interrupted:
             say("run the same command again to resume")
+
+    def _stopped_on_limit(self) -> bool:
+        """The feed stopped handing out trials on the study's cost_limit (and no signal stopped the run)."""
+        limit = self.plan.cost_limit
+        return limit is not None and limit.stopped is not None and not self.stop.requested
 
     def _say_stopped(self) -> None:
         table = self.plan.table

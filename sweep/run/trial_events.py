@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +23,13 @@ from ray import tune
 from ray.tune import result as tune_result
 
 from sweep.records.store import metric_value
+from sweep.run.cost_limit import DEVICE_SECONDS, devices_per_trial
 from sweep.run.plan import StudyPlan, number_or_none
 from sweep.run.worker import CURVE_KEY, ERROR_KEY, STEP_KEY, SUMMARY_KEY
 from sweep.text import shorten
 from trainer.readings import READING
 from trainer.summary import metrics_lines
-from trainer.vocabulary import ERROR, INTERRUPTED, PRUNED
+from trainer.vocabulary import ERROR, INTERRUPTED, PRUNED, RESULT_STATUSES
 
 # The keys Tune adds to every result a trial reports; the rest is the trainer's metrics line as it reported it.
 TUNE_RESULT_KEYS = frozenset({*tune_result.AUTO_RESULT_KEYS, tune_result.DONE, tune_result.TRIAL_ID,
@@ -47,17 +49,23 @@ class TrialEvents(tune.Callback):
         self.plan = plan
         self.stopping = stopping  # sweep.run.stopping.StopSignals of the driver
         self.live: dict[str, dict[str, Any]] = {}  # Tune trial id -> {key, number, metrics, summary}
+        self.began: dict[str, float] = {}  # key -> time.monotonic() when Tune started its attempt
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"live": {}}  # see sweep.run.feed.TrialFeed.__getstate__
+        return {"live": {}, "began": {}}  # see sweep.run.feed.TrialFeed.__getstate__
 
     def trial_started(self, key: str, tune_trial_id: str) -> int:
         """Tune started the trial: RUNNING in Optuna (the asked trial for tpe) and trials.csv; its number."""
         plan = self.plan
         trial = plan.trials[key]
         number = plan.asked.pop(key, None)
+        self.began[key] = time.monotonic()
+        if plan.cost_limit is not None:
+            plan.cost_limit.started(key)
         if number is None:
-            number = plan.mirror.start(trial, {"tune_trial_id": tune_trial_id})
+            configuration = plan.seed_means.configuration_of(key) if plan.seed_means is not None else None
+            number = plan.mirror.start(trial, {"tune_trial_id": tune_trial_id, **(
+                {"configuration": configuration} if configuration is not None else {})})
         else:
             plan.mirror.set_attrs(number, {"tune_trial_id": tune_trial_id})
         plan.table.update(key, state="RUNNING", status=None, reason=None, optuna_trial=number,
@@ -83,6 +91,7 @@ class TrialEvents(tune.Callback):
         """The trial's verdict: told to Optuna, copied to trials.csv, weights kept or deleted, printed."""
         plan = self.plan
         plan.handed_out.discard(key)
+        self._measure(key, number, summary.get("status") in RESULT_STATUSES)
         state = plan.mirror.finish(number, summary)
         plan.table.set_summary(key, summary)
         plan.table.update(key, state=state)
@@ -90,6 +99,8 @@ class TrialEvents(tune.Callback):
             plan.table.update(other, weights=weights)
         plan.table.write_soon()
         value = metric_value(summary, plan.spec.metric.name) if state == "COMPLETE" else None
+        if plan.seed_means is not None:
+            plan.seed_means.seed_ended(key, state, summary.get("status"), value)
         plan.progress.trial_ended(key, state, summary.get("status"), value, summary.get("reason"))
 
     def finish_interrupted(self) -> None:
@@ -99,11 +110,23 @@ class TrialEvents(tune.Callback):
             return
         for number in list(plan.mirror.running):
             key = plan.mirror.running[number].user_attrs.get("key")
+            self._measure(key, number, False)
             plan.mirror.fail(number, INTERRUPTED, status=INTERRUPTED)
             if key in plan.table.rows:
                 plan.table.update(key, state="FAIL", status=INTERRUPTED, reason=INTERRUPTED)
                 plan.progress.trial_interrupted(key)
         plan.table.write()
+
+    def _measure(self, key: str, number: int, with_result: bool) -> None:
+        """The attempt's device time (its wall time since Tune started it x the devices it held) as the Optuna
+        user attribute device_seconds, and told to the study's cost limit (sweep.run.cost_limit)."""
+        began = self.began.pop(key, None)
+        if began is None:
+            return  # never seen starting (a trial asked but not started)
+        seconds = (time.monotonic() - began) * devices_per_trial(self.plan.spec)
+        self.plan.mirror.set_attrs(number, {DEVICE_SECONDS: round(seconds, 3)})
+        if self.plan.cost_limit is not None:
+            self.plan.cost_limit.ended(key, seconds, with_result)
 
     # ---- Tune's callback hooks ------------------------------------------------------------------
     def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:

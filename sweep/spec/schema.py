@@ -198,7 +198,8 @@ class StudySpec(BaseModel):
     (a trainer config, `trainer.RunConfig`'s keys) are required; `parameters` maps dotted trainer keys to
     a list of values, a distribution or an `{expr: ...}`; `method` is grid, random or tpe (with `budget`);
     `seeds`, `metric`, `resources`, `scheduler`, `storage`, `results_dir`, `constraints`, `keep_weights`,
-    `reuse_workers`, `loggers`, `analysis` and `tracking` have defaults. Unknown keys are refused.
+    `reuse_workers`, `loggers`, `analysis`, `tracking`, `reference` and `cost_limit` have defaults. Unknown keys
+    are refused.
 
     The trials it gives are `sweep.spec.expand(spec)` (a list of `Trial`, in the order they run).
     """
@@ -230,6 +231,12 @@ class StudySpec(BaseModel):
     # what `sweep analyze` draws beyond what `parameters` call for; changing it changes no trial
     analysis: Annotated[Analysis, BeforeValidator(_none_is_default)] = Field(default_factory=Analysis)
     tracking: Annotated[Tracking, BeforeValidator(_none_is_default)] = Field(default_factory=Tracking)
+    # the configuration `sweep analyze` states every other one against (analysis.paired): swept key -> its value;
+    # changing it changes no trial
+    reference: Annotated[dict[str, Any], BeforeValidator(_none_is_default)] = {}
+    # device-hours the study may spend (measured: each trial attempt's wall time x its devices); `sweep run`
+    # refuses a study whose estimate passes it and stops handing out trials before the next would (sweep.run.cost_limit)
+    cost_limit: Annotated[Number, Field(gt=0)] | None = None
     source_text: str = ""  # the YAML as written (stored as the Optuna study's note)
     path: str = ""  # the YAML file it was loaded from ("" when built in code)
     marks: Marks | None = Field(None, exclude=True, repr=False)  # key lines of `path`, for errors
@@ -244,6 +251,16 @@ class StudySpec(BaseModel):
             if seed in seen:
                 raise where.error(("seeds", index), f"seed {seed} is listed twice")
             seen.add(seed)
+        for key, value in self.reference.items():
+            values = self.parameters.get(key)
+            if values is None:
+                raise where.error(("reference", key), f"names {key}, which the study does not sweep; expected keys "
+                                  f"of parameters: {', '.join(self.parameters) or 'none'}")
+            listed = values if isinstance(values, list) else []
+            written = [v for v in listed if not (isinstance(v, dict) and "expr" in v)]
+            if written and len(written) == len(values) and not any(v == value for v in written):
+                raise where.error(("reference", key), f"{value!r} is none of the values parameters.{key} lists "
+                                  f"({', '.join(map(repr, values[:8]))})")
         if self.method == "grid" and self.budget is not None:
             raise where.error(("budget",), "applies to method random or tpe; a grid runs every combination")
         if self.method != "grid" and self.budget is None:

@@ -317,7 +317,7 @@ def test_scores_that_differ_in_the_third_decimal_read_plainly(tmp_path):
     # the quickstart's shape (STS-B test alone: no paper values widen the axis), scores within 0.01
     folder = fx.stand_in_study(REPO / "studies" / "quickstart.yaml", tmp_path / "quick", 3, spread=0.001)
     drawn = dict(draw_study(folder))
-    assert set(drawn) == {"score_vs_mtd", "align_uniform_vs_mtd", "queue_slices", "ema_decay"}
+    assert set(drawn) == {"score_vs_mtd", "align_uniform_vs_mtd", "queue_slices", "ema_decay", "paired_differences"}
     assert_laid_out(list(drawn.items()))
     for name in ("ema_decay", "queue_slices", "score_vs_mtd"):
         ticks = [t.get_text() for t in drawn[name].axes[0].get_yticklabels() if t.get_text()]

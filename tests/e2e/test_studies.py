@@ -152,6 +152,8 @@ def expected_figures(spec: dict[str, Any], folder: Path) -> set[str]:
         names.discard("gaussian_m")
     if "mix" not in methods:
         names.discard("mix_lambda")
+    if len(spec["seeds"]) >= 2 and len(configurations(spec)) >= 2:  # configurations sharing seeds: paired
+        names.add("paired_differences")
     mocose = trials[trials["method"] == "mocose"]
     if swept & (MTD_INPUTS | {"mtd"}) and mocose["mtd"].round(6).nunique() >= 3:
         names |= {"score_vs_mtd", "align_uniform_vs_mtd"}  # the fake trainer reports align/uniform

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from sweep.commands import dry_run
+from sweep.commands import cost
 from sweep.commands.dry_run import print_dry_run
 from sweep.spec import load_study
 from tests.helpers import study_file
@@ -52,7 +52,7 @@ def records(tmp_path, monkeypatch):
     """The records folder (empty); no GPU and one CPU core here, so that no two trials run at once."""
     folder = tmp_path / "bench-records"
     monkeypatch.setenv("SWEEP_BENCH_DIR", str(folder))
-    monkeypatch.setattr(dry_run, "local_gpu_name", lambda: None)
+    monkeypatch.setattr(cost, "local_gpu_name", lambda: None)
     monkeypatch.setattr("os.cpu_count", lambda: 1)
     return folder
 
@@ -94,7 +94,7 @@ def test_without_a_record_one_line_names_the_command_that_makes_one(tmp_path, re
 
 def test_a_gpu_study_reads_the_local_gpus_record_at_the_precision_auto_resolves_to(tmp_path, records, capsys,
                                                                                    monkeypatch):
-    monkeypatch.setattr(dry_run, "local_gpu_name", lambda: "NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(cost, "local_gpu_name", lambda: "NVIDIA H100 80GB HBM3")
     lines, _ = dry_run_text(capsys, study(tmp_path, "gpu", resources={"cpu": 2, "gpu": 1}))
     assert lines == [f"not estimated: no bench record for NVIDIA H100 80GB HBM3 "
                      f"({records / 'nvidia-h100-80gb-hbm3.json'}): `sweep doctor --bench` makes one"]
@@ -194,7 +194,7 @@ def test_trials_sharing_the_device_take_the_benchs_measured_slowdown(tmp_path, r
     record = json.loads((records / "nvidia-a100.json").read_text())
     record["bench"]["sharing"] = {"aggregate_vs_alone": 1.5}
     (records / "nvidia-a100.json").write_text(json.dumps(record))
-    monkeypatch.setattr(dry_run, "local_gpu_name", lambda: "NVIDIA A100")
+    monkeypatch.setattr(cost, "local_gpu_name", lambda: "NVIDIA A100")
     lines, _ = dry_run_text(capsys, study(tmp_path, "halves", resources={"cpu": 2, "gpu": 0.5}))
     per_trial = (40 * 0.1 * (32 / 64) + 3 * 2.0 + 1.0 + 3.0) * 2 / 1.5
     assert lines[1].startswith(f"per trial {per_trial / 3600:.3g} device-hours ({per_trial:.0f} s): ")
