@@ -107,7 +107,7 @@ def paired_differences(table: pd.DataFrame, by: Sequence[str], reference: dict[s
     by = list(by)
     scored = table.dropna(subset=[score])
     reference_rows = scored[_matching(scored, reference)].set_index("seed")
-    stratified = score == AVG and all(task in scored.columns for task in STS_TASKS)
+    stratified = score == AVG and _avg_is_task_mean(scored)
     rng = np.random.default_rng(seed)
     out, left_out = [], []
     for key, group in scored.groupby(by, dropna=False, sort=True):
@@ -136,6 +136,15 @@ def paired_differences(table: pd.DataFrame, by: Sequence[str], reference: dict[s
             iqm=float(scipy_stats.trim_mean(d, 0.25)) if len(seeds) >= MIN_IQM else None,
             stratified=stratified and low is not None))
     return out, left_out
+
+
+def _avg_is_task_mean(scored: pd.DataFrame) -> bool:
+    """Whether each row's seven-task average is the mean of its seven task scores (to 0.01): what the stratified
+    bootstrap, which resamples the tasks' differences, needs to be an interval of the average's difference."""
+    if not all(task in scored.columns for task in STS_TASKS):
+        return False
+    tasks = scored[list(STS_TASKS)].to_numpy(float)
+    return bool(np.isfinite(tasks).all() and np.allclose(tasks.mean(axis=1), scored[AVG].to_numpy(float), atol=0.01))
 
 
 def bootstrap_means(d: np.ndarray, n_boot: int, rng: np.random.Generator) -> np.ndarray:
@@ -272,8 +281,8 @@ def figure_paired_differences(table: pd.DataFrame, by: Sequence[str], reference:
     without = [i for i, d in enumerate(differences) if d.ci_low is None]
     if with_ci:
         ax.errorbar([differences[i].mean for i in with_ci], ys[with_ci],
-                    xerr=[[differences[i].mean - differences[i].ci_low for i in with_ci],
-                          [differences[i].ci_high - differences[i].mean for i in with_ci]],
+                    xerr=[[max(0.0, differences[i].mean - differences[i].ci_low) for i in with_ci],
+                          [max(0.0, differences[i].ci_high - differences[i].mean) for i in with_ci]],
                     fmt="o", capsize=3, color=style["color"], label="mean difference, 95% bootstrap CI")
     if without:
         ax.plot([differences[i].mean for i in without], ys[without], "s", color=series_style(1)["color"],

@@ -122,8 +122,7 @@ def evaluation_protocol(summary: dict[str, Any]) -> dict[str, Any]:
     protocol = {name: flat.get(name) for name in PROTOCOL_FIELDS}
     protocol["eval.final_tasks"] = list(protocol["eval.final_tasks"] or STS_TASKS)
     for flag, methods in FLAG_METHODS.items():  # a switch that does not act on this method changes nothing
-        if flat.get("method") not in methods:
-            protocol[flag] = False
+        protocol[flag] = bool(protocol[flag]) and flat.get("method") in methods  # unset: off
     protocol["precision"] = summary.get("precision") or protocol["precision"]
     return protocol
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from sweep.records.store import StudyFolder, StudyLocation, locate_study
+from sweep.run.cost_limit import spent_seconds
 from sweep.text import shorten
 from trainer.errors import UserError
 from trainer.summary import provenance_columns, provenance_spread
@@ -54,6 +55,11 @@ def show_status(study: str) -> int:
         optuna_counts = Counter(t.state.name for t in optuna_trials)
         print(f"optuna ({_display(location.storage)}): {len(optuna_trials)} trials: "
               + ", ".join(f"{n} {state}" for state, n in sorted(optuna_counts.items())))
+        spent, _ = spent_seconds({"": optuna_trials})
+        limit = _cost_limit(location)
+        if spent or limit is not None:
+            print(f"device time spent: {spent / 3600:.3g} device-hours ({spent:.0f} s, measured per attempt)"
+                  + ("" if limit is None else f" of the study's cost_limit {limit:.3g}"))
     problems: dict[str, str] = {}  # key -> why its summary.json cannot be used; filled by _next_run's read
     next_run = _next_run(location, [row.get("key") for row in rows if row.get("key")], optuna_trials, problems)
     for row in rows:  # a damaged result is reported, not shown as if the trial had none
@@ -72,6 +78,20 @@ def show_status(study: str) -> int:
         print("no `sweep run` is running this study: its RUNNING trials were interrupted and run again "
               "on the next `sweep run`")
     return 0
+
+
+def _cost_limit(location: StudyLocation) -> float | None:
+    """The study's cost_limit: from its study file when located by it, else from the results folder's study.yaml."""
+    if location.spec is not None:
+        return location.spec.cost_limit
+    import yaml
+
+    try:
+        recorded = yaml.safe_load(location.folder.study_yaml.read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return None
+    limit = recorded.get("cost_limit") if isinstance(recorded, dict) else None
+    return float(limit) if isinstance(limit, (int, float)) and not isinstance(limit, bool) else None
 
 
 def _ended_summaries(folder: StudyFolder, rows: list[dict[str, str]]) -> list[dict[str, Any]]:

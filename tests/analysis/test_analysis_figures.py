@@ -332,7 +332,7 @@ def test_sweep_analyze_command_attaches_figures_once(tmp_path, monkeypatch, caps
     output = capsys.readouterr().out
     assert "gaussian_m.png" in output and "attached 0 new figure(s)" in output
     metas = get_all_artifact_meta(optuna.load_study(study_name="gs_m", storage=storage))
-    assert [m.filename for m in metas] == ["gaussian_m.png"]
+    assert sorted(m.filename for m in metas) == ["gaussian_m.png", "paired_differences.png"]
     assert (study_dir / "artifacts").is_dir()
 
     with pytest.raises(UserError, match="not found"):

@@ -88,8 +88,9 @@ def test_measured_mtd_figures_are_named_and_attached_apart_from_the_formula_ones
 
     formula = {p.name for p in (study_dir / "figures").glob("*.png")}
     measured = {p.name for p in (study_dir / "figures" / "measured_mtd").glob("*.png")}
-    assert formula == {"score_vs_mtd.png", "align_uniform_vs_mtd.png", "ema_decay.png"}
-    assert measured == {"score_vs_mtd_measured.png", "align_uniform_vs_mtd_measured.png", "ema_decay.png"}
+    assert formula == {"score_vs_mtd.png", "align_uniform_vs_mtd.png", "ema_decay.png", "paired_differences.png"}
+    assert measured == {"score_vs_mtd_measured.png", "align_uniform_vs_mtd_measured.png", "ema_decay.png",
+                        "paired_differences.png"}
     assert {"score_vs_mtd_measured.json", "score_vs_mtd_measured.csv"} <= {
         p.name for p in (study_dir / "figures" / "measured_mtd").iterdir()}
     names = [m.filename for m in get_all_artifact_meta(optuna.load_study(study_name="mtd", storage=storage))]

@@ -61,6 +61,10 @@ def test_the_seven_task_average_is_bootstrapped_stratified_over_tasks_and_seeds(
     low, high = np.percentile(means, [2.5, 97.5])
     assert (d.ci_low, d.ci_high) == (pytest.approx(low, abs=0.02), pytest.approx(high, abs=0.02))
     assert d.mean == pytest.approx(per_task.mean(), abs=1e-12)
+    # an average that is not the mean of the seven tasks (another protocol's): resampled as one score instead
+    table["avg"] += np.where(table["seed"] == 0, 0.5, 0.0)
+    [d], _ = paired.paired_differences(table, ["ema.decay"], {"ema.decay": 0.85}, "avg", n_boot=200, seed=5)
+    assert not d.stratified
 
 
 def test_two_shared_seeds_give_no_interval_and_one_leaves_the_configuration_out():

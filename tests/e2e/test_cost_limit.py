@@ -90,6 +90,9 @@ def test_a_limit_reached_midway_stops_the_study_resumably_and_a_raised_limit_fin
     spent = [t.user_attrs["device_seconds"] for t in attempts]
     assert all(seconds >= 3.0 for seconds in spent)  # measured: three 1 s steps at least, never the estimate
     stamps = {key: os.stat(study_dir / "trials" / key / "summary.json").st_mtime_ns for key in ran}
+    status = run_sweep(["status", str(path)], cwd=tmp_path, env=env, timeout=60)
+    assert re.search(r"^device time spent: [0-9.e-]+ device-hours \((\d+) s, measured per attempt\) of the "
+                     r"study's cost_limit 0\.00111$", status.stdout, re.M), status.stdout
 
     again = run_sweep(["run", str(path), "--max-concurrent", "1"], cwd=tmp_path, env=env)  # limit unchanged
     assert again.returncode == 2 and "raise cost_limit in" in again.stderr, again.stdout + again.stderr

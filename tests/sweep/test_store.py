@@ -270,9 +270,11 @@ def test_tpe_asks_optuna_per_configuration_runs_every_seed_and_resumes(tmp_path)
     feed, events = TrialFeed(run), driver.events
     first = feed.suggest("tune-1")  # what Tune gets: the job as its trial config
     number = events.trial_started(first["key"], "tune-1")
-    asked = run.mirror.study.trials[number]
-    assert asked.state == TrialState.RUNNING and asked.user_attrs["asked"] is True
-    assert 0.5 <= asked.params["ema.decay"] <= 0.9 and asked.user_attrs["key"] == first["key"]
+    seed_run = run.mirror.study.trials[number]  # each seed's run in the study's own Optuna study
+    asked = run.seed_means.study.trials[seed_run.user_attrs["configuration"]]  # the configuration TPE asked for
+    assert seed_run.state == TrialState.RUNNING and "asked" not in seed_run.user_attrs
+    assert asked.state == TrialState.RUNNING and asked.user_attrs["keys"]["1"] == first["key"]
+    assert 0.5 <= asked.params["ema.decay"] <= 0.9 and seed_run.params == asked.params
     assert first["config"]["output_dir"] == str(run.folder.trial_dir(first["key"]))
     events.trial_result(first["key"], number, {"step": 3, "dev_stsb": 50.0})
     events.trial_ended(first["key"], number, summary())
@@ -286,6 +288,9 @@ def test_tpe_asks_optuna_per_configuration_runs_every_seed_and_resumes(tmp_path)
     assert [t.key for t in again.to_run] == [second["key"]] and again.asks_left == 1
     rows = {r["key"]: r["state"] for r in again.folder.read_trials_csv()}
     assert rows == {first["key"]: "COMPLETE", second["key"]: "PENDING"}
+    # the configuration waits for its second seed: the sampler has not been told yet
+    assert again.seed_means.study.trials[asked.number].state == TrialState.RUNNING
+    assert again.seed_means.of == {first["key"]: asked.number, second["key"]: asked.number}
 
 
 def test_callback_records_pruned_and_crashed_trials(tmp_path):

@@ -129,7 +129,8 @@ def one_task_figures(folder: Path) -> list[tuple[str, Any, pd.DataFrame]]:
     assert score == "STSBenchmark"
     knobs = [*PARAMS, "queue.initial_size"]  # calls for the queue heat map too (MoCoSE Table 7)
     drawn = [(name, *draw()) for name, draw in report.applicable_figures(table, PARAMS, score, 20, knobs=knobs)]
-    assert {name for name, _, _ in drawn} == {"score_vs_mtd", "align_uniform_vs_mtd", "ema_decay", "queue_heatmap"}
+    assert {name for name, _, _ in drawn} == {"score_vs_mtd", "align_uniform_vs_mtd", "ema_decay", "queue_heatmap",
+                                              "paired_differences"}
     return drawn
 
 
@@ -137,6 +138,9 @@ def test_one_task_figures_name_the_score_and_draw_no_paper_average(one_task_dir)
     for name, fig, data in one_task_figures(one_task_dir):
         texts = figure_texts(fig)
         assert [t for t in texts["labels"] if NAMES_THE_AVERAGE.search(t)] == [], name
+        if name == "paired_differences":  # differences between configurations: no paper value to draw
+            assert fig.axes[0].get_xlabel() == "\u0394 STS-B test Spearman x100"
+            continue
         # no paper score is drawn; the paper's best MTD (an x position) says what it is best by
         assert "paper" not in set(data["series"]), name
         legend_average = [t for t in texts["legends"] if NAMES_THE_AVERAGE.search(t)]
