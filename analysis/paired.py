@@ -201,7 +201,8 @@ def _missing(value: Any) -> bool:
 
 def _values(configuration: dict[str, Any], by: Sequence[str]) -> str:
     """A configuration by its values alone, in `by`'s order (a figure's row label; the keys go in its legend)."""
-    return " / ".join(str(configuration.get(key)) for key in by)
+    return " / ".join(f"{value:g}" if isinstance(value, float) else str(value)
+                      for value in (configuration.get(key) for key in by))
 
 
 def _text(configuration: dict[str, Any]) -> str:
