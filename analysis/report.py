@@ -160,7 +160,7 @@ def _write_paired(table: pd.DataFrame, out_dir: Path, params: list[str], score: 
     reference, chosen = _reference(table, params, score, named)
     if reference is None:
         return []
-    differences, left_out = paired.paired_differences(table, params, reference, score, max(n_boot, 1000), seed)
+    differences, left_out = paired.paired_differences(table, params, reference, score, n_boot, seed)
     if not differences:
         return []
     frame = paired.paired_frame(differences, params)
@@ -267,7 +267,7 @@ def applicable_figures(
         chosen_reference, chosen = _reference(table, params, score, reference)
         if chosen_reference is not None and paired.has_pairs(table, params, score, chosen_reference):
             plans.append(("paired_differences", lambda: paired.figure_paired_differences(
-                table, params, chosen_reference, chosen, score, max(n_boot, 1000), seed, size)))
+                table, params, chosen_reference, chosen, score, n_boot, seed, size)))
     return plans
 
 

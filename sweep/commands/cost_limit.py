@@ -46,14 +46,14 @@ def study_estimate(spec: StudySpec) -> StudyEstimate:
         one = one if one is not None else fallback
         per_trial: dict[str, float | None] = {}
         estimated = 0.0 if one is None else one * left
-        bound = "tpe's values are each parameter's first"
+        bound = "at each parameter's first value (TPE chooses the values during the run)"
         return StudyEstimate(spent, left, estimated, left if one is None else 0, bound, per_trial, fallback, one)
     states = trial_states(spec, by_key=attempts) or {}
     trials: list[Trial] = [t for t in expansion(spec).trials if not is_done(states.get(t.key))]
     seconds = trial_estimates(spec, [t.config for t in trials]) if trials else []
     per_trial = {t.key: (s if s is not None else fallback) for t, s in zip(trials, seconds)}
     known = [s for s in per_trial.values() if s is not None]
-    bound = f"the {spec.scheduler.type} scheduler stops trials early" if spec.scheduler else None
+    bound = f"an upper bound: the {spec.scheduler.type} scheduler stops trials early" if spec.scheduler else None
     return StudyEstimate(spent, len(trials), sum(known), len(trials) - len(known), bound, per_trial, fallback)
 
 
@@ -71,19 +71,22 @@ def _estimate_text(estimate: StudyEstimate) -> str:
     if estimate.spent:
         parts += f" + {_hours(estimate.spent)} spent"
     text = f"{_hours(estimate.total)} device-hours ({parts})"
-    if estimate.upper_bound:
-        text += f", an upper bound: {estimate.upper_bound}"
+    if estimate.caveat:
+        text += f", {estimate.caveat}"
     return text
 
 
 def limit_lines(spec: StudySpec, estimate: StudyEstimate) -> list[str]:
     """The dry run's `limit:` lines: the limit, whether the estimate fits it and by how much."""
     limit = spec.cost_limit * 3600
+    if estimate.unestimated == estimate.to_run and estimate.to_run and not estimate.spent:
+        return [f"cost_limit {spec.cost_limit:.3g} device-hours; nothing spent yet", unestimated_line(estimate)]
     lines = [f"cost_limit {spec.cost_limit:.3g} device-hours; estimated {_estimate_text(estimate)}"]
     if estimate.unestimated:
         lines.append(unestimated_line(estimate))
+    what = "the estimated part" if estimate.unestimated else "the study"
     if estimate.total <= limit:
-        lines.append(f"fits, with {_hours(limit - estimate.total)} device-hours to spare")
+        lines.append(f"{what} fits, with {_hours(limit - estimate.total)} device-hours to spare")
     else:
         lines.append(f"passes it by {_hours(estimate.total - limit)} device-hours: `sweep run` refuses to start; "
                      f"raise cost_limit to {_round_up(estimate.total / 3600)} or more, or run fewer trials")

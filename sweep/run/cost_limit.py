@@ -51,7 +51,7 @@ class StudyEstimate:
     to_run: int
     to_run_seconds: float  # of the `to_run - unestimated` trials with an estimate
     unestimated: int = 0  # trials to run without an estimate (no bench record, nothing measured yet)
-    upper_bound: str | None = None  # why the estimate is an upper bound (an early-stopping scheduler, tpe)
+    caveat: str | None = None  # what the estimate assumes (an early-stopping scheduler's upper bound, tpe's values)
     per_trial: dict[str, float | None] = field(default_factory=dict)  # key -> device-seconds (None: unknown)
     fallback: float | None = None  # the measured mean device-seconds of a trial, when there is one
     planning: float | None = None  # tpe: the estimate of any trial it asks (at each parameter's first value)

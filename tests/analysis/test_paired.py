@@ -105,7 +105,7 @@ def test_a_named_reference_without_finished_trials_skips_the_paired_outputs_with
     assert "scores.md" in names and not names & {"paired.md", "paired.csv", "paired_differences.png"}
 
 
-@pytest.mark.parametrize("study", ["gaussian_m", "mix_lambda", "mtd_grid"])
+@pytest.mark.parametrize("study", ["gaussian_m", "mix_lambda", pytest.param("mtd_grid", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("seeds", [1, 3, 5])
 def test_analyze_writes_the_paired_table_and_figure_at_three_and_five_seeds(tmp_path, study, seeds):
     folder = fx.stand_in_study(REPO / "studies" / f"{study}.yaml", tmp_path / study, seeds)

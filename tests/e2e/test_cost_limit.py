@@ -64,7 +64,7 @@ def test_a_study_whose_estimate_passes_its_limit_is_refused_before_anything_is_w
 
     set_limit(path, advised.group(2))  # the advice, followed literally
     dry = run_sweep(["run", str(path), "--dry-run"], cwd=tmp_path, env=env)
-    assert limit_lines(dry.stdout)[-1].startswith("fits, with "), dry.stdout
+    assert limit_lines(dry.stdout)[-1].startswith("the study fits, with "), dry.stdout
 
 
 @pytest.mark.slow

@@ -43,6 +43,8 @@ def results_of(summary: dict) -> dict:
     timing = ("train_seconds", "eval_seconds", "final_eval_seconds", "wall_time_s", "sentences_per_s", "elapsed_s",
               "resources", "config")
     out = {k: v for k, v in summary.items() if k not in timing and "path" not in k and "dir" not in k}
+    if "provenance" in out:  # where it ran (a Ray node, or none for the trainer's own CLI) is not a result
+        out["provenance"] = {k: v for k, v in out["provenance"].items() if k != "node"}
     out["history"] = [{k: v for k, v in entry.items() if k not in timing} for entry in summary.get("history", [])]
     return out
 

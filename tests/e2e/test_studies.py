@@ -82,24 +82,30 @@ def test_study_runs_and_its_analysis_has_one_row_per_configuration(study_file, t
     assert drawn == expected_figures(spec, folder), f"figures drawn {sorted(drawn)}"
     for name in drawn:  # every figure's points are configurations, each over the study's seeds
         data = pd.read_csv(figures / f"{name}.csv")
-        marks = ~data["series"].isin(["paper", "paper best MTD", "fit", "best MTD"])  # not points of trials
+        marks = (~data["series"].isin(["paper", "paper best MTD", "fit", "best MTD"])  # not points of trials
+                 if "series" in data.columns else pd.Series(True, index=data.index))  # paired: a row per configuration
         measured = data[marks & data["n"].notna()] if "n" in data.columns else data.iloc[:0]
         assert measured.empty or (measured["n"] == seeds).all(), f"{name}: n {measured['n'].tolist()}"
 
 
 # ---- the study, shrunk ----------------------------------------------------------------------------
 def shrink(spec: dict[str, Any], tmp_path: Path, data_dir: Path) -> dict[str, Any]:
-    """The study at laptop size: embedded model, corpus sample, two values per swept list, two seeds where
-    that leaves at most two configurations (else one: n = 1 still shows any pooling, as n = 2)."""
+    """The study at laptop size: embedded model, corpus sample, two values per swept list (the reference's value
+    one of them), two seeds where that leaves at most two configurations (else one: n = 1 still shows any pooling,
+    as n = 2)."""
     spec = copy.deepcopy(spec)
     base = spec["base"]
     base["model"] = "embedded"
     base.setdefault("data", {}).update(corpus=str(data_dir / "corpus" / "wiki1m_sample.txt"), data_dir=str(data_dir))
     spec["resources"] = {"cpu": 0.5, "gpu": 0}
     spec["results_dir"] = str(tmp_path / "results")
+    reference = spec.get("reference") or {}
     for key, values in (spec.get("parameters") or {}).items():
-        if isinstance(values, list):
-            spec["parameters"][key] = values[:2]
+        if isinstance(values, list):  # the first two values, the study's reference among them
+            kept = values[:2]
+            if key in reference and reference[key] in values and reference[key] not in kept:
+                kept = [values[0], reference[key]]
+            spec["parameters"][key] = kept
     if spec.get("budget"):
         spec["budget"] = min(int(spec["budget"]), 3)
     spec["seeds"] = spec["seeds"][:2] if len(configurations(spec)) <= 2 else spec["seeds"][:1]
