@@ -99,18 +99,20 @@ class StudyPlan:
         rebuild_storage(self.storage_url, self.rebuild_storage, self.spec.path or "STUDY", self.spec.method,
                         self.folder.set_aside)
         keep_changed = keep_weights_changed(self.spec)  # read before study.yaml records the new value
+        self.folder.path.mkdir(parents=True, exist_ok=True)  # the default SQLite storage lives in it
+        planned = self._planned_trials()
+        distributions = self._distributions(planned)
+        commit = git_commit()
+        # Optuna checks the spec's distributions first: a study it refuses leaves study.yaml and its history as they were
+        self.mirror = OptunaMirror(self.spec, self.storage_url, distributions,
+                                   common_attrs={"driver_commit": commit} if commit else {})
+        if uses_seed_means(self.spec):
+            self.seed_means = SeedMeans(self.spec, self.mirror.storage, distributions)
         if self.change is not None:
             record_change(self.folder, self.change, extend=bool(self.change.changed))
             grown = ", ".join(self.change.added + self.change.changed)
             self.progress_note = f"study {self.spec.name} extended: {grown}"
         self.folder.write_study_yaml(self.spec)
-        planned = self._planned_trials()
-        distributions = self._distributions(planned)
-        commit = git_commit()
-        self.mirror = OptunaMirror(self.spec, self.storage_url, distributions,
-                                   common_attrs={"driver_commit": commit} if commit else {})
-        if uses_seed_means(self.spec):
-            self.seed_means = SeedMeans(self.spec, self.mirror.storage, distributions)
         self._record_study_file()
         stale = self.mirror.fail_interrupted()
         self.table = TrialsTable(self.folder, self.param_names)

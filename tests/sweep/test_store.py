@@ -15,6 +15,7 @@ import pytest
 from optuna.trial import TrialState
 
 from sweep.commands.status import show_status
+from sweep.records.history import check_same_study
 from sweep.records.mirror import OptunaMirror, infer_distributions, optuna_value
 from sweep.records.store import StudyFolder, TrialsTable, is_final, locate_study, metric_value
 from sweep.run.feed import TrialFeed
@@ -337,6 +338,33 @@ def test_changed_categorical_choices_fail_before_anything_runs(tmp_path):
         OptunaMirror(spec, url, infer_distributions(grown, list(spec.parameters)))
     wider = [make_trial("d" * 12, 0.99, ["0-256"])] + TRIALS  # numbers may leave the old range
     OptunaMirror(spec, url, infer_distributions(wider, list(spec.parameters)))
+
+
+def test_a_study_optuna_refuses_leaves_study_yaml_and_its_history_as_they_were(tmp_path):
+    """An added categorical value passes the same-study check (it extends the study) but Optuna cannot hold it:
+    the refusal comes before study.yaml or study_history.yaml is written, so the recorded study still runs."""
+    text = ("name: refused_unit\n"
+            "base: {model: embedded, method: mocose, queue: {size: 64, initial_size: 8}}\n"
+            "parameters:\n  queue.slices: [all, ['0-32']]\n"
+            f"results_dir: {tmp_path / 'results'}\n")
+    spec = load_study(study_file(tmp_path, text))
+    first = StudyRun(spec, "unused:train", change=check_same_study(spec, extend=False)).plan
+    assert first.prepare() == 2
+    key = first.to_run[0].key
+    first.folder.write_summary(key, summary())
+    first.mirror.finish(first.mirror.start(first.trials[key]), summary())  # Optuna now holds the choices
+    folder = StudyFolder(spec.study_dir)
+    recorded = folder.study_yaml.read_bytes()
+
+    grown = load_study(study_file(tmp_path, text.replace("['0-32']]", "['0-32'], ['32-64']]")))
+    change = check_same_study(grown, extend=False)
+    assert change is not None and change.added  # an extension, so only Optuna can refuse it
+    with pytest.raises(UserError, match="cannot hold"):
+        StudyRun(grown, "unused:train", change=change).plan.prepare()
+    assert folder.study_yaml.read_bytes() == recorded
+    assert not (folder.path / "study_history.yaml").exists()
+    again = load_study(study_file(tmp_path, text))
+    assert StudyRun(again, "unused:train", change=check_same_study(again, extend=False)).plan.prepare() == 1
 
 
 def test_trials_csv_is_rewritten_at_most_once_per_interval_while_trials_run(tmp_path, monkeypatch):
