@@ -103,7 +103,7 @@ class StudyPlan:
         planned = self._planned_trials()
         distributions = self._distributions(planned)
         commit = git_commit()
-        # Optuna checks the spec's distributions first: a study it refuses leaves study.yaml and its history as they were
+        # Optuna checks the distributions first: a study it refuses leaves study.yaml and its history as they were
         self.mirror = OptunaMirror(self.spec, self.storage_url, distributions,
                                    common_attrs={"driver_commit": commit} if commit else {})
         if uses_seed_means(self.spec):
