@@ -67,6 +67,7 @@ from analysis.figure_style import (
     styled,
 )
 from analysis.stats import seed_summary
+from trainer.vocabulary import MOCOSE
 
 FIGSIZE = (SIZES[DEFAULT_SIZE], PANEL_HEIGHT[DEFAULT_SIZE] + 1.2)  # the default size before its legend is added
 COLUMNS = ["series", "x", "x_label", "mean", "std", "n"]
@@ -79,7 +80,7 @@ def figure_queue_slices(
 ) -> tuple[Figure, pd.DataFrame]:
     """MoCoSE Table 8: which age-ordered queue positions the loss uses, as a dot plot (the slices have no order
     to draw a line along)."""
-    trials = table[table["method"] == "mocose"]
+    trials = table[table["method"] == MOCOSE]
     paper = paper_values.MOCOSE_TABLE8_QUEUE_SLICES
     setting = paper_values.MOCOSE_TABLE8_SETTING
     return _ablation_figure(
@@ -95,7 +96,7 @@ def figure_ema_decay(
     table: pd.DataFrame, score: str = "avg", by: Sequence[str] | None = None, size: str = DEFAULT_SIZE,
 ) -> tuple[Figure, pd.DataFrame]:
     """MoCoSE Table 3 / Fig. 8: EMA decay eta (constant schedule; eta0 under a cosine schedule)."""
-    trials = table[table["method"] == "mocose"]
+    trials = table[table["method"] == MOCOSE]
     constant = "ema.schedule" not in trials.columns or (trials["ema.schedule"] == "constant").all()
     return _ablation_figure(
         trials, "ema.decay", score, by=by, size=size, x_format=format_number,
@@ -117,7 +118,7 @@ def figure_queue_heatmap(
     Table 7, are printed in the cell in brackets and returned in the `paper` column. One panel per
     combination of the other swept parameters, all on one colour scale (SEQUENTIAL).
     """
-    trials = table[table["method"] == "mocose"].copy()
+    trials = table[table["method"] == MOCOSE].copy()
     fractions = trials["queue.initial_size"] / trials["queue.size"]
     by_fraction = fractions.round(6).nunique() <= trials["queue.initial_size"].nunique()
     trials["_row"] = fractions.round(6) if by_fraction else trials["queue.initial_size"]
@@ -183,7 +184,7 @@ def figure_head_depth(
     table: pd.DataFrame, score: str = "avg", by: Sequence[str] | None = None, size: str = DEFAULT_SIZE,
 ) -> tuple[Figure, pd.DataFrame]:
     """MoCoSE Table 4: projection layers P / predictor layers Q."""
-    trials = table[table["method"] == "mocose"].copy()
+    trials = table[table["method"] == MOCOSE].copy()
     trials["heads.depth"] = [
         f"{format_number(p)}/{format_number(q)}"
         for p, q in zip(column_or(trials, "heads.projection_layers", 1), column_or(trials, "heads.predictor_layers", 2))
@@ -204,7 +205,7 @@ def figure_predictor_width(
 ) -> tuple[Figure, pd.DataFrame]:
     """MoCoSE Table 6a: the "predictor dimension", the width of the embedding the loss sees
     (heads.embedding_dim: projection output, predictor layers, queue; null = the encoder's hidden size)."""
-    trials = table[table["method"] == "mocose"]
+    trials = table[table["method"] == MOCOSE]
     return _ablation_figure(
         trials, "heads.embedding_dim", score, by=by, size=size,
         x_format=lambda v: "hidden size" if pd.isna(v) else format_number(v),
@@ -218,7 +219,7 @@ def figure_batch_size(
     table: pd.DataFrame, score: str = "avg", by: Sequence[str] | None = None, size: str = DEFAULT_SIZE,
 ) -> tuple[Figure, pd.DataFrame]:
     """MoCoSE Table 6b: batch size N (the paper keeps K = 512, so MTD changes with N)."""
-    all_mocose = (table["method"] == "mocose").all()
+    all_mocose = (table["method"] == MOCOSE).all()
     return _ablation_figure(
         table, "batch_size", score, by=by, size=size, x_format=format_number,
         title="Batch size (MoCoSE Table 6b)", xlabel="batch size N (sentences)",
@@ -232,7 +233,7 @@ def figure_fgsm_eps(
     table: pd.DataFrame, score: str = "avg", by: Sequence[str] | None = None, size: str = DEFAULT_SIZE,
 ) -> tuple[Figure, pd.DataFrame]:
     """MoCoSE Table 9: FGSM epsilon on the word embeddings (0 = no FGSM)."""
-    all_mocose = (table["method"] == "mocose").all()
+    all_mocose = (table["method"] == MOCOSE).all()
     return _ablation_figure(
         table, "fgsm.eps", score, by=by, size=size, x_format=format_eps,
         title="FGSM perturbation size (MoCoSE Table 9)", xlabel="FGSM epsilon (0 = none)",

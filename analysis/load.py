@@ -37,6 +37,7 @@ import pandas as pd
 import yaml
 
 from trainer.evaluation.sts_average import AVG
+from trainer.method_rules import traces_distance
 from trainer.mtd import ETA_CHOICES, K_CHOICES, config_traceable_distance
 from trainer.readings import reading_changes, summary_reading
 from trainer.summary import PROVENANCE_WORDS, provenance_spread, summary_row
@@ -362,7 +363,7 @@ def _state_counts(table: pd.DataFrame) -> dict[str, int]:
 
 def trial_mtd(row: pd.Series, summary: dict[str, Any] | None, eta_choice: str, k_choice: str) -> float:
     config = (summary or {}).get("config") or _config_from_row(row)
-    if config is None or config.get("method") != "mocose":
+    if config is None or not traces_distance(config.get("method")):
         return math.nan
     steps = row.get("steps")
     if _is_missing(steps) and summary:
@@ -398,13 +399,13 @@ def planned_steps_or_none(config: dict[str, Any]) -> int | None:
 
 def _config_from_row(row: pd.Series) -> dict[str, Any] | None:
     """The part of the trainer config MTD needs, rebuilt from trials.csv columns."""
-    if row.get("method") != "mocose":
+    if not traces_distance(row.get("method")):
         return {"method": row.get("method")}
     needed = ("batch_size", "ema.schedule", "ema.decay", "queue.size")
     if any(_is_missing(row.get(name)) for name in needed):
         return None
     return {
-        "method": "mocose",
+        "method": row["method"],
         "batch_size": int(row["batch_size"]),
         "max_steps": _int_or_none(row.get("max_steps")),
         "ema": {

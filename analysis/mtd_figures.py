@@ -41,6 +41,7 @@ from analysis.figure_style import (
     styled,
 )
 from analysis.stats import PeakFit, fit_peak, seed_summary, spearman
+from trainer.method_rules import DISTANCE_METHODS
 
 MTD_LABEL = "MTD (steps)"
 MEASURED_MTD_LABEL = "measured MTD (steps)"
@@ -113,7 +114,7 @@ def figure_align_uniform_vs_mtd(table: pd.DataFrame, log_x: bool = True, by: Seq
     """MoCoSE Fig. 4: alignment and uniformity (Wang & Isola; lower is better) vs MTD, one point per
     configuration and no line through them."""
     name = mtd_name(mtd_source)
-    trials = table[(table["method"] == "mocose") & table["mtd"].notna()]
+    trials = table[table["method"].isin(DISTANCE_METHODS) & table["mtd"].notna()]
     keys = series_columns(trials, (), by)
     fig, axes = new_figure(size, panels=2)
     parts, stats = [], {}
@@ -139,7 +140,7 @@ def figure_align_uniform_vs_mtd(table: pd.DataFrame, log_x: bool = True, by: Seq
 
 # ---- drawing ------------------------------------------------------------------------------------
 def _mocose_with_mtd(table: pd.DataFrame, score: str) -> pd.DataFrame:
-    trials = table[(table["method"] == "mocose") & table["mtd"].notna() & table[score].notna()]
+    trials = table[table["method"].isin(DISTANCE_METHODS) & table["mtd"].notna() & table[score].notna()]
     if trials.empty:
         raise ValueError("no MoCoSE trials with an MTD and a score to plot")
     return trials

@@ -29,7 +29,7 @@ from scipy import stats as scipy_stats
 
 from analysis.figure_style import styled
 from trainer.evaluation.sts_average import AVG
-from trainer.vocabulary import STS_TASKS
+from trainer.vocabulary import GS_INFONCE, MIXCSE, MOCOSE, STS_TASKS
 
 MIN_PAIRED = 2  # seeds shared with the reference to state a difference at all
 MIN_INTERVAL = 3  # ... to give it an interval
@@ -213,8 +213,8 @@ def _text(configuration: dict[str, Any]) -> str:
 # Each paper's own difference to SimCSE (bert-base, seven-task STS average), against the SimCSE figure that paper
 # itself reports: MoCoSE Table 1 (77.27 against 76.25), GS-InfoNCE Table 2 (77.63 against 76.25), MixCSE Table 1
 # (77.66 against its own five re-runs of SimCSE, 74.83).
-PAPER_VS_SIMCSE = {"mocose": (77.27 - 76.25, "MoCoSE Table 1"), "gs": (77.63 - 76.25, "GS-InfoNCE Table 2"),
-                   "mix": (77.66 - 74.83, "MixCSE Table 1")}
+PAPER_VS_SIMCSE = {MOCOSE: (77.27 - 76.25, "MoCoSE Table 1"), GS_INFONCE: (77.63 - 76.25, "GS-InfoNCE Table 2"),
+                   MIXCSE: (77.66 - 74.83, "MixCSE Table 1")}
 
 
 def _paper_column(differences: list[PairedDifference], reference: dict[str, Any], score: str) -> list[str] | None:

@@ -55,7 +55,8 @@ from analysis.load import (
     read_study_spec,
 )
 from trainer.evaluation.sts_average import AVG
-from trainer.vocabulary import STS_BENCHMARK, STS_TASKS
+from trainer.method_rules import DISTANCE_METHODS
+from trainer.vocabulary import MOCOSE, STS_BENCHMARK, STS_TASKS
 
 
 def analyze(
@@ -232,7 +233,7 @@ def applicable_figures(
     figure is drawn at `size`.
     """
     called = set(figures_called_for(params if knobs is None else knobs))
-    mocose = table[table["method"] == "mocose"]
+    traced = table[table["method"].isin(DISTANCE_METHODS)]  # the trials with a maximum traceable distance
     plans: list[tuple[str, Callable]] = []
 
     def add(name: str, function: Callable, **kwargs: Any) -> None:
@@ -241,17 +242,17 @@ def applicable_figures(
                 kwargs["mtd_source"] = mtd_source
             plans.append((name, lambda: function(table, size=size, **kwargs)))
 
-    scored = mocose[mocose["mtd"].notna() & mocose[score].notna()]
+    scored = traced[traced["mtd"].notna() & traced[score].notna()]
     if scored["mtd"].round(6).nunique() >= 3:
         add("score_vs_mtd", mtd_figures.figure_score_vs_mtd, score=score, n_boot=n_boot, seed=seed, by=params)
         if scored["batch_size"].nunique() >= 2:
             add("score_vs_mtd_by_batch", mtd_figures.figure_score_vs_mtd_by_batch, score=score, n_boot=n_boot,
                 seed=seed, by=params)
-    if {"align", "uniform"} <= set(mocose.columns):
-        measured = mocose[mocose["mtd"].notna() & mocose["align"].notna() & mocose["uniform"].notna()]
+    if {"align", "uniform"} <= set(traced.columns):
+        measured = traced[traced["mtd"].notna() & traced["align"].notna() & traced["uniform"].notna()]
         if measured["mtd"].round(6).nunique() >= 3:
             add("align_uniform_vs_mtd", mtd_figures.figure_align_uniform_vs_mtd, by=params)
-    if not mocose.empty:
+    if (table["method"] == MOCOSE).any():  # MoCoSE's ablation tables, drawn from its own trials
         add("queue_slices", figures.figure_queue_slices, score=score, by=params)
         add("ema_decay", figures.figure_ema_decay, score=score, by=params)
         add("queue_heatmap", figures.figure_queue_heatmap, score=score, by=params)

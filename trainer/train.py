@@ -38,6 +38,7 @@ from trainer.evaluation.sts import cosine_scores, evaluate_sts, load_task, split
 from trainer.evaluation.transfer import evaluate_transfer
 from trainer.evaluation.transfer_data import load_transfer_tasks
 from trainer.files import apply_umask_modes, json_safe, write_text_atomic
+from trainer.method_rules import method_rules
 from trainer.methods import Method, method_class
 from trainer.models import load_encoder, pick_device
 from trainer.optim import build_optimizer
@@ -287,7 +288,7 @@ def _set_up(config: RunConfig, host_reads: HostReadPolicy | None) -> _Run:
         # fp16 needs loss scaling on any device (its range underflows small gradients); bf16 has fp32's range
         scaler=torch.amp.GradScaler(device.type) if precision == "fp16" else None,
         encode_eval=encode_eval, encode_dev=encode_dev, eval_augments=eval_augments,
-        track_test=config.eval.selection == "test_avg" or method.reports_test_selected(),
+        track_test=method_rules(config.method).tracks_test(config.to_dict()),
         params=[p for g in optimizer.param_groups for p in g["params"]],
     )
 

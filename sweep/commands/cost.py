@@ -170,11 +170,10 @@ def planned_work(config: dict[str, Any]) -> tuple[int | None, int | None]:
 
 
 def tracks_test(config: dict[str, Any]) -> bool:
-    """Whether each evaluation also scores the seven STS test tasks (as trainer.train's track_test: selection
-    test_avg, or MoCoSE's released test-selected checkpoint)."""
-    released = config.get("released") or {}
-    return ((config.get("eval") or {}).get("selection") == "test_avg"
-            or (config.get("method") == "mocose" and bool(released.get("test_selected"))))
+    """Whether each evaluation also scores the seven STS test tasks: the method rule trainer.train follows."""
+    from trainer.method_rules import method_rules
+
+    return method_rules(config["method"]).tracks_test(config)
 
 
 def final_sts_pairs(config: dict[str, Any]) -> tuple[int, bool, bool]:

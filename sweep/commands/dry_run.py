@@ -14,6 +14,7 @@ from sweep.spec.schema import StudySpec, Trial
 from sweep.text import format_value, is_expr, one_line, plural
 from trainer.config import flatten
 from trainer.errors import UserError
+from trainer.method_rules import traces_distance
 from trainer.vocabulary import METHOD_LABELS, STS_BENCHMARK, STS_TASKS, STS_TEST_PAIRS, TRANSFER_TASKS
 
 # A training sentence costs a few encodings (two views forward, then backward), an evaluated one a single
@@ -139,7 +140,7 @@ def _dry_run_text(spec: StudySpec) -> str:
     mtds = [t.mtd for t in trials if t.mtd is not None]
     if mtds:
         line("MTD", f"{min(mtds):.2f} to {max(mtds):.2f} ({len(mtds)} of {len(trials)} trials)")
-    elif any(t.config.get("method") == "mocose" for t in trials):
+    elif any(traces_distance(t.config.get("method")) for t in trials):
         line("MTD", "- (the mean eta of a cosine schedule needs the run's length: install the corpus, "
                     "`sweep data fetch`, or set max_steps)")
     else:

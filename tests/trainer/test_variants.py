@@ -347,6 +347,32 @@ def test_test_selected_checkpoint_is_reported_labelled_and_used_only_on_request(
     assert [h["test_avg"] for h in summary["history"]] == [70.0, 60.0, 80.0]
 
 
+@pytest.mark.parametrize("method, overrides", [
+    ("mocose", {"released.test_selected": True}), ("mocose", {}), ("simcse", {"released.test_selected": True}),
+    ("gs", {"released.test_selected": True}), ("mix", {"released.test_selected": True}),
+    ("simcse", {"eval.selection": "test_avg"}),
+])
+def test_the_dry_runs_test_tracking_rule_is_what_train_does(make_config, monkeypatch, method, overrides):
+    """Whether each evaluation also scores the seven STS test tasks: the method rule (what sweep's cost estimate
+    counts) against a real run, whose per-evaluation test passes are counted."""
+    from sweep.commands.cost import tracks_test
+
+    real_evaluate, passes = train_mod.evaluate_sts, []
+
+    def counting(encode, root, tasks=None, align_uniform_split="dev"):
+        if align_uniform_split is None and list(tasks) == list(train_mod.STS_TASKS):
+            passes.append(1)
+            return type("R", (), {"scores": {t: 70.0 for t in tasks}, "avg": 70.0})()
+        return real_evaluate(encode, root, tasks, align_uniform_split)
+
+    monkeypatch.setattr(train_mod, "evaluate_sts", counting)
+    config = make_config(method, max_steps=2, **{"eval.eval_steps": 1, **overrides})
+    train_mod.train(config)
+    resolved = config.resolved().to_dict()
+    assert tracks_test(resolved) == (len(passes) == 2)  # one pass per evaluation, or none
+    assert len(passes) in (0, 2)
+
+
 def test_precision_defaults_follow_each_release():
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
     methods = (SimCSE, GSInfoNCE, MoCoSE, MixCSE)

@@ -152,11 +152,6 @@ class Method(nn.Module):
         """(pooler, MLP) for scoring STS-B dev; (None, None) = the run's pooler and head, as at test time."""
         return None, None
 
-    def reports_test_selected(self) -> bool:
-        """Whether the run also reports the checkpoint with the best seven-task test average (a released
-        code's selection, labelled; never used for model selection unless eval.selection asks for it)."""
-        return False
-
     def eval_mlp(self) -> nn.Module | None:
         """The trained MLP the `cls` pooler applies at evaluation, if the method has one."""
         return None

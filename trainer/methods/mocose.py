@@ -184,9 +184,6 @@ class MoCoSE(Method):
     def checkpoint_modules(self) -> dict[str, nn.Module]:
         return {"encoder": self.encoder, "pooler_dense": self.pooler_dense}
 
-    def reports_test_selected(self) -> bool:
-        return bool(self.config.released.test_selected)  # mocose_tools.py keeps the best test average
-
     def eval_mlp(self) -> nn.Module | None:
         return self.pooler_dense  # the release's "cls_after_pooler": the pooler dense, no activation
 
