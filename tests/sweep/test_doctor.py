@@ -22,6 +22,7 @@ def doctor(*args: str, cwd: Path) -> subprocess.CompletedProcess:
                           text=True, timeout=scaled(300))
 
 
+@pytest.mark.slow  # the checklist starts and stops a local Ray head (its Ray start-up check)
 def test_the_checklist_names_each_part_of_the_environment(tmp_path, shared_data_dir):
     result = doctor("--data-dir", str(shared_data_dir), "--json", str(tmp_path / "checks.json"), cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
