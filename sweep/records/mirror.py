@@ -32,6 +32,7 @@ import sqlalchemy
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import FrozenTrial, TrialState
 
+from sweep.records.optuna_private import trial_id
 from sweep.records.optuna_reads import first_distributions, group_by_key, read_trials
 from sweep.records.store import metric_value
 from sweep.spec.schema import StudySpec, Trial
@@ -242,10 +243,10 @@ class OptunaMirror:
         """Mark trials a previous driver left RUNNING (or WAITING) as FAIL, reason "interrupted"."""
         stale = read_trials(self.storage, self._study_id(), states=(TrialState.RUNNING, TrialState.WAITING))
         for frozen in stale:
-            self.storage.set_trial_user_attr(frozen._trial_id, "status", INTERRUPTED)
-            self.storage.set_trial_user_attr(frozen._trial_id, "reason", INTERRUPTED)
+            self.storage.set_trial_user_attr(trial_id(frozen), "status", INTERRUPTED)
+            self.storage.set_trial_user_attr(trial_id(frozen), "reason", INTERRUPTED)
             try:
-                self.storage.set_trial_state_values(frozen._trial_id, TrialState.FAIL)
+                self.storage.set_trial_state_values(trial_id(frozen), TrialState.FAIL)
             except optuna.exceptions.UpdateFinishedTrialError:
                 pass
         return stale
@@ -297,7 +298,7 @@ class OptunaMirror:
         """End a live trial from its summary; return the Optuna state name it got."""
         live = self.running.pop(number)
         self._reported_steps.pop(number, None)
-        self._set_summary_attrs(live._trial_id, summary)
+        self._set_summary_attrs(trial_id(live), summary)
         state, value = self.state_for(summary)
         if state == TrialState.COMPLETE:
             self.study.tell(live, value)

@@ -2,8 +2,8 @@
 read once per command.
 
 Optuna's own read (`RDBStorage.get_all_trials`) builds one ORM object per row. `read_trials` returns the same
-FrozenTrials from five plain SELECTs over Optuna's own tables (bench/RESULTS.md, "Bookkeeping at scale",
-has the figures); it falls back to Optuna's read if a later Optuna renames its table models, and
+FrozenTrials from five plain SELECTs over Optuna's own tables (its private table models:
+sweep.records.optuna_private); it falls back to Optuna's read if a later Optuna moves them, and
 tests/sweep/test_bookkeeping_scale.py checks it against Optuna's read field by field on the pinned version.
 """
 
@@ -19,13 +19,15 @@ import optuna
 from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, TrialState
 
+from sweep.records.optuna_private import rdb_models, trial_times_utc
+
 
 def read_trials(storage: optuna.storages.RDBStorage, study_id: int,
                 states: tuple[TrialState, ...] | None = None) -> list[FrozenTrial]:
     """The study's trials (those in `states`, default all), in number order: what
     `storage.get_all_trials(study_id, deepcopy=False)` returns, read in five plain SELECTs over Optuna's own
-    tables instead of one ORM object per row, which dominated `sweep status` on large studies (measured:
-    bench/RESULTS.md, "Bookkeeping at scale"). Falls back to Optuna's read if its tables change."""
+    tables instead of one ORM object per row (bench/bookkeeping_scale.py measures both). Falls back to Optuna's
+    read if its tables change."""
     try:
         with _cyclic_gc_paused():
             return _read_trials_core(storage, study_id, states)
@@ -55,8 +57,8 @@ def first_distributions(storage: optuna.storages.RDBStorage, study_id: int) -> d
     try:
         import sqlalchemy
         from optuna.distributions import json_to_distribution
-        from optuna.storages._rdb import models
 
+        models = rdb_models()
         param, trial = models.TrialParamModel, models.TrialModel
         query = (sqlalchemy.select(param.param_name, trial.number, param.distribution_json)
                  .join(trial, trial.trial_id == param.trial_id).where(trial.study_id == study_id)
@@ -81,8 +83,8 @@ def _read_trials_core(storage: optuna.storages.RDBStorage, study_id: int,
 
     import sqlalchemy
     from optuna.distributions import json_to_distribution
-    from optuna.storages._rdb import models
 
+    models = rdb_models()
     trial_table = models.TrialModel
     of_study = trial_table.study_id == study_id
     if states is not None:
@@ -100,8 +102,8 @@ def _read_trials_core(storage: optuna.storages.RDBStorage, study_id: int,
 
     with storage.engine.connect() as connection:
         rows = connection.execute(sqlalchemy.select(
-            trial_table.trial_id, trial_table.number, trial_table.state, trial_table._datetime_start_utc,
-            trial_table._datetime_complete_utc).where(of_study).order_by(trial_table.trial_id)).all()
+            trial_table.trial_id, trial_table.number, trial_table.state, *trial_times_utc(models))
+            .where(of_study).order_by(trial_table.trial_id)).all()
         fields: dict[int, dict[str, Any]] = {
             row[0]: {"number": row[1], "state": row[2], "start": local(row[3]), "complete": local(row[4]),
                      "params": {}, "distributions": {}, "user_attrs": {}, "system_attrs": {},

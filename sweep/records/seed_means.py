@@ -29,6 +29,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from sweep.records.optuna_private import trial_id
 from sweep.records.store import metric_value
 from sweep.spec import trial_from_params
 from sweep.spec.schema import StudySpec, Trial
@@ -124,7 +125,7 @@ class SeedMeans:
             out.append((frozen.number, dict(frozen.params)))
             self._hold(frozen.number, list(keys.values()))
             if frozen.state == TrialState.RUNNING:
-                self.live[frozen.number] = optuna.Trial(self.study, frozen._trial_id)
+                self.live[frozen.number] = optuna.Trial(self.study, trial_id(frozen))
         return out
 
     def tell_ended(self, rows: dict[str, dict[str, Any]], ended: dict[str, dict[str, Any]]) -> None:

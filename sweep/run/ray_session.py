@@ -1,6 +1,6 @@
 """The Ray session of one `sweep run`: start a local Ray (or join a cluster), route Ray's own log lines
-to results/<study>/ray.log, size how many trials Tune may have pending, keep Tune's usage tag from
-importing trackers a study does not use, and shut Ray down.
+to results/<study>/ray.log, size how many trials Tune may have pending, and shut Ray down. The private
+Ray names it relies on are sweep.run.ray_private's.
 
 Ray is started with `address="local"` (a new instance of our own, even when another Ray runs on this
 machine) or joins `--address`; the environment a trial needs (FORWARDED_ENV) reaches the workers through
@@ -11,8 +11,6 @@ the terminal.
 
 from __future__ import annotations
 
-import functools
-import importlib.util
 import logging
 import os
 import signal
@@ -20,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from sweep.run.ray_private import route_cluster_errors_to_log
 from sweep.run.ray_start import RayStartError, ray_start_failure, ray_start_precheck
 from sweep.run.reaper import name as process_name
 from sweep.run.stopping import (
@@ -104,72 +103,6 @@ def start_ray(address: str | None, stop: StopSignals, folder_path: Path) -> bool
     stop.ray_processes = {pid: start for pid, start in descendants_of_driver().items()
                           if process_name(pid) in ("gcs_server", "raylet")}
     return True
-
-
-def route_cluster_errors_to_log(logger: logging.Logger) -> None:
-    """The cluster's error messages to the driver ("The node with node id ... has been marked dead ...",
-    printed by Ray as `(raylet) ...` whatever log_to_driver says) go to ray.log: the terminal gets our one
-    line naming the node and the trials that run again (sweep.run.node_watch). Ray's printer is looked up by
-    name at each message, so wrapping it is enough; nothing changes if Ray renames it."""
-    try:
-        from ray._private import worker as ray_worker
-    except ImportError:
-        return
-    printer = getattr(ray_worker, "print_to_stdstream", None)
-    if printer is None or hasattr(printer, "__wrapped__"):
-        return
-
-    @functools.wraps(printer)
-    def to_log_if_from_the_cluster(data: dict, *args: Any, **kwargs: Any) -> Any:
-        if isinstance(data, dict) and data.get("pid") == "raylet":
-            for line in data.get("lines") or []:
-                logger.warning("(cluster) %s", line)
-            return None
-        return printer(data, *args, **kwargs)
-
-    ray_worker.print_to_stdstream = to_log_if_from_the_cluster
-
-
-# Packages Ray Tune's callback usage tag imports (through its W&B, MLflow, Comet and Aim integrations).
-TRACKER_PACKAGES = ("wandb", "mlflow", "comet_ml", "aim")
-
-
-def skip_tracker_imports_in_tune_usage_tag() -> None:
-    """Keep Ray Tune from importing wandb and mlflow for its usage statistics when a study logs to neither.
-
-    Before the first trial, Tune tags its usage statistics with the callbacks a run was given
-    (ray.air._internal.usage.tag_callbacks). To know its own callbacks' class names it imports its W&B,
-    MLflow, Comet and Aim integrations, and they import those packages when they are installed (the
-    `--dev` set-up installs wandb and mlflow): seconds of the driver's time before the first trial starts
-    (bench/RESULTS.md), for a study that uses neither. The tag is recorded as before when the packages are
-    already imported (a study with `loggers: [wandb]` or `[mlflow]`) or not installed; otherwise it is
-    skipped. Nothing
-    changes if Ray renames or moves the function (this then does nothing)."""
-    try:
-        from ray.air._internal import usage
-    except ImportError:
-        return
-    tag_callbacks = getattr(usage, "tag_callbacks", None)
-    if tag_callbacks is None or hasattr(tag_callbacks, "__wrapped__"):
-        return
-
-    @functools.wraps(tag_callbacks)
-    def tag_unless_it_imports_a_tracker(callbacks: Any) -> Any:
-        if any(would_import(package) for package in TRACKER_PACKAGES):
-            return False  # what tag_callbacks returns when it records nothing
-        return tag_callbacks(callbacks)
-
-    usage.tag_callbacks = tag_unless_it_imports_a_tracker
-
-
-def would_import(package: str) -> bool:
-    """True when `package` is installed but not imported yet."""
-    if package in sys.modules:
-        return False
-    try:
-        return importlib.util.find_spec(package) is not None
-    except (ImportError, ValueError):
-        return False
 
 
 def ray_log_handler(folder_path: Path) -> logging.Handler:

@@ -44,7 +44,8 @@ from sweep.run.node_checks import check_nodes, software_versions
 from sweep.run.node_watch import LOST_NODE_RETRIES, NodeWatch
 from sweep.run.plan import StudyPlan
 from sweep.run.preflight import cluster_nodes, preflight_inputs, preflight_resources
-from sweep.run.ray_session import shutdown_ray, skip_tracker_imports_in_tune_usage_tag, start_ray, trial_room
+from sweep.run.ray_private import skip_tracker_imports_in_tune_usage_tag
+from sweep.run.ray_session import shutdown_ray, start_ray, trial_room
 from sweep.run.schedulers import trial_scheduler
 from sweep.run.stopping import (
     StopNow,
@@ -313,7 +314,7 @@ class StudyRun:
                 stop=StopOnSignal(self.stop),
             ),
         )
-        skip_tracker_imports_in_tune_usage_tag()  # the first trial starts sooner (bench/RESULTS.md)
+        skip_tracker_imports_in_tune_usage_tag()  # no tracker imported for Tune's usage tag alone
         tuner.fit()
         # Tune ends fit() quietly when its stopper stops it: trials still running were interrupted.
         if plan.mirror.running or plan.handed_out or searcher.has_more():

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import urlparse
 
+from sweep.run.ray_private import wandb_logger_actor
 from sweep.run.worker import ERROR_KEY, STEP_KEY, SUMMARY_KEY
 from sweep.text import hide_password, shorten
 from trainer.errors import UserError
@@ -104,8 +105,7 @@ def logger_callbacks(spec: Any, warn: Callable[[str], None] = warn) -> list[Any]
                      f"upload them later with `wandb sync {folder / 'wandb'}/offline-run-*`")
             extra = {"mode": os.environ["WANDB_MODE"]} if os.environ.get("WANDB_MODE") else {}
             folder.mkdir(parents=True, exist_ok=True)
-            actor = base._logger_actor_cls
-            cls._logger_actor_cls = type(actor.__name__, (WandbRunWritten, actor), {})
+            wandb_logger_actor(cls, WandbRunWritten)
             callbacks.append(cls(project=project, group=spec.name, dir=str(folder), **extra))
         else:
             callbacks.append(cls())

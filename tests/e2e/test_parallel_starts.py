@@ -155,13 +155,13 @@ def test_asha_stops_the_trials_below_its_rung_cutoff(tmp_path, shared_data_dir):
 
 def test_tune_does_not_import_wandb_or_mlflow_for_its_usage_tag_unless_a_study_uses_them():
     """Ray Tune's callback usage tag imports its tracker integrations (and so wandb and mlflow, installed by
-    the README's set-up) before the first trial: ~2 s of a study's start. sweep.run.ray_session skips the tag
+    the README's set-up) before the first trial: ~2 s of a study's start. sweep.run.ray_private skips the tag
     while that would import them, and lets Ray record it once they are imported (a study logging to them)."""
     code = """
 import sys
 from ray.air._internal import usage
 from ray.tune import Callback
-from sweep.run.ray_session import skip_tracker_imports_in_tune_usage_tag
+from sweep.run.ray_private import skip_tracker_imports_in_tune_usage_tag
 tagged = []
 usage.record_extra_usage_tag = lambda key, value, *a, **k: tagged.append(value)
 original = usage.tag_callbacks
