@@ -1,7 +1,7 @@
 """Every private name of Optuna this project uses, and why; nothing else in the project reaches past Optuna's
 public API. tests/sweep/test_private_apis.py checks that each name below still exists on the installed
 Optuna, and that the installed version is one of CHECKED_ON: a new Optuna fails that test until each use is
-checked again and its version added.
+checked again and its series added.
 
 - `optuna.storages._rdb.models`: the SQLAlchemy models of RDBStorage's tables (trials, their parameters, user and
   system attributes, values, intermediate values; TrialModel's `_datetime_start_utc` / `_datetime_complete_utc`
@@ -18,8 +18,8 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-# the Optuna versions each use above was checked on
-CHECKED_ON = ("5.0.0",)
+# the Optuna release series (major.minor) each use above was checked on; pyproject.toml caps Optuna below the next
+CHECKED_ON = ("5.0",)
 # the dotted names the test resolves on the installed Optuna
 PRIVATE_NAMES = (
     "optuna.storages._rdb.models.TrialModel._datetime_start_utc",

@@ -35,9 +35,10 @@ def resolve(dotted: str) -> object:
 
 @pytest.mark.parametrize("library, adapter", ADAPTERS, ids=["optuna", "ray"])
 def test_the_installed_version_is_one_the_private_uses_were_checked_on(library, adapter):
-    assert library.__version__ in adapter.CHECKED_ON, (
-        f"{library.__name__} {library.__version__} is not among {adapter.CHECKED_ON}: check each private use listed "
-        f"in {adapter.__name__} on it, then add the version to CHECKED_ON")
+    series = ".".join(library.__version__.split(".")[:2])
+    assert series in adapter.CHECKED_ON, (
+        f"{library.__name__} {library.__version__} is not of a series in {adapter.CHECKED_ON}: check each private "
+        f"use listed in {adapter.__name__} on it, then add its series to CHECKED_ON")
 
 
 @pytest.mark.parametrize("library, adapter", ADAPTERS, ids=["optuna", "ray"])
