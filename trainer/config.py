@@ -225,7 +225,7 @@ class RunConfig(Section):
     # null: the paper's batch size for the model (trainer.method_rules); in-batch negatives need two sentences
     batch_size: Int | None = Field(None, ge=2)
     max_steps: Int | None = Field(None, ge=1)  # None: `epochs` passes over the corpus
-    # passes over the corpus; at most a million keeps the run's step count finite (1e308 epochs overflowed it)
+    # passes over the corpus; at most a million, so that the run's step count is a finite integer
     epochs: Float = Field(1.0, gt=0, le=1_000_000)
     temperature: Float = Field(0.05, gt=0)
     dropout: Float | None = Field(None, ge=0, lt=1)  # null: the method's default (trainer.method_rules)

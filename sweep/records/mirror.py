@@ -107,11 +107,11 @@ def rebuild_storage(url: str, rebuild: bool, study: str, method: str, set_aside:
 def open_storage(url: str) -> optuna.storages.RDBStorage:
     """An RDB storage for `url` (sqlite:///..., postgresql://...).
 
-    A SQLite storage is written without fsync (`PRAGMA synchronous=OFF`). Optuna commits once per user
-    attribute, and with an fsync per commit recording one trial's scores was the largest cost the driver
-    added per trial (bench/RESULTS.md, "Per-trial overhead"). Without it a killed driver still cannot damage
-    the file (SQLite's journal keeps each commit atomic); only an operating-system crash or a power cut could,
-    and the storage only mirrors the trials' summary.json files: `sweep run --rebuild-storage` rebuilds it.
+    A SQLite storage is written without fsync (`PRAGMA synchronous=OFF`): Optuna commits once per user
+    attribute, and the driver's cost per trial (bench/trial_overhead.py) must not carry an fsync per attribute.
+    A killed driver still cannot damage the file (SQLite's journal keeps each commit atomic); only an
+    operating-system crash or a power cut could, and the storage only mirrors the trials' summary.json files:
+    `sweep run --rebuild-storage` rebuilds it.
     """
     engine_kwargs: dict[str, Any] = {"pool_pre_ping": True}
     if url.startswith("sqlite"):

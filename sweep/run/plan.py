@@ -149,7 +149,7 @@ class StudyPlan:
         if self.spec.method == "tpe":
             return []
         # The expansion's own trials, not expand()'s copies: the plan never edits one (the feed copies a
-        # trial's config into its job), and copying 10,000 configs was a second of each resume.
+        # trial's config into its job), so a resume copies no config it does not hand out.
         return list(expansion(self.spec).trials)
 
     def _distributions(self, planned: list[Trial]) -> dict[str, Any]:

@@ -69,16 +69,14 @@ def start_ray(address: str | None, stop: StopSignals, folder_path: Path) -> bool
         if address:
             ray.init(address=address, **kwargs)
         else:
-            # Worker processes started at once (Ray's default: one per core). Each trial's worker imports
-            # Ray Tune; started all together on few cores, they all became ready late together. Half the
-            # cores (the rest for the driver and the trials already running) staggers them: the first trial
-            # starts sooner, the last no later (measured: bench/RESULTS.md, "Per-trial overhead"). The
+            # Worker processes start at most half the cores at a time (the rest for the driver and the trials
+            # already running), not all at once (Ray's default): each imports Ray Tune, and started together on
+            # few cores they would all be ready late together; staggered, the first trial starts sooner. The
             # raylet reads this from the environment it inherits; yours wins.
             os.environ.setdefault("RAY_worker_maximum_startup_concurrency", str(max(1, (os.cpu_count() or 1) // 2)))
-            # When the driver connects, the raylet starts one idle worker per CPU for the driver's own tasks.
-            # A sweep has none, and a trial never lands on them (Tune gives each trial actor its own
-            # runtime_env), so they took CPU while Ray and the first trial's worker started and delayed the
-            # first trial (bench/RESULTS.md, "Per-trial overhead"). Ray's setting, read from the environment.
+            # No idle workers for the driver's own tasks (Ray starts one per CPU when the driver connects): a
+            # sweep has none, and a trial never lands on them (Tune gives each trial actor its own runtime_env),
+            # so they would only take CPU from the first trial's start. Ray's setting, read from the environment.
             os.environ.setdefault("RAY_prestart_worker_first_driver", "0")
             # "local": a new instance of our own, even when another Ray runs on this machine
             ray.init(address="local", num_cpus=os.cpu_count() or 1, include_dashboard=False, **kwargs)
@@ -122,7 +120,7 @@ def shutdown_ray(local: bool, keep: set[int]) -> None:
     a word (143) where a SIGINT at the same moment was noted (130 and the one line). The handlers are put
     back before each call ray.shutdown's own body makes (a profile hook that looks at the caller only: at
     every call of the whole shutdown the handlers' system calls doubled its time), so the window is only
-    what is left of that destructor after the reset (measured: bench/RESULTS.md, "Stop signals").
+    what is left of that destructor after the reset (tests/e2e/test_stop.py signals inside ray.shutdown).
     """
     import inspect
 

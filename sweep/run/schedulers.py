@@ -5,10 +5,9 @@ own schedulers. Tune's FIFOScheduler (ASHA inherits it) picks "the first PENDING
 With worker reuse (`reuse_workers`, Tune's actor reuse), when a trial ends and its worker is free, Tune
 gives that worker to the trial the scheduler picked and kills the worker process that was still
 starting for it (TuneController._maybe_reuse_cached_actor). The next trial then starts a new worker,
-which the next free worker pre-empts in turn. On 2 cores a worker takes seconds to start, so a study of
-short trials kept 1-2 workers and the machine busy with processes started and killed (measured,
-bench/RESULTS.md: 200 trials of 0.01 s at 0.59 s per trial with staggered worker starts, 0.20 s with
-all starting at once, 0.16 s with the scheduler below).
+which the next free worker pre-empts in turn. Where a worker takes longer to start than a trial runs, a
+study of short trials keeps few workers and the machine busy with processes started and killed
+(bench/trial_overhead.py measures the driver's cost per trial with and without worker reuse).
 
 The scheduler below never picks a trial itself (`choose_trial_to_run` returns None). Tune then serves the
 pending trials in their order, and a trial whose worker is starting keeps it. A free worker goes to a

@@ -93,8 +93,8 @@ def _optuna_distribution(values: Any) -> Any:
 
 
 def check_search_space(spec: StudySpec) -> None:
-    """Each distribution of a random or tpe study is one Optuna takes, as `sweep run` gives them to it after
-    writing the study folder: uniform 0.5..0.9 with step 1e-300 raised decimal's DivisionImpossible there."""
+    """Each distribution of a random or tpe study is one Optuna accepts, checked before anything is written: the
+    ones Optuna itself refuses (e.g. a uniform range with a step too small to divide it) are refused here."""
     import warnings
 
     for key, values in spec.parameters.items():

@@ -17,7 +17,8 @@ from typing import Any
 from sweep.text import is_expr
 
 # A study of more trials than this is planned only with `sweep run --many-trials` (and `sweep slurm
-# --many-trials`): at ~0.4 ms of planning a trial, 100,000 trials are the most that plan within a minute.
+# --many-trials`): every trial is planned before any runs, so a larger study (most often a grid mistyped) would
+# hold the driver for minutes first.
 MAX_TRIALS = 100_000
 MANY_TRIALS_FLAG = "--many-trials"
 

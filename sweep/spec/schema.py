@@ -295,8 +295,8 @@ class StudySpec(BaseModel):
         else:
             path, what = ("budget",), f"budget {count_text(self.budget)}"
         raise self.where().error(path, f"{what} x {seeds} = {count_text(trials)} trials, more than the "
-                                 f"{count_text(max_trials)} a study plans unasked (planning takes about 0.4 ms a "
-                                 f"trial, before any runs); pass {MANY_TRIALS_FLAG} to plan them all, or make the "
+                                 f"{count_text(max_trials)} a study plans unasked (each is planned before any "
+                                 f"runs); pass {MANY_TRIALS_FLAG} to plan them all, or make the "
                                  "study smaller")
 
     def where(self) -> Marks:

@@ -93,9 +93,9 @@ class SentenceEncoder:
 
                 fast = FastEncoderForward(self.model)  # packs the current weights, once per call
                 forward = lambda ids, mask: self._fast_batch(fast, ids, mask)  # noqa: E731
-                # One batch per core, each op single-threaded: STS sentences are short (~15 tokens), and
-                # OpenMP's fork/join on every small op costs more than it gains (measured faster on 2 cores:
-                # bench/RESULTS.md). Disjoint rows of `out`; the thread count is restored.
+                # One batch per core, each op single-threaded (STS sentences are short, and OpenMP's fork/join
+                # on every small op costs more than it gains on few cores). Each thread writes its own rows of
+                # `out`; the thread count is restored.
                 torch.set_num_threads(1)
                 with ThreadPoolExecutor(max_workers=threads) as pool:
                     list(pool.map(run_batch, starts))

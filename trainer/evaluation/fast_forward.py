@@ -7,8 +7,8 @@ changes in *how*, none in *what*:
 
 1. Weights are packed once per `encode` call into oneDNN's blocked layout (`torch.ops.mkldnn`, the
    path torch.compile uses on CPU); query/key/value are one matrix product instead of three; the FFN's
-   bias and GELU are fused into its first product. oneDNN-packed products run faster than `F.linear` on
-   the CPU (measured: bench/RESULTS.md).
+   bias and GELU are fused into its first product (`bench/eval_speed.py --compare-hf` times it against
+   transformers' own forward).
 2. For the [CLS] poolers only position 0 of the last layer is needed. Its attention is folded into
    the hidden states: for head h, q_h . (W_k,h x_j + b_k,h) = (W_k,h^T q_h) . x_j + const, where the
    constant q_h . b_k,h is the same for every key j and cancels in the softmax; and
