@@ -68,6 +68,22 @@ EVERY_STEP = HostReadPolicy("every_step", 1)
 DEFERRED = HostReadPolicy("deferred", 25)
 
 
+# What the loop's one deliberate read-back is called: a synchronising error raised inside it carries this as its
+# `host_read` (the GPU bench's sync check calls a run sync-free when the first sync in its window is this one).
+LOSS_READ_BACK = "the running loss read back for the NaN/inf check and the evaluation"
+
+
+@contextlib.contextmanager
+def deliberate_host_read(what: str):
+    """Mark a deliberate read from the device: a RuntimeError raised inside (CUDA's sync debug mode raises one at
+    a synchronising call) leaves with `host_read = what`."""
+    try:
+        yield
+    except RuntimeError as exc:
+        exc.host_read = what  # type: ignore[attr-defined]
+        raise
+
+
 def host_read_policy(device: torch.device) -> HostReadPolicy:
     """The policy a device gets: deferred (every 25 steps) on CUDA, every step elsewhere."""
     return DEFERRED if device.type == "cuda" else EVERY_STEP
@@ -380,7 +396,8 @@ def _train_loop(run: _Run, report: Report | None, on_step: StepHook | None = Non
         check = run.step % run.host_reads.check_every == 0
         if run.step % eval_steps == 0 or last or (check and not torch.isfinite(loss_sum)):
             run.train_seconds += time.perf_counter() - tick
-            mean_loss = (loss_sum / loss_window).item()
+            with deliberate_host_read(LOSS_READ_BACK):
+                mean_loss = (loss_sum / loss_window).item()
             loss_sum.zero_()
             loss_window = 0
             if not math.isfinite(mean_loss):

@@ -151,13 +151,14 @@ def sync_check(config: dict[str, Any], steps: int) -> dict[str, Any]:
     """CUDA: the `steps` training steps after a first evaluation run under set_sync_debug_mode("error"), from
     the step after it on (the evaluation copies the best state to the host: a sync of its own), so the first
     synchronising call raises. Sync-free when that call is the next evaluation's loss read-back, at the end of
-    the window. So the run evaluates at steps `steps` and 2 x `steps` only, and its NaN/inf read-back comes
-    with that evaluation (it is deliberate, every 25 steps in a real run, and would otherwise fall inside the
-    window). The mode is switched on through the trainer's `on_step` hook once the first evaluation's step is
+    the window: the trainer marks that read (trainer.train.deliberate_host_read), so the verdict reads the
+    error, not the source line. So the run evaluates at steps `steps` and 2 x `steps` only, and its NaN/inf
+    read-back comes with that evaluation (it is deliberate, every 25 steps in a real run, and would otherwise fall
+    inside the window). The mode is switched on through the trainer's `on_step` hook once the first evaluation's step is
     done (SyncWindow), which changes nothing else."""
     import torch
 
-    from trainer.train import train
+    from trainer.train import LOSS_READ_BACK, train
 
     warm = steps
     config = {**config, "max_steps": warm + steps, "eval": {**config["eval"], "eval_steps": warm}}
@@ -171,7 +172,8 @@ def sync_check(config: dict[str, Any], steps: int) -> dict[str, Any]:
         torch.cuda.synchronize()
         seconds = time.perf_counter() - (window.start if window.start is not None else time.perf_counter())
         where, step = window.site(exc.__traceback__)
-        free = step == warm + steps and "mean_loss" in where.split(" (via ")[0]
+        # sync-free: the first sync of the window is the loop's own loss read-back, which ends it
+        free = step == warm + steps and getattr(exc, "host_read", None) == LOSS_READ_BACK
         return {"sync_free": free, "first_sync": where, "at_step": step,
                 "steps_per_s": round(steps / seconds, 3) if free and seconds > 0 else None}
     finally:

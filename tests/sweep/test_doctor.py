@@ -399,3 +399,39 @@ def test_the_device_checks_report_fails_and_names_a_failed_bench_verdict(tmp_pat
     report = json.loads((tmp_path / "out" / "device_check.json").read_text())
     assert "bench" in report["failed"] and report["parts"]["bench"]["state"] == "verdict failed"
     assert f"| (a) sweep doctor --bench | verdict failed | 30.0 | {verdict} |" in result.stdout
+
+
+def test_the_sync_verdict_comes_from_the_trainers_marked_read_not_from_source_text(tmp_path, tiny_model_dir,
+                                                                                    shared_data_dir, monkeypatch):
+    """The same flagged read-back at the same step is sync-free only while the trainer marks it as its deliberate
+    read (trainer.train.deliberate_host_read); with the mark gone the line still reads `mean_loss = ...` and the
+    run is not called sync-free."""
+    import contextlib
+
+    import torch
+
+    import trainer.train as train_mod
+    from sweep.commands import gpu_bench
+
+    mode = {"now": 0}
+    trainer_dir = str(Path(gpu_bench.__file__).resolve().parents[2] / "trainer")
+
+    def flagged(original):
+        def call(self, *args):
+            if mode["now"] == "error" and sys._getframe(1).f_code.co_filename.startswith(trainer_dir):
+                raise RuntimeError("called a synchronizing CUDA operation")
+            return original(self, *args)
+        return call
+
+    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", lambda value: mode.update(now=value))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(torch.Tensor, "item", flagged(torch.Tensor.item))
+    monkeypatch.setattr(torch.Tensor, "__bool__", flagged(torch.Tensor.__bool__))
+    config = gpu_bench.bench_run_config(tiny_model_dir, "simcse", "fp32", 6, 8, "cpu", str(shared_data_dir),
+                                        tmp_path / "cache")
+    marked = gpu_bench.sync_check(config, steps=6)
+    monkeypatch.setattr(train_mod, "deliberate_host_read", lambda what: contextlib.nullcontext())
+    unmarked = gpu_bench.sync_check(config, steps=6)
+    assert marked["sync_free"] is True and marked["at_step"] == 12, marked
+    assert unmarked["sync_free"] is False and unmarked["at_step"] == 12, unmarked
+    assert "mean_loss" in unmarked["first_sync"], unmarked  # the same line: only the mark differs
