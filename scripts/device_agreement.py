@@ -413,9 +413,10 @@ def markdown(report: dict[str, Any]) -> str:
     bench = (report["parts"]["bench"].get("result") or {}).get("bench")
     if bench:
         try:
+            from sweep.commands.bench_record import BenchRecord
             from sweep.commands.bench_report import bench_table
 
-            lines += ["", bench_table(bench)]
+            lines += ["", bench_table(BenchRecord.model_validate(bench))]
         except ImportError:
             lines += ["", "(the bench's table needs the project installed)"]
     if report["skipped_for_time"]:

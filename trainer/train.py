@@ -21,7 +21,7 @@ import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
@@ -40,7 +40,7 @@ from trainer.evaluation.transfer_data import load_transfer_tasks
 from trainer.files import apply_umask_modes, json_safe, write_text_atomic
 from trainer.method_rules import method_rules
 from trainer.methods import Method, method_class
-from trainer.models import load_encoder, pick_device
+from trainer.models import ComputePrecision, load_encoder, pick_device
 from trainer.optim import build_optimizer
 from trainer.provenance import provenance
 from trainer.summary import build_summary
@@ -74,7 +74,7 @@ LOSS_READ_BACK = "the running loss read back for the NaN/inf check and the evalu
 
 
 @contextlib.contextmanager
-def deliberate_host_read(what: str):
+def deliberate_host_read(what: str) -> Iterator[None]:
     """Mark a deliberate read from the device: a RuntimeError raised inside (CUDA's sync debug mode raises one at
     a synchronising call) leaves with `host_read = what`."""
     try:
@@ -124,23 +124,6 @@ def restore_checkpoint(method: Method, state: dict[str, dict[str, torch.Tensor]]
     modules = method.checkpoint_modules()
     for name, module_state in state.items():
         modules[name].load_state_dict(module_state)
-
-
-class ComputePrecision:
-    """The precision the encoder's matrix products ran in, as the run measured it: the dtype of its first Linear
-    layer's output in the first training forward (autocast casts it there), not the precision the config asked
-    for. `seen` stays None until that forward."""
-
-    NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
-
-    def __init__(self, encoder: torch.nn.Module):
-        layer = next((m for m in encoder.modules() if isinstance(m, torch.nn.Linear)), None)
-        self.seen: str | None = None
-        self.handle = layer.register_forward_hook(self._record) if layer is not None else None
-
-    def _record(self, module: torch.nn.Module, inputs: tuple, output: torch.Tensor) -> None:
-        self.seen = self.NAMES.get(output.dtype, str(output.dtype).removeprefix("torch."))
-        self.handle.remove()
 
 
 def check_fgsm_precision(config: RunConfig, precision: str, word_embeddings: torch.Tensor) -> None:

@@ -1,5 +1,5 @@
 """A study's cost in device-hours before it runs (`sweep run --dry-run`), from the bench record that
-`sweep doctor --bench` keeps per device (sweep.commands.doctor.bench_record_path).
+`sweep doctor --bench` keeps per device (sweep.commands.bench_record.BenchRecord).
 
     run_device(spec, config) -> "cuda" | "cpu"     # where a trial runs: base.device, else resources.gpu > 0
     find_records(device, local_gpu_name())          # ([BenchRecord], None), or ([], the line naming the
@@ -40,32 +40,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sweep.commands.doctor import bench_record_path
+from sweep.commands.bench_record import RUN_TIMINGS, BenchRecord, BenchRun
 from sweep.text import plural
 from trainer.vocabulary import STS_BENCHMARK, STS_TASKS, STS_TEST_PAIRS, TRANSFER_TASKS
 
 BENCH_COMMAND = "sweep doctor --bench"
-# The keys a run of the record must have for an estimate (written by sweep.commands.gpu_bench.measure_run).
-RUN_TIMINGS = ("step_seconds", "dev_eval_seconds", "final_eval_seconds", "setup_seconds")
-
-
-@dataclass
-class BenchRecord:
-    """One device's record: `name` the device as the record names it (the GPU's name, or "cpu")."""
-
-    path: Path
-    name: str
-    bench: dict[str, Any]
-
-    def run(self, method: str, precision: str) -> dict[str, Any] | None:
-        for run in self.bench.get("runs") or []:
-            if run.get("method") == method and run.get("precision_asked") == precision:
-                return run if all(run.get(key) is not None for key in RUN_TIMINGS) else None
-        return None
-
-    def shape_text(self) -> str:
-        encoder = self.bench.get("encoder") or {}
-        return f"{encoder.get('shape', '?')} encoder ({_layers_text(encoder)})"
 
 
 @dataclass
@@ -105,47 +84,33 @@ def local_gpu_name() -> str | None:
     return names[0] if result.returncode == 0 and names else None
 
 
-def records_folder() -> Path:
-    return bench_record_path({"device": "cpu"}).parent
-
-
-def read_record(path: Path) -> BenchRecord:
-    """The record at `path` (the file `sweep doctor --bench` writes, or its `bench` part alone); ValueError when
-    it is not one."""
-    data = json.loads(path.read_text())
-    bench = data.get("bench", data) if isinstance(data, dict) else None
-    if not isinstance(bench, dict) or not isinstance(bench.get("runs"), list):
-        raise ValueError("no bench runs in it")
-    return BenchRecord(path, str(bench.get("gpu") or bench.get("device") or "cpu"), bench)
-
-
 def find_records(device: str, gpu_name: str | None) -> tuple[list[BenchRecord], str | None]:
     """The records that apply to trials on `device` ("cuda" or "cpu") run from this machine (`gpu_name`: its
     GPU, None without one): the local GPU's or CPU's record; for CUDA trials planned on a machine without a
     GPU, every GPU record in the records folder. Without one, a line naming the command that makes it."""
-    folder = records_folder()
+    folder = BenchRecord.folder()
     if device == "cuda" and gpu_name is None:
         records = []
         for path in sorted(folder.glob("*.json")):
             try:
-                record = read_record(path)
+                record = BenchRecord.read(path)
             except (OSError, ValueError):
                 continue
-            if record.bench.get("device") == "cuda":
+            if record.device == "cuda":
                 records.append(record)
         if records:
             return records, None
         return [], (f"no GPU here and no GPU bench record in {folder}: run `{BENCH_COMMAND}` on a machine with "
                     f"the GPU the trials will run on, then copy the file its last line names (`written: ...`) "
                     f"into {folder} here")
-    path = bench_record_path({"gpu": gpu_name} if device == "cuda" else {"device": "cpu"})
+    path = BenchRecord.path_for(gpu_name if device == "cuda" else None)
     what = gpu_name if device == "cuda" else "the CPU"
     # on a GPU machine the bench measures the GPU: hiding it makes the bench (and its record) the CPU's
     command = BENCH_COMMAND if device == "cuda" or gpu_name is None else f"CUDA_VISIBLE_DEVICES= {BENCH_COMMAND}"
     if not path.is_file():
         return [], f"no bench record for {what} ({path}): `{command}` makes one"
     try:
-        return [read_record(path)], None
+        return [BenchRecord.read(path)], None
     except (OSError, ValueError) as exc:
         return [], f"the bench record {path} cannot be read ({exc}): `{command}` writes it again"
 
@@ -245,36 +210,37 @@ def size_factors(record: BenchRecord, method: str, model: str, mine: dict[str, A
     (where compute dominates). Without it, compute per token alone: the step and evaluation times, not the
     set-up; from a tiny encoder, whose times are mostly per-step overhead, that overstates a real encoder's."""
     same = dict.fromkeys(RUN_TIMINGS, 1.0)
-    base = compute_per_token(record.bench.get("encoder") or {})
+    base = compute_per_token(record.encoder)
     if mine is None or base is None:
         return same, (f"assumes the bench's {record.shape_text()}: the size of model {model} is not known here "
                       "(its config.json is not on this machine)")
     target = compute_per_token(mine)
     if target == base:
         return same, None
-    probe = record.bench.get("size_probe") or {}
-    probe_compute = compute_per_token(probe.get("encoder") or {})
-    pairs = [(p, record.run(p.get("method"), "fp32")) for p in probe.get("runs") or []]
-    pairs = [(p, r) for p, r in pairs if r is not None and all(p.get(k) for k in RUN_TIMINGS)]
-    pairs.sort(key=lambda pair: pair[0].get("method") != method)  # this method's probe first
+    probe = record.size_probe
+    probe_compute = compute_per_token(probe.encoder) if probe else None
+    pairs: list[tuple[BenchRun, BenchRun | None]] = [(p, record.run(p.method, "fp32")) for p in (probe.runs if probe
+                                                                                               else [])]
+    pairs = [(p, r) for p, r in pairs if r is not None and all(getattr(p, k) for k in RUN_TIMINGS)]
+    pairs.sort(key=lambda pair: pair[0].method != method)  # this method's probe first
     what = f"model {model} ({_layers_text(mine)}) against the bench's {record.shape_text()}"
     if not pairs or not probe_compute or probe_compute <= base:
         factors = {key: target / base for key in RUN_TIMINGS if key != "setup_seconds"}
         rough = ("; rough: a tiny encoder's times are mostly per-step overhead, so this overstates"
-                 if (record.bench.get("encoder") or {}).get("shape") == "tiny" else "")
+                 if record.encoder.get("shape") == "tiny" else "")
         return {**same, **factors}, f"{what}: times scaled by compute per token, x{target / base:.3g}{rough}"
     measured, tiny = pairs[0]
     factors = {}
     for key in RUN_TIMINGS:
-        ratio = float(measured[key]) / float(tiny[key])
+        ratio = float(getattr(measured, key)) / float(getattr(tiny, key))
         if target <= base:
             factors[key] = 1.0
         elif target <= probe_compute:
             factors[key] = ratio ** (math.log(target / base) / math.log(probe_compute / base))
         else:
             factors[key] = ratio * target / probe_compute
-    return factors, (f"{what}: scaled by the bench's {measured['method']} fp32 run on a "
-                     f"{_layers_text(probe['encoder'])} encoder (a step x{factors['step_seconds']:.3g}, an "
+    return factors, (f"{what}: scaled by the bench's {measured.method} fp32 run on a "
+                     f"{_layers_text(probe.encoder)} encoder (a step x{factors['step_seconds']:.3g}, an "
                      f"evaluation x{factors['dev_eval_seconds']:.3g})")
 
 
@@ -296,7 +262,7 @@ def sharing_slowdown(record: BenchRecord, at_once: int, device: str) -> tuple[fl
     if at_once <= 1:
         return 1.0, None
     where = "GPU" if device == "cuda" else "CPU"
-    ratio = (record.bench.get("sharing") or {}).get("aggregate_vs_alone")
+    ratio = record.sharing.aggregate_vs_alone if record.sharing else None
     if not ratio:
         return 1.0, (f"{at_once} trials at once share the {where}, which the record did not measure (its sharing "
                      "run was skipped): each trial may take longer")
@@ -325,10 +291,9 @@ def trial_cost(config: dict[str, Any], device: str, record: BenchRecord | None,
         cost.why = (f"the record {record.path} has no {config['method']} {precision} run with timings: "
                     f"`{BENCH_COMMAND}` measures every method x precision")
         return cost
-    bench = record.bench
-    batch_ratio = config["batch_size"] / int(bench["batch_size"])
+    batch_ratio = config["batch_size"] / record.batch_size
     if batch_ratio != 1:
-        cost.notes.append(f"batch_size {config['batch_size']} against the bench's {bench['batch_size']}: step time "
+        cost.notes.append(f"batch_size {config['batch_size']} against the bench's {record.batch_size}: step time "
                           "taken as linear in batch size (a first-order estimate)")
     shapes = {} if shapes is None else shapes
     model = str(config.get("model"))
@@ -338,23 +303,23 @@ def trial_cost(config: dict[str, Any], device: str, record: BenchRecord | None,
     if note:
         cost.notes.append(note)
     length = (config.get("data") or {}).get("max_length")
-    if bench.get("max_length") and length and length != bench["max_length"]:
-        cost.notes.append(f"data.max_length {length} against the bench's {bench['max_length']}: not scaled")
+    if length and length != record.max_length:
+        cost.notes.append(f"data.max_length {length} against the bench's {record.max_length}: not scaled")
     pairs, with_dev, transfer = final_sts_pairs(config)
-    per_pair = float(run["final_eval_seconds"]) / STS_TEST_PAIRS[STS_BENCHMARK]  # the bench's final task: STS-B test
+    per_pair = float(run.final_eval_seconds) / STS_TEST_PAIRS[STS_BENCHMARK]  # the bench's final task: STS-B test
     tracked = per_pair * sum(STS_TEST_PAIRS.values()) if tracks_test(config) else 0.0
-    dev_each = float(run["dev_eval_seconds"]) + tracked
+    dev_each = float(run.dev_eval_seconds) + tracked
     if tracks_test(config):
         cost.notes.append("each evaluation also scores the seven STS test tasks (tracked for test selection)")
     if transfer:
         cost.notes.append("the final evaluation's transfer tasks are not in the estimate (the bench does not "
                           "time them)")
     cost.parts = {
-        "train": steps * float(run["step_seconds"]) * batch_ratio * size["step_seconds"],
+        "train": steps * float(run.step_seconds) * batch_ratio * size["step_seconds"],
         "dev": evaluations * dev_each * size["dev_eval_seconds"],
         "final": (per_pair * pairs * size["final_eval_seconds"]
-                  + (float(run["dev_eval_seconds"]) * size["dev_eval_seconds"] if with_dev else 0.0)),
-        "setup": float(run["setup_seconds"]) * size["setup_seconds"],
+                  + (float(run.dev_eval_seconds) * size["dev_eval_seconds"] if with_dev else 0.0)),
+        "setup": float(run.setup_seconds) * size["setup_seconds"],
     }
     cost.parts = {part: seconds * slowdown for part, seconds in cost.parts.items()}
     cost.seconds = sum(cost.parts.values())
@@ -374,10 +339,9 @@ def hours_text(seconds: float) -> str:
 
 
 def record_text(record: BenchRecord) -> str:
-    bench = record.bench
-    when = bench.get("date") or time.strftime("%Y-%m-%d", time.gmtime(record.path.stat().st_mtime))
-    threads = ", one thread" if bench.get("device") == "cpu" else ""
-    return (f"{record.path} ({str(when)[:10]}; {record.shape_text()}, batch {bench.get('batch_size')}{threads})")
+    when = record.date or time.strftime("%Y-%m-%d", time.gmtime(record.path.stat().st_mtime))
+    threads = ", one thread" if record.device == "cpu" else ""
+    return f"{record.path} ({str(when)[:10]}; {record.shape_text()}, batch {record.batch_size}{threads})"
 
 
 def cost_lines(spec: Any, device: str, record: BenchRecord, costs: list[TrialCost], trials: int | None = None,

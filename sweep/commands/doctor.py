@@ -12,7 +12,6 @@ import glob
 import json
 import os
 import platform
-import re
 import shutil
 import sys
 from dataclasses import dataclass
@@ -218,24 +217,11 @@ def _model_checks() -> list[Check]:
     return checks
 
 
-# Where `sweep doctor --bench` keeps its records: one JSON per device, the latest bench of that device.
-BENCH_RECORDS_ENV = "SWEEP_BENCH_DIR"
-DEFAULT_BENCH_RECORDS = "~/.cache/contrastive-sweep/bench"
-
-
-def bench_record_path(report: dict[str, Any]) -> Path:
-    """The record of a bench: $SWEEP_BENCH_DIR (default ~/.cache/contrastive-sweep/bench) / <device>.json, the
-    device named by its GPU (`NVIDIA H100 80GB HBM3` -> nvidia-h100-80gb-hbm3) or `cpu`."""
-    folder = Path(os.environ.get(BENCH_RECORDS_ENV) or DEFAULT_BENCH_RECORDS).expanduser()
-    name = re.sub(r"[^a-z0-9]+", "-", str(report.get("gpu") or report.get("device") or "cpu").lower()).strip("-")
-    return folder / f"{name or 'device'}.json"
-
-
 def doctor_command(bench: bool = False, tiny: bool = False, json_path: str | None = None,
                    data_dir: str | None = None, methods: str | None = None, precisions: str | None = None,
                    steps: int = 20, probe: bool = True) -> int:
     """Print the checklist (and the bench, written as JSON to `json_path`, by default with --bench to the
-    device's record, bench_record_path); 0 when nothing is a problem and every bench verdict holds
+    device's record, BenchRecord.path); 0 when nothing is a problem and every bench verdict holds
     (bench_report.failed_verdicts), 1 otherwise. `probe`: the CPU bench's size probe (run_bench)."""
     chosen_methods = _choices(methods, METHODS, "--methods")
     chosen_precisions = _choices(precisions, PRECISIONS, "--precisions")
@@ -254,12 +240,12 @@ def doctor_command(bench: bool = False, tiny: bool = False, json_path: str | Non
                            data_dir=data_dir, say=lambda text: print(text, flush=True), probe=probe)
         print()
         print(bench_table(report))  # each failed verdict on a line of its own, "FAILED <verdict>"
-        out["bench"] = report
+        out["bench"] = report.to_json()
         out["failed_verdicts"] = failed_verdicts(report)
     if bench or json_path:
         from trainer.files import write_text_atomic
 
-        json_path = json_path or str(bench_record_path(out["bench"]))
+        json_path = json_path or str(report.path)
         write_text_atomic(json_path, json.dumps(out, indent=2) + "\n")
         print(f"written: {json_path}")
     return 1 if problems or out.get("failed_verdicts") else 0

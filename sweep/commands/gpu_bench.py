@@ -1,6 +1,6 @@
 """`sweep doctor --bench`: the GPU self-check (the checklist is sweep.commands.doctor's).
 
-    run_bench(tiny=False) -> dict     # each method x precision, ~20 trainer steps on a random-weight encoder
+    run_bench(tiny=False) -> BenchRecord  # each method x precision, ~20 trainer steps on a random-weight encoder
                                       # (bert-base-sized on CUDA, tiny on the CPU or with --tiny), after an
                                       # untimed 2-step warm-up; on the CPU also each method at fp32 on a
                                       # MiniLM-L6-sized one (size_probe)
@@ -40,6 +40,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from sweep.commands.bench_record import BenchRecord
 from trainer.errors import UserError
 from trainer.vocabulary import METHODS, STS_BENCHMARK
 
@@ -287,7 +288,7 @@ def sharing_check(config: dict[str, Any]) -> dict[str, Any]:
 
 def run_bench(tiny: bool = False, methods: tuple[str, ...] = METHODS, precisions: tuple[str, ...] = PRECISIONS,
               steps: int = 20, data_dir: str | None = None, budget_s: float = BENCH_BUDGET_S,
-              say: Any = print, probe: bool = True) -> dict[str, Any]:
+              say: Any = print, probe: bool = True) -> BenchRecord:
     """The bench (module docstring). `probe`: on the CPU, also the size probe, which only `sweep run --dry-run`'s
     CPU estimates use; False leaves it out (the report's size_probe stays None): scripts/device_check.sh's CPU
     mode, which rehearses the GPU path, where no probe runs."""
@@ -378,7 +379,7 @@ def run_bench(tiny: bool = False, methods: tuple[str, ...] = METHODS, precisions
             report["sharing"] = {**sharing_check(shared), "encoder": shape}
     torch.set_num_threads(threads)
     report["elapsed_s"] = round(time.monotonic() - started, 1)
-    return report
+    return BenchRecord.model_validate(report)
 
 
 def size_probe(tmp: Path, methods: tuple[str, ...], steps: int, batch: int, root: str,

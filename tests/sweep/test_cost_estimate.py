@@ -9,6 +9,7 @@ import re
 import pytest
 
 from sweep.commands import cost
+from sweep.commands.bench_record import BenchRecord
 from sweep.commands.dry_run import print_dry_run
 from sweep.spec import load_study
 from tests.helpers import study_file
@@ -23,11 +24,13 @@ def timed_run(method: str, precision: str, step: float, dev: float, final: float
             "dev_eval_seconds": dev, "final_eval_seconds": final, "setup_seconds": setup}
 
 
-def write_record(folder, name: str, runs: list[dict], encoder: dict, batch: int = 16, gpu: str | None = None):
-    bench = {"device": "cuda" if gpu else "cpu", "gpu": gpu, "encoder": {"shape": "stand-in", **encoder},
-             "batch_size": batch, "max_length": 32, "date": "2026-11-27T04:00:00Z", "runs": runs}
+def write_record(folder, name: str, runs: list[dict], encoder: dict, batch: int = 16, gpu: str | None = None,
+                 **fields):
+    """A stand-in record, built through the record type the bench writes (an unknown field is refused)."""
+    record = BenchRecord(device="cuda" if gpu else "cpu", gpu=gpu, encoder={"shape": "stand-in", **encoder},
+                         batch_size=batch, max_length=32, date="2026-11-27T04:00:00Z", runs=runs, **fields)
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / f"{name}.json").write_text(json.dumps({"checks": [], "problems": 0, "bench": bench}))
+    (folder / f"{name}.json").write_text(json.dumps({"checks": [], "problems": 0, "bench": record.to_json()}))
 
 
 def study(tmp_path, name: str, **top) -> object:
@@ -65,7 +68,6 @@ def test_the_estimate_is_the_steps_and_evaluations_times_the_records_seconds(tmp
     # 40 steps x 0.5 s x (batch 32 / the bench's 16) + ceil(40 / 15) = 3 dev evaluations x 4 s + the final
     # evaluation (STS-B test, as the bench's) 3 s + set-up 1 s
     per_trial = 40 * 0.5 * (32 / 16) + 3 * 4.0 + 3.0 + 1.0
-    assert per_trial == 56.0
     assert lines[0].startswith(f"on the CPU, from the bench record {records / 'cpu.json'} (2026-11-27; ")
     assert lines[1] == ("per trial 0.0156 device-hours (56 s): 40 steps 40.0 s + 3 STS-B dev evaluations 12.0 s + "
                         "the final evaluation 3.0 s + set-up 1.0 s")
@@ -154,11 +156,9 @@ def test_the_bench_keeps_the_timings_the_estimate_reads():
 def test_the_cpu_benchs_size_probe_scales_the_tiny_encoders_times_to_the_studys_model(tmp_path, records, capsys):
     # the study's model (embedded) has the probe's shape: each timing is the tiny run's x the probe's measured
     # ratio, i.e. the probe run's own timing
-    write_record(records, "cpu", [timed_run("simcse", "fp32", 0.02, 0.5, 0.3, 0.5)], TINY)
-    record = json.loads((records / "cpu.json").read_text())
-    record["bench"]["size_probe"] = {"encoder": {"shape": "MiniLM-L6-sized", **MINILM}, "steps": 10,
-                                     "runs": [timed_run("simcse", "fp32", 0.8, 12.0, 5.0, 1.5)], "skipped": []}
-    (records / "cpu.json").write_text(json.dumps(record))
+    probe = {"encoder": {"shape": "MiniLM-L6-sized", **MINILM}, "steps": 10,
+             "runs": [timed_run("simcse", "fp32", 0.8, 12.0, 5.0, 1.5)], "skipped": []}
+    write_record(records, "cpu", [timed_run("simcse", "fp32", 0.02, 0.5, 0.3, 0.5)], TINY, size_probe=probe)
     lines, table = dry_run_text(capsys, study(tmp_path, "probed"))
     per_trial = 40 * 0.8 * (32 / 16) + 3 * 12.0 + 5.0 + 1.5
     assert lines[1] == (f"per trial {per_trial / 3600:.3g} device-hours ({per_trial:.0f} s): 40 steps 64.0 s "
@@ -189,11 +189,11 @@ def test_alignment_and_uniformity_on_stsb_dev_add_one_dev_encoding_to_the_final_
 def test_trials_sharing_the_device_take_the_benchs_measured_slowdown(tmp_path, records, capsys, monkeypatch):
     # two trials per GPU (resources.gpu 0.5): the bench's two processes sharing the GPU ran 1.5 times one
     # alone's throughput together, so each trial takes 2 / 1.5 times as long
+    sharing = {"method": "simcse", "precision": "auto", "steps_timed": 18, "alone_sentences_per_s": 100.0,
+               "shared_sentences_per_s": [75.0, 75.0], "aggregate_sentences_per_s": 150.0, "aggregate_vs_alone": 1.5,
+               "encoder": "stand-in"}
     write_record(records, "nvidia-a100", [timed_run("simcse", "fp16", 0.1, 2.0, 1.0, 3.0)], MINILM, batch=64,
-                 gpu="NVIDIA A100")
-    record = json.loads((records / "nvidia-a100.json").read_text())
-    record["bench"]["sharing"] = {"aggregate_vs_alone": 1.5}
-    (records / "nvidia-a100.json").write_text(json.dumps(record))
+                 gpu="NVIDIA A100", sharing=sharing)
     monkeypatch.setattr(cost, "local_gpu_name", lambda: "NVIDIA A100")
     lines, _ = dry_run_text(capsys, study(tmp_path, "halves", resources={"cpu": 2, "gpu": 0.5}))
     per_trial = (40 * 0.1 * (32 / 64) + 3 * 2.0 + 1.0 + 3.0) * 2 / 1.5
@@ -202,3 +202,39 @@ def test_trials_sharing_the_device_take_the_benchs_measured_slowdown(tmp_path, r
             "ran (x1.5 one alone's throughput together)") in lines
     assert f"note: each trial holds 0.5 GPU (resources.gpu): the study holds {4 * per_trial * 0.5 / 3600:.3g} " \
            "GPU-hours" in lines
+
+
+def test_a_real_bench_is_written_by_the_doctor_and_read_by_the_estimate(tmp_path, records, capsys, monkeypatch,
+                                                                       shared_data_dir):
+    """The writer and the reader of the record meet on a real bench: `sweep doctor --bench` (its checklist and the
+    sharing check's extra processes left out) writes the CPU's record, and the dry run's estimate reads its
+    simcse fp32 timings and shape from that file."""
+    from sweep.commands import doctor, gpu_bench
+
+    monkeypatch.setattr(doctor, "environment_checks", lambda data_dir: [])
+    monkeypatch.setattr(gpu_bench, "sharing_check", lambda config: {
+        "method": "simcse", "precision": "auto", "steps_timed": 2, "alone_sentences_per_s": 1.0,
+        "shared_sentences_per_s": [0.5, 0.5], "aggregate_sentences_per_s": 1.0, "aggregate_vs_alone": 1.0})
+    assert doctor.doctor_command(bench=True, tiny=True, data_dir=str(shared_data_dir), methods="simcse",
+                                 precisions="fp32", steps=4, probe=False) == 0
+    written = records / "cpu.json"
+    assert f"written: {written}" in capsys.readouterr().out
+    found, advice = cost.find_records("cpu", None)
+    assert advice is None and [record.path for record in found] == [written]
+    run = found[0].run("simcse", "fp32")
+    raw = json.loads(written.read_text())["bench"]["runs"][0]  # the file as written, read without the record type
+    assert run is not None and [getattr(run, key) for key in cost.RUN_TIMINGS] == [raw[key] for key in cost.RUN_TIMINGS]
+
+    lines, _ = dry_run_text(capsys, study(tmp_path, "real"))
+    assert lines[0].startswith(f"on the CPU, from the bench record {written} (")
+    assert "tiny encoder (2 layers x 32), batch 16, one thread)" in lines[0]
+
+    def compute(shape):  # per token: layers x (4 h^2 + 2 h x intermediate)
+        hidden = shape["hidden_size"]
+        return shape["num_hidden_layers"] * (4 * hidden * hidden + 2 * hidden * shape["intermediate_size"])
+
+    factor = compute(MINILM) / compute(raw_shape := json.loads(written.read_text())["bench"]["encoder"])
+    assert raw_shape["hidden_size"] == 32 and factor == 648.0  # no size probe: scaled by compute per token
+    per_trial = (40 * raw["step_seconds"] * 32 / 16 * factor + 3 * raw["dev_eval_seconds"] * factor
+                 + raw["final_eval_seconds"] * factor + raw["setup_seconds"])
+    assert lines[1].startswith(f"per trial {per_trial / 3600:.3g} device-hours")

@@ -12,8 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from sweep.commands.bench_record import BenchRecord
 from tests.deadlines import scaled
 from tests.helpers import REPO
+
+# a stand-in for the sharing check's two extra processes, which bear on no verdict
+SHARING = {"method": "simcse", "precision": "auto", "steps_timed": 5, "alone_sentences_per_s": 1.0,
+           "shared_sentences_per_s": [0.5, 0.5], "aggregate_sentences_per_s": 1.0, "aggregate_vs_alone": 1.0}
 
 
 def doctor(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -126,17 +131,17 @@ def test_the_cpu_benchs_sharing_check_runs_on_the_probe_encoder_when_there_is_on
     shared = {}
     monkeypatch.setattr(gpu_bench, "measure_run", lambda config, cuda: {"loss": 1.0, "precision_ran": "fp32"})
     monkeypatch.setattr(gpu_bench, "size_probe", lambda tmp, methods, steps, *rest: {
-        "encoder": {"shape": "MiniLM-L6-sized"}, "steps": steps, "runs": [{"method": "simcse"}] if probed else [],
-        "skipped": []})
-    monkeypatch.setattr(gpu_bench, "sharing_check", lambda config: shared.update(config) or {})
+        "encoder": {"shape": "MiniLM-L6-sized"}, "steps": steps,
+        "runs": [{"method": "simcse", "precision_asked": "fp32"}] if probed else [], "skipped": []})
+    monkeypatch.setattr(gpu_bench, "sharing_check", lambda config: shared.update(config) or SHARING)
     report = gpu_bench.run_bench(tiny=True, methods=("simcse",), precisions=("fp32",), steps=7,
                                  data_dir=str(shared_data_dir), say=lambda text: None)
     model = Path(shared["model"])
     if probed:
         assert model.name == gpu_bench.PROBE_FOLDER and shared["max_steps"] == 7
-        assert report["sharing"]["encoder"] == "MiniLM-L6-sized"
+        assert report.sharing.encoder == "MiniLM-L6-sized"
     else:
-        assert model.name != gpu_bench.PROBE_FOLDER and report["sharing"]["encoder"] == "tiny"
+        assert model.name != gpu_bench.PROBE_FOLDER and report.sharing.encoder == "tiny"
 
 
 def test_the_sync_check_names_the_loop_line_that_synchronised():
@@ -173,11 +178,11 @@ def test_the_bench_starts_no_run_that_would_end_past_its_budget(tmp_path):
     from sweep.commands.gpu_bench import run_bench
 
     report = run_bench(tiny=True, budget_s=0.0, say=lambda text: None)
-    assert report["runs"] == [] and report["sharing"] is None
-    assert report["skipped"] == [f"{m} {p}" for m in ("simcse", "mocose", "gs", "mix")
-                                 for p in ("fp32", "bf16", "fp16")] + ["sharing"]
+    assert report.runs == [] and report.sharing is None
+    assert report.skipped == [f"{m} {p}" for m in ("simcse", "mocose", "gs", "mix")
+                              for p in ("fp32", "bf16", "fp16")] + ["sharing"]
     assert "skipped (they would have ended past the 0 s budget): simcse fp32" in bench_table(report)
-    assert report["size_probe"]["skipped"] == [f"{m} fp32" for m in ("simcse", "mocose", "gs", "mix")]
+    assert report.size_probe.skipped == [f"{m} fp32" for m in ("simcse", "mocose", "gs", "mix")]
 
 
 def test_the_bench_without_the_probe_has_no_size_probe_on_the_cpu():
@@ -185,7 +190,7 @@ def test_the_bench_without_the_probe_has_no_size_probe_on_the_cpu():
     from sweep.commands.gpu_bench import run_bench
 
     report = run_bench(tiny=True, budget_s=0.0, say=lambda text: None, probe=False)
-    assert report["device"] == "cpu" and report["size_probe"] is None and report["skipped"][-1] == "sharing"
+    assert report.device == "cpu" and report.size_probe is None and report.skipped[-1] == "sharing"
 
 
 def test_the_sync_check_runs_the_trainer_and_stops_at_the_first_flagged_read_back(tmp_path, tiny_model_dir,
@@ -306,26 +311,28 @@ def test_the_bench_table_says_an_unchecked_sync_once_not_on_every_row():
     unchecked = {"sync_free": None, "first_sync": "not checked: no GPU (sync debug mode is CUDA's)"}
     run = {"method": "simcse", "precision_asked": "fp32", "precision_ran": "fp32", "steps_per_s": 1.5,
            "sentences_per_s": 96.0, "peak_memory_mib": None, "sync": unchecked}
-    report = {"runs": [run, {**run, "method": "mocose"}], "gpu": None, "encoder": {"shape": "tiny"}, "batch_size": 64,
-              "steps": 10, "elapsed_s": 3, "sharing": None, "skipped": [], "note": None}
-    table = bench_table(report)
+    report = {"runs": [run, {**run, "method": "mocose"}], "device": "cpu", "gpu": None, "encoder": {"shape": "tiny"},
+              "batch_size": 64, "max_length": 32, "steps": 10, "elapsed_s": 3, "sharing": None, "skipped": [],
+              "note": None}
+    table = bench_table(BenchRecord.model_validate(report))
     assert table.count("not checked: no GPU") == 1 and "sync-free steps: not checked: no GPU" in table
     assert "| method | precision asked -> ran | steps/s | sentences/s | peak memory | loss vs fp32 |" in table
     checked = [{**run, "sync": {"sync_free": True, "first_sync": None}}, {**run, "sync": unchecked}]
-    assert "| sync-free steps |" in bench_table({**report, "runs": checked})  # a column that differs stays
+    assert "| sync-free steps |" in bench_table(BenchRecord.model_validate({**report, "runs": checked}))
 
 
 def test_the_bench_is_kept_as_the_devices_record_not_in_the_current_folder(tmp_path, monkeypatch, capsys):
     from sweep.commands import doctor as doctor_module
 
-    report = {"runs": [], "gpu": "NVIDIA H100 80GB HBM3", "device": "cuda", "encoder": {"shape": "bert-base"},
-              "batch_size": 64, "steps": 20, "elapsed_s": 1, "sharing": None, "skipped": [], "note": None}
+    report = BenchRecord(runs=[], gpu="NVIDIA H100 80GB HBM3", device="cuda", encoder={"shape": "bert-base"},
+                         batch_size=64, max_length=32, steps=20, elapsed_s=1, sharing=None, skipped=[], note=None)
     monkeypatch.setattr(doctor_module, "run_bench", lambda **kwargs: report)
+    monkeypatch.setattr(doctor_module, "environment_checks", lambda data_dir: [])  # no Ray head in the fast tier
     monkeypatch.setenv("SWEEP_BENCH_DIR", str(tmp_path / "records"))
     monkeypatch.chdir(tmp_path)
     doctor_module.doctor_command(bench=True, data_dir=str(tmp_path / "nowhere"))
     record = tmp_path / "records" / "nvidia-h100-80gb-hbm3.json"
-    assert json.loads(record.read_text())["bench"] == report
+    assert BenchRecord.read(record).to_json() == report.to_json() and BenchRecord.read(record).path == record
     assert f"written: {record}" in capsys.readouterr().out
     assert sorted(p.name for p in tmp_path.iterdir()) == ["records"]  # nothing in the current folder
 
@@ -347,9 +354,7 @@ def test_the_bench_fails_on_a_provoked_fault_and_passes_the_clean_run(tmp_path, 
     import trainer.methods.simcse as simcse
 
     # two more processes that bear on no verdict: a stand-in's figures
-    monkeypatch.setattr(gpu_bench, "sharing_check", lambda config: {
-        "method": "simcse", "alone_sentences_per_s": 1.0, "shared_sentences_per_s": [0.5, 0.5],
-        "aggregate_sentences_per_s": 1.0, "aggregate_vs_alone": 1.0})
+    monkeypatch.setattr(gpu_bench, "sharing_check", lambda config: SHARING)
     if fault == "autocast ignored":
         monkeypatch.setattr("trainer.train.torch.autocast", lambda *a, **k: contextlib.nullcontext())
     if fault == "loss perturbed":
@@ -376,9 +381,12 @@ def test_failed_verdicts_read_a_sync_inside_the_step_and_a_failed_run():
 
     run = {"method": "mocose", "precision_asked": "bf16", "precision_ran": "bf16", "status": "ok", "loss_vs_fp32": 0.01,
            "sync": {"sync_free": True}}
-    assert failed_verdicts({"runs": [run]}) == []
+    def record(*runs):
+        return BenchRecord(device="cuda", encoder={"shape": "tiny"}, batch_size=16, max_length=32, runs=runs)
+
+    assert failed_verdicts(record(run)) == []
     synced = {**run, "sync": {"sync_free": False, "first_sync": "trainer/train.py:400: loss.item()", "at_step": 21}}
-    assert failed_verdicts({"runs": [synced, {**run, "status": "diverged"}]}) == [
+    assert failed_verdicts(record(synced, {**run, "status": "diverged"})) == [
         "sync: mocose bf16: the training step synchronised with the host at trainer/train.py:400: loss.item() "
         "(step 21)", "run: mocose bf16 ended diverged"]
 
