@@ -180,23 +180,33 @@ def count_sentences(path: Path, limit: int | None = None) -> int:
     return _counts[key]
 
 
-def planned_steps(config: dict) -> int | None:
-    """The optimiser steps a resolved run config will take (as `train` computes them): `max_steps`, else
-    `epochs` passes of drop-last batches over the corpus; None when the corpus is not installed."""
+def planned_steps(config: dict, sentences: int | None = None) -> int | None:
+    """The optimiser steps a resolved run config will take: `max_steps`, else `epochs` passes of drop-last batches
+    over the corpus (`sentences` of it as loaded, else counted from the file, max_sentences applied); None when the
+    corpus is not installed. trainer.run_plan.RunPlan, which the trainer runs by, takes its steps from here."""
     if config.get("max_steps"):
         return int(config["max_steps"])
     data = config.get("data") or {}
-    limit = data.get("max_sentences")
-    try:
-        sentences = count_sentences(corpus_path(data_dir(data.get("data_dir")), data.get("corpus"), note=False),
-                                    limit)  # a lookup, not the run: no note
-    except UserError:
-        known = KNOWN_SENTENCES.get(data.get("corpus"))
-        if known is None:
+    if sentences is None:
+        sentences = _corpus_sentences(data)
+        if sentences is None:
             return None
-        sentences = min(known, limit) if limit else known
     steps = config.get("epochs", 1.0) * (sentences // config["batch_size"])
     if not math.isfinite(steps) or steps >= 2**63:  # RunConfig bounds epochs; a corpus of 10^13 lines might not
         raise ConfigError("epochs", f": expected fewer epochs: {config.get('epochs')} passes of "
                           f"{sentences // config['batch_size']} steps are more than a run can count; or set max_steps")
     return max(1, int(steps))
+
+
+def _corpus_sentences(data: dict) -> int | None:
+    """The sentences a run of the `data` section reads (max_sentences applied), counted from the installed corpus
+    or, where it is not installed, from the size of a corpus the project knows; None otherwise."""
+    limit = data.get("max_sentences")
+    try:
+        return count_sentences(corpus_path(data_dir(data.get("data_dir")), data.get("corpus"), note=False),
+                               limit)  # a lookup, not the run: no note
+    except UserError:
+        known = KNOWN_SENTENCES.get(data.get("corpus"))
+        if known is None:
+            return None
+        return min(known, limit) if limit else known

@@ -38,11 +38,11 @@ from trainer.evaluation.sts import cosine_scores, evaluate_sts, load_task, split
 from trainer.evaluation.transfer import evaluate_transfer
 from trainer.evaluation.transfer_data import load_transfer_tasks
 from trainer.files import apply_umask_modes, json_safe, write_text_atomic
-from trainer.method_rules import method_rules
 from trainer.methods import Method, method_class
 from trainer.models import ComputePrecision, load_encoder, pick_device
 from trainer.optim import build_optimizer
 from trainer.provenance import provenance
+from trainer.run_plan import RunPlan
 from trainer.summary import build_summary
 from trainer.vocabulary import COLLAPSED, DIVERGED, OK, STS_BENCHMARK, STS_TASKS
 
@@ -153,6 +153,7 @@ class _Run:
     root: Path  # the data directory
     out_dir: Path | None
     dev: DevEvaluator
+    plan: RunPlan
     final_sts: list[str]
     final_transfer: list[str]
     encoder: Any
@@ -238,7 +239,7 @@ def _set_up(config: RunConfig, host_reads: HostReadPolicy | None) -> _Run:
         (out_dir / "metrics.jsonl").write_text("")  # a fresh run starts a fresh log
 
     dev = DevEvaluator(root)  # fails early on missing/altered data
-    final_sts, final_transfer = split_tasks(config.eval.final_tasks)  # fails early on an unknown task name
+    _, final_transfer = split_tasks(config.eval.final_tasks)  # fails early on an unknown task name
     if final_transfer:
         load_transfer_tasks(root, final_transfer)  # ... and on missing/altered transfer data
     encoder, tokenizer = load_encoder(config.model, dropout=config.dropout)
@@ -250,7 +251,8 @@ def _set_up(config: RunConfig, host_reads: HostReadPolicy | None) -> _Run:
     if len(corpus) < batch:
         raise UserError(f"the corpus has {len(corpus)} sentences, fewer than batch_size={batch}: lower batch_size")
     steps_per_epoch = len(corpus) // batch  # drop_last, as SimCSE's data loader
-    total_steps = config.max_steps or max(1, int(config.epochs * steps_per_epoch))
+    plan = RunPlan.of(config, sentences=len(corpus))  # steps, evaluations, final tasks: what the dry run plans
+    total_steps = plan.total_steps
 
     generator = torch.Generator().manual_seed(config.seed)
     device_generator = torch.Generator(device=device).manual_seed(config.seed)
@@ -278,7 +280,8 @@ def _set_up(config: RunConfig, host_reads: HostReadPolicy | None) -> _Run:
         config=config, started=started, device=device, precision=precision,
         provenance=provenance(device, precision, corpus_file, root, cache_dir),
         host_reads=host_reads or host_read_policy(device), root=root, out_dir=out_dir, dev=dev,
-        final_sts=final_sts, final_transfer=final_transfer, encoder=encoder, tokenizer=tokenizer, corpus=corpus,
+        plan=plan, final_sts=list(plan.final_sts), final_transfer=list(plan.final_transfer),
+        encoder=encoder, tokenizer=tokenizer, corpus=corpus,
         total_steps=total_steps, steps_per_epoch=steps_per_epoch, generator=generator,
         device_generator=device_generator, method=method, fgsm=fgsm,
         autocast=torch.autocast(device.type, dtype=autocast_dtype) if autocast_dtype else contextlib.nullcontext(),
@@ -287,7 +290,7 @@ def _set_up(config: RunConfig, host_reads: HostReadPolicy | None) -> _Run:
         # fp16 needs loss scaling on any device (its range underflows small gradients); bf16 has fp32's range
         scaler=torch.amp.GradScaler(device.type) if precision == "fp16" else None,
         encode_eval=encode_eval, encode_dev=encode_dev, eval_augments=eval_augments,
-        track_test=method_rules(config.method).tracks_test(config.to_dict()),
+        track_test=plan.tracks_test,
         params=[p for g in optimizer.param_groups for p in g["params"]],
     )
 
@@ -354,11 +357,11 @@ def _step(run: _Run, ids: torch.Tensor, mask: torch.Tensor):
 
 
 def _train_loop(run: _Run, report: Report | None, on_step: StepHook | None = None) -> None:
-    """Steps until total_steps, evaluating every eval.eval_steps; ends early on a NaN/inf loss (diverged) or
+    """Steps until total_steps, evaluating where the run's plan says (every eval.eval_steps and at the last step);
+    ends early on a NaN/inf loss (diverged) or
     a collapsed embedding space (collapsed). The running loss stays on the device between its reads.
     `on_step(run.step)` after each step that does not end the run (see `train`)."""
-    config, batch, pad_id = run.config, run.config.batch_size, run.tokenizer.pad_token_id or 0
-    eval_steps = config.eval.eval_steps
+    batch, pad_id = run.config.batch_size, run.tokenizer.pad_token_id or 0
     loss_sum = torch.zeros((), device=run.device)
     loss_window = 0
     order: list[int] = []
@@ -374,10 +377,9 @@ def _train_loop(run: _Run, report: Report | None, on_step: StepHook | None = Non
         loss_sum += out.loss.detach()
         loss_window += 1
 
-        last = run.step == run.total_steps
         # the NaN/inf check reads the loss back only on the policy's steps (a host sync on a GPU)
         check = run.step % run.host_reads.check_every == 0
-        if run.step % eval_steps == 0 or last or (check and not torch.isfinite(loss_sum)):
+        if run.plan.evaluates_at(run.step) or (check and not torch.isfinite(loss_sum)):
             run.train_seconds += time.perf_counter() - tick
             with deliberate_host_read(LOSS_READ_BACK):
                 mean_loss = (loss_sum / loss_window).item()
@@ -386,7 +388,7 @@ def _train_loop(run: _Run, report: Report | None, on_step: StepHook | None = Non
             if not math.isfinite(mean_loss):
                 run.status, run.reason = DIVERGED, f"loss became {mean_loss} by step {run.step}"
                 break
-            if (run.step % eval_steps == 0 or last) and not _evaluate_and_select(run, mean_loss, report):
+            if run.plan.evaluates_at(run.step) and not _evaluate_and_select(run, mean_loss, report):
                 break
             tick = time.perf_counter()
         if on_step is not None:

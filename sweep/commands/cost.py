@@ -8,8 +8,9 @@
     cost_lines(spec, device, record, costs) -> [str]  # the dry run's `cost:` lines for one record
     study_cost_lines(spec, configs) -> ([str], [TrialCost])  # those of every record of the study's device
 
-The estimate of one trial, from the record's run of the trial's method at its precision (`precision: auto`
-resolved as the trainer does, trainer.method_rules):
+The estimate of one trial, from its plan (trainer.run_plan.RunPlan, what the trainer runs by: its steps,
+evaluations, final tasks, whether test scores are tracked, its precision) and the record's run of the trial's
+method at that precision:
 
     steps x step_seconds x (batch_size / bench batch) x size
   + dev evaluations x dev_eval_seconds x size          (the trainer's: every eval.eval_steps and at the last step;
@@ -42,7 +43,8 @@ from typing import Any
 
 from sweep.commands.bench_record import RUN_TIMINGS, BenchRecord, BenchRun
 from sweep.text import plural
-from trainer.vocabulary import STS_BENCHMARK, STS_TASKS, STS_TEST_PAIRS, TRANSFER_TASKS
+from trainer.run_plan import RunPlan
+from trainer.vocabulary import STS_BENCHMARK, STS_TEST_PAIRS
 
 BENCH_COMMAND = "sweep doctor --bench"
 
@@ -116,39 +118,11 @@ def find_records(device: str, gpu_name: str | None) -> tuple[list[BenchRecord], 
 
 
 # ---- one trial ------------------------------------------------------------------------------------------------
-def trial_precision(config: dict[str, Any], device: str) -> str:
-    from trainer.method_rules import method_rules
-
-    return method_rules(config["method"]).precision_on(device, str(config.get("precision") or "auto"))
-
-
-def planned_work(config: dict[str, Any]) -> tuple[int | None, int | None]:
-    """(optimiser steps, STS-B dev evaluations) of a resolved config: the trainer evaluates every
-    eval.eval_steps and at the last step. (None, None) when the run's length is unknown (no corpus)."""
-    from trainer.data import planned_steps
-
-    steps = planned_steps(config)
-    if not steps:
-        return None, None
-    every = int((config.get("eval") or {}).get("eval_steps") or steps)
-    return steps, math.ceil(steps / every)
-
-
-def tracks_test(config: dict[str, Any]) -> bool:
-    """Whether each evaluation also scores the seven STS test tasks: the method rule trainer.train follows."""
-    from trainer.method_rules import method_rules
-
-    return method_rules(config["method"]).tracks_test(config)
-
-
-def final_sts_pairs(config: dict[str, Any]) -> tuple[int, bool, bool]:
+def final_sts_pairs(plan: RunPlan, evaluation: dict[str, Any]) -> tuple[int, bool, bool]:
     """(STS test pairs the final evaluation encodes, whether it also encodes STS-B dev, whether it has transfer
-    tasks too). Alignment and uniformity (eval.align_uniform_split) encode STS-B dev, or STS-B test where it
-    is not scored already."""
-    evaluation = config.get("eval") or {}
-    tasks = list(evaluation.get("final_tasks") or ())
-    sts = [t for t in tasks if t in STS_TASKS] if tasks else list(STS_TASKS)
-    transfer = any(t in TRANSFER_TASKS or t == "transfer" for t in tasks)
+    tasks too), from the run's plan and its `eval` section. Alignment and uniformity (eval.align_uniform_split)
+    encode STS-B dev, or STS-B test where it is not scored already."""
+    sts, transfer = list(plan.final_sts), bool(plan.final_transfer)
     pairs = sum(STS_TEST_PAIRS[t] for t in sts)
     split = evaluation.get("align_uniform_split", "dev") if sts else None
     if split == "test" and STS_BENCHMARK not in sts:
@@ -278,14 +252,15 @@ def trial_cost(config: dict[str, Any], device: str, record: BenchRecord | None,
     docstring). `shapes`: model name -> encoder_shape, filled as
     models are looked up; `slowdown`: the factor on every time from trials sharing the device
     (`sharing_slowdown`)."""
-    steps, evaluations = planned_work(config)
+    plan = RunPlan.of(config)  # what trainer.train will do: its steps, evaluations, final tasks, precision
+    steps, evaluations = plan.total_steps, plan.evaluations
     cost = TrialCost(steps, evaluations)
     if record is None:
         return cost
     if steps is None:
         cost.why = "the run's length is unknown (no corpus installed: `sweep data fetch`)"
         return cost
-    precision = trial_precision(config, device)
+    precision = plan.precision_on(device)
     run = record.run(config["method"], precision)
     if run is None:
         cost.why = (f"the record {record.path} has no {config['method']} {precision} run with timings: "
@@ -305,11 +280,11 @@ def trial_cost(config: dict[str, Any], device: str, record: BenchRecord | None,
     length = (config.get("data") or {}).get("max_length")
     if length and length != record.max_length:
         cost.notes.append(f"data.max_length {length} against the bench's {record.max_length}: not scaled")
-    pairs, with_dev, transfer = final_sts_pairs(config)
+    pairs, with_dev, transfer = final_sts_pairs(plan, config.get("eval") or {})
     per_pair = float(run.final_eval_seconds) / STS_TEST_PAIRS[STS_BENCHMARK]  # the bench's final task: STS-B test
-    tracked = per_pair * sum(STS_TEST_PAIRS.values()) if tracks_test(config) else 0.0
+    tracked = per_pair * sum(STS_TEST_PAIRS.values()) if plan.tracks_test else 0.0
     dev_each = float(run.dev_eval_seconds) + tracked
-    if tracks_test(config):
+    if plan.tracks_test:
         cost.notes.append("each evaluation also scores the seven STS test tasks (tracked for test selection)")
     if transfer:
         cost.notes.append("the final evaluation's transfer tasks are not in the estimate (the bench does not "

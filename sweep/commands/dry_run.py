@@ -15,7 +15,7 @@ from sweep.text import format_value, is_expr, one_line, plural
 from trainer.config import flatten
 from trainer.errors import UserError
 from trainer.method_rules import traces_distance
-from trainer.vocabulary import METHOD_LABELS, STS_BENCHMARK, STS_TASKS, STS_TEST_PAIRS, TRANSFER_TASKS
+from trainer.vocabulary import METHOD_LABELS, STS_BENCHMARK, STS_TASKS, STS_TEST_PAIRS
 
 # A training sentence costs a few encodings (two views forward, then backward), an evaluated one a single
 # forward pass: a final evaluation of FAR_MORE times the sentences a trial trains on is most of the trial.
@@ -244,17 +244,19 @@ def final_eval_lines(configs: list[dict[str, Any]]) -> list[str]:
     when the trials differ): the tasks, the STS test pairs it encodes and, beside them, the sentences the trial
     trains on (steps x batch_size); the seven-task evaluation of a short run says it costs far more than the
     training, and how to evaluate STS-B alone."""
-    from trainer.data import planned_steps
+    from trainer.run_plan import RunPlan
 
     groups: dict[tuple[str, ...], list[int | None]] = {}  # final tasks -> sentences each trial trains on
+    plans: dict[tuple[str, ...], RunPlan] = {}
     for config in configs:
         tasks = tuple((config.get("eval") or {}).get("final_tasks") or ())
-        steps = planned_steps(config)
+        plan = RunPlan.of(config)
+        plans.setdefault(tasks, plan)
+        steps = plan.total_steps
         groups.setdefault(tasks, []).append(steps * config["batch_size"] if steps else None)
     texts = []
     for tasks, trained in groups.items():
-        sts = [t for t in tasks if t in STS_TASKS] if tasks else list(STS_TASKS)
-        transfer = [t for t in tasks if t in TRANSFER_TASKS] + (list(TRANSFER_TASKS) if "transfer" in tasks else [])
+        sts, transfer = list(plans[tasks].final_sts), list(plans[tasks].final_transfer)
         if len(sts) == len(STS_TASKS):
             what = f"the seven STS tasks ({', '.join(sts)})"
         else:

@@ -17,7 +17,6 @@ own fallback give the free worker to a waiting trial, as at the end of a study.
 
 from __future__ import annotations
 
-import math
 from typing import Any, Callable
 
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
@@ -59,7 +58,11 @@ def trial_scheduler(sched: Any, configs: Callable[[], list[dict[str, Any]]], met
 
 
 def evaluations(config: dict[str, Any]) -> int:
-    """How many dev evaluations a trial of `config` reports (ASHA's time unit)."""
-    steps = config.get("max_steps")
-    every = (config.get("eval") or {}).get("eval_steps") or 100
-    return max(1, math.ceil(steps / every)) if steps else 100
+    """How many dev evaluations a trial of `config` reports (ASHA's time unit): its plan's (trainer.run_plan), or
+    UNKNOWN_EVALUATIONS when the run's length cannot be told here (no corpus installed)."""
+    from trainer.run_plan import RunPlan
+
+    return RunPlan.of(config).evaluations or UNKNOWN_EVALUATIONS
+
+
+UNKNOWN_EVALUATIONS = 100  # ASHA's max_t for runs of unknown length

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from trainer.ema import ema_update
+from trainer.methods.ema import ema_update
 from trainer.schedules import ema_decay_at
 
 

@@ -353,9 +353,9 @@ def test_test_selected_checkpoint_is_reported_labelled_and_used_only_on_request(
     ("simcse", {"eval.selection": "test_avg"}),
 ])
 def test_the_dry_runs_test_tracking_rule_is_what_train_does(make_config, monkeypatch, method, overrides):
-    """Whether each evaluation also scores the seven STS test tasks: the method rule (what sweep's cost estimate
+    """Whether each evaluation also scores the seven STS test tasks: the run plan's rule (what sweep's cost estimate
     counts) against a real run, whose per-evaluation test passes are counted."""
-    from sweep.commands.cost import tracks_test
+    from trainer.run_plan import RunPlan
 
     real_evaluate, passes = train_mod.evaluate_sts, []
 
@@ -368,8 +368,7 @@ def test_the_dry_runs_test_tracking_rule_is_what_train_does(make_config, monkeyp
     monkeypatch.setattr(train_mod, "evaluate_sts", counting)
     config = make_config(method, max_steps=2, **{"eval.eval_steps": 1, **overrides})
     train_mod.train(config)
-    resolved = config.resolved().to_dict()
-    assert tracks_test(resolved) == (len(passes) == 2)  # one pass per evaluation, or none
+    assert RunPlan.of(config.resolved()).tracks_test == (len(passes) == 2)  # one pass per evaluation, or none
     assert len(passes) in (0, 2)
 
 
