@@ -35,6 +35,10 @@ if TYPE_CHECKING:
     import optuna
 
 REPO = Path(__file__).resolve().parents[1]
+# a stand-in for the GPU bench's sharing check (two extra trainer processes), for tests where it bears on nothing
+BENCH_SHARING_STAND_IN = {"method": "simcse", "precision": "auto", "steps_timed": 5, "alone_sentences_per_s": 1.0,
+                          "shared_sentences_per_s": [0.5, 0.5], "aggregate_sentences_per_s": 1.0,
+                          "aggregate_vs_alone": 1.0}
 
 
 # ---- study files --------------------------------------------------------------------------------------

@@ -268,7 +268,7 @@ def test_the_light_modules_import_no_torch():
     light = ["trainer.evaluation", "trainer.evaluation.sts", "trainer.evaluation.sts_average",
              "trainer.evaluation.transfer_data", "trainer.evaluation.cache", "trainer.evaluation.score_table",
              "trainer.schedules", "trainer.slices", "trainer.mtd", "trainer.vocabulary", "trainer.method_rules",
-             "trainer.config", "trainer.summary"]
+             "trainer.config", "trainer.summary", "trainer.run_plan"]
     study = REPO / "studies" / "quickstart.yaml"
     code = (f"import sys, importlib\nfor name in {light!r}:\n    importlib.import_module(name)\n"
             "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))\n"

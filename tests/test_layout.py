@@ -1,5 +1,5 @@
-"""The test suite's layout: tests/ mirrors the packages (trainer/, sweep/, analysis/, plus e2e/ for the slow
-end-to-end tests), and no test module imports another: what several of them use is in tests/helpers.py
+"""The test suite's layout: tests/ mirrors the packages (trainer/, sweep/, analysis/ and their subpackages, plus
+e2e/ for the slow end-to-end tests), and no test module imports another: what several of them use is in tests/helpers.py
 (and tests/synthetic_results.py).
 
 Read from the source with `ast` (nothing is imported).
@@ -19,7 +19,10 @@ PROJECT_PACKAGES = ("trainer", "sweep", "analysis")
 # trainer, the import hook and the namespace cluster (conftest.py's fixtures come by name, never by import)
 IMPORTABLE = {"tests.helpers", "tests.synthetic_results", "tests.deadlines", "tests.fake_train",
               "tests.signal_at_import", "tests.cluster.netns_cluster"}
-FOLDERS = {"trainer", "sweep", "analysis", "e2e", "docs"}  # docs: the site (tests/docs)
+# tests/<package>/ and tests/<package>/<subpackage>/ as the project's packages are laid out; e2e: the slow
+# end-to-end tests; docs: the site (tests/docs)
+FOLDERS = {"trainer", "sweep", "analysis", "e2e", "docs", "sweep/spec", "sweep/records", "sweep/run", "sweep/commands",
+           "trainer/evaluation", "trainer/methods", "trainer/losses"}
 
 
 def all_test_modules() -> list[Path]:
@@ -81,6 +84,19 @@ def test_test_modules_live_in_the_package_folders():
     for folder in FOLDERS:
         assert (TESTS / folder / "__init__.py").is_file(), folder  # distinct module names: tests.<folder>.test_x
     assert (TESTS / "__init__.py").is_file()
+
+
+def test_the_test_folders_mirror_the_packages():
+    """Each test folder under tests/trainer, tests/sweep and tests/analysis is a package of the project, and each
+    subpackage of trainer/ and sweep/ has its test folder with tests in it."""
+    for package in PROJECT_PACKAGES:
+        packages = {p.parent.relative_to(REPO).as_posix() for p in (REPO / package).rglob("__init__.py")}
+        folders = {p.parent.relative_to(TESTS).as_posix() for p in (TESTS / package).rglob("test_*.py")}
+        assert folders <= packages, sorted(folders - packages)
+    for package in ("trainer", "sweep"):
+        for sub in sorted((REPO / package).iterdir()):
+            if (sub / "__init__.py").is_file():
+                assert list((TESTS / package / sub.name).glob("test_*.py")), f"no tests/{package}/{sub.name}/"
 
 
 

@@ -24,7 +24,7 @@ STS_BENCHMARK = "STSBenchmark"
 SICK_RELATEDNESS = "SICKRelatedness"
 STS_TASKS = (STS12, STS13, STS14, STS15, STS16, STS_BENCHMARK, SICK_RELATEDNESS)  # the papers' seven, in order
 # The test pairs of each STS task in SentEval's data, as trainer.evaluation.sts scores them (empty gold lines
-# dropped); tests/sweep/test_dry_run_texts.py counts them in the data.
+# dropped); tests/sweep/commands/test_dry_run_texts.py counts them in the data.
 STS_TEST_PAIRS = dict(zip(STS_TASKS, (3108, 1500, 3750, 3000, 1186, 1379, 4927)))
 STS_TASK_LABELS = {**{task: task for task in STS_TASKS}, STS_BENCHMARK: "STS-B", SICK_RELATEDNESS: "SICK-R"}
 

@@ -4,7 +4,7 @@ read once per command.
 Optuna's own read (`RDBStorage.get_all_trials`) builds one ORM object per row. `read_trials` returns the same
 FrozenTrials from five plain SELECTs over Optuna's own tables (its private table models:
 sweep.records.optuna_private); it falls back to Optuna's read if a later Optuna moves them, and
-tests/sweep/test_bookkeeping_scale.py checks it against Optuna's read field by field on the pinned version.
+tests/sweep/records/test_bookkeeping_scale.py checks it against Optuna's read field by field on the pinned version.
 """
 
 from __future__ import annotations

@@ -117,7 +117,7 @@ def test_a_second_signal_ends_the_driver_at_once(tmp_path, shared_data_dir):
     # Two signals to a driver whose trial never sees a stop (it waits at a gate that stays shut), with a long grace
     # period: the driver still ends quickly, with 143, no crash dump and nothing left. Tune's own stop of the trial
     # usually ends the run before the grace period would, so whether the second signal itself ends the wait
-    # (StopNow) is checked in tests/sweep/test_stopping.py, where nothing else can.
+    # (StopNow) is checked in tests/sweep/run/test_stopping.py, where nothing else can.
     gate = tmp_path / "gate"
     gate.touch()
     env = fake_env(steps=100, step_s=0.2, SWEEP_STOP_GRACE_S="120", FAKE_TRAIN_GATE=str(gate))

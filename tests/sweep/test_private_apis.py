@@ -50,10 +50,11 @@ def test_each_private_name_exists_on_the_installed_library(library, adapter):
 
 def test_the_adapters_read_what_the_library_has():
     assert optuna_private.rdb_models() is not None
-    study = optuna.create_study()
+    storage = optuna.storages.InMemoryStorage()
+    study = optuna.create_study(storage=storage)
     trial = study.ask()
-    assert optuna_private.trial_id(trial) == study._storage.get_trial_id_from_study_id_trial_number(
-        study._study_id, trial.number)
+    study_id = storage.get_study_id_from_name(study.study_name)
+    assert optuna_private.trial_id(trial) == storage.get_trial_id_from_study_id_trial_number(study_id, trial.number)
 
 
 # attribute names private to Optuna or Ray that the adapters wrap

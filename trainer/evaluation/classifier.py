@@ -13,8 +13,8 @@ and `torch.optim`'s single-tensor Adam/RMSprop run (same floats, about half the 
 candidates that share a data split train in lockstep (one permutation and one batch gather for all); on CUDA
 torch.optim itself runs (`solver_for`). A `FitJob` is one `fit_candidates` call on rows of a task's feature
 matrix; `run_job` runs it on the features `init_worker` put in `SHARED`, in a worker process with one torch
-thread (trainer.evaluation.transfer's protocols make the jobs and run them). tests/trainer/test_transfer.py checks the
-classifier bit for bit against a hand-written SentEval loop.
+thread (trainer.evaluation.transfer's protocols make the jobs and run them).
+tests/trainer/evaluation/test_transfer.py checks the classifier bit for bit against a hand-written SentEval loop.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ changes in *how*, none in *what*:
    sequences of STS this beats the flash-attention CPU kernel (bench/eval_speed.py).
 
 Results differ from the transformers forward only by float32 rounding (max abs difference ~2e-6 on
-the embedded model; tests/trainer/test_fast_forward.py checks every pooler against the transformers forward).
+the embedded model; tests/trainer/evaluation/test_fast_forward.py checks every pooler against the transformers forward).
 `unsupported_reason(model)` says why a model falls back to the transformers forward (another
 architecture, relative positions, a decoder, a non-float32 or non-CPU model); the caller then uses
 the model's own forward. The packed weights are a snapshot: build a new `FastEncoderForward` after

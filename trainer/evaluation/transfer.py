@@ -13,8 +13,9 @@ What is computed is SentEval's, step for step:
 How it is done differs, never what: each distinct sentence is encoded once; the classifier's fits are
 SentEval's, done faster (trainer.evaluation.classifier); all fits are independent, so they run in parallel
 processes with one torch thread each; SST2's refit with the chosen weight is the chosen candidate itself
-(same seed, same data, same kernels: the same model). tests/trainer/test_transfer.py checks the classifier bit for
-bit against a hand-written SentEval loop; bench/transfer_speed.py compares all seven with SentEval's procedure.
+(same seed, same data, same kernels: the same model). tests/trainer/evaluation/test_transfer.py checks the
+classifier bit for bit against a hand-written SentEval loop; bench/transfer_speed.py compares all seven with
+SentEval's procedure.
 """
 
 from __future__ import annotations

@@ -161,7 +161,7 @@ def test_the_dashboard_note_is_written_without_the_dashboards_web_app(tmp_path):
     the dashboard reads the note back."""
     code = ("import sys\n"
             "from pathlib import Path\n"
-            "from tests.sweep.test_store import TRIALS, make_spec\n"
+            "from tests.sweep.records.test_store import TRIALS, make_spec\n"
             "from sweep.records.mirror import OptunaMirror, infer_distributions\n"
             "from sweep.records.store import StudyFolder\n"
             f"spec = make_spec(Path({str(tmp_path)!r}))\n"

@@ -94,7 +94,7 @@ BAD = {
     "bad_name.yaml": (1, "key 'name'"),
     "bad_keep_weights.yaml": (6, "key 'keep_weights': expected best, all, none or a number"),
     "bad_loggers.yaml": (6, "did you mean 'tensorboard'"),
-    # found by generating studies (tests/sweep/test_study_fuzz.py)
+    # found by generating studies (tests/sweep/spec/test_study_fuzz.py)
     "overflow_in_constraint.yaml": (7, "overflows a float (beyond 1e308)"),
     "overflow_in_expr.yaml": (6, "key 'parameters.optim.lr': expr '1000"),
     "nul_in_results_dir.yaml": (6, "key 'results_dir': the text 'a\\x00b' holds a NUL character"),
@@ -112,7 +112,7 @@ BAD = {
     "storage_folder_missing.yaml": (6, "key 'storage': the folder 'sub' of the SQLite file does not exist"),
     "integer_too_long.yaml": (4, "not valid YAML: cannot read '9999"),
     "impossible_date.yaml": (2, "cannot read '2024-13-45' as a date (month must be in 1..12); quote it"),
-    # found by tests/sweep/test_study_fuzz.py
+    # found by tests/sweep/spec/test_study_fuzz.py
     "gpu_beyond_ray.yaml": (8, "key 'resources.gpu': expected at most 1e14 (Ray counts resources in ten-thousandths"),
     "step_too_fine.yaml": (4, "Optuna cannot sample this distribution: its step splits high - low into too many"),
     "swept_key_with_a_bad_base_value.yaml": (4, "key 'base.batch_size': expected an integer, got [64]"),

@@ -1,99 +1,16 @@
-"""`sweep doctor`: the checklist, and `--bench --tiny` on the CPU, which must say that no
-GPU was measured. The bench's CUDA-only part (sync debug mode) cannot run here; the function that reads where
-the first synchronising call came from is checked on a traceback made here."""
+"""sweep.commands.gpu_bench, the bench `sweep doctor --bench` runs: its runs within the budget, the CPU's size
+probe and sharing check, the step clock, and the CUDA sync check, whose sync debug mode is stood in for on the CPU
+(a flagged read-back raises as CUDA's would)."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from sweep.commands.bench_record import BenchRecord
-from tests.deadlines import scaled
-from tests.helpers import REPO
-
-# a stand-in for the sharing check's two extra processes, which bear on no verdict
-SHARING = {"method": "simcse", "precision": "auto", "steps_timed": 5, "alone_sentences_per_s": 1.0,
-           "shared_sentences_per_s": [0.5, 0.5], "aggregate_sentences_per_s": 1.0, "aggregate_vs_alone": 1.0}
-
-
-def doctor(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "CUDA_VISIBLE_DEVICES": ""}  # no GPU, also on a GPU machine
-    return subprocess.run([sys.executable, "-m", "sweep", "doctor", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=scaled(300))
-
-
-@pytest.mark.slow  # the checklist starts and stops a local Ray head (its Ray start-up check)
-def test_the_checklist_names_each_part_of_the_environment(tmp_path, shared_data_dir):
-    result = doctor("--data-dir", str(shared_data_dir), "--json", str(tmp_path / "checks.json"), cwd=tmp_path)
-    assert result.returncode == 0, result.stdout + result.stderr
-    import optuna
-    import ray
-    import torch
-
-    out = result.stdout
-    assert f"torch {torch.__version__}" in out and f"ray {ray.__version__}" in out
-    assert f"optuna {optuna.__version__}" in out
-    assert "no GPU: trials run on the CPU" in out
-    assert f"data directory {shared_data_dir}: the" in out and "evaluation files verified" in out
-    assert "model cache" in out and "no problems found" in out
-    written = json.loads((tmp_path / "checks.json").read_text())
-    assert written["problems"] == 0 and "bench" not in written
-
-
-@pytest.mark.slow  # `sweep doctor` imports torch, Ray and Optuna to name their versions
-def test_a_missing_data_directory_is_one_problem_with_its_fix(tmp_path):
-    result = doctor("--data-dir", str(tmp_path / "nowhere"), cwd=tmp_path)
-    assert result.returncode == 1, result.stdout + result.stderr
-    problems = [line for line in result.stdout.splitlines() if line.strip().startswith("PROBLEM")]
-    assert len(problems) == 1 and "nowhere does not exist; fix: run `sweep data fetch`" in problems[0]
-    assert "1 problem(s)" in result.stdout
-
-
-def test_an_unknown_method_is_one_line_and_exit_2(tmp_path):
-    result = doctor("--bench", "--methods", "simcse,moco", cwd=tmp_path)
-    assert result.returncode == 2 and result.stdout == ""
-    assert result.stderr.strip().splitlines() == [
-        "sweep: error: --methods: unknown moco; expected a comma-separated list of simcse, mocose, gs, mix"]
-
-
-@pytest.mark.slow
-def test_the_tiny_cpu_bench_measures_and_says_no_gpu_was_measured(tmp_path, shared_data_dir):
-    path = tmp_path / "bench.json"
-    # without the size probe (its MiniLM-sized runs were most of this test's time; tested on its own below)
-    result = doctor("--bench", "--tiny", "--methods", "simcse,mocose", "--precisions", "fp32,bf16", "--steps", "10",
-                    "--no-probe", "--data-dir", str(shared_data_dir), "--json", str(path), cwd=tmp_path)
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "NOTE: no GPU was measured" in result.stdout
-    assert "| method | precision asked -> ran | steps/s | sentences/s | peak memory |" in result.stdout
-    bench = json.loads(path.read_text())["bench"]
-    assert bench["device"] == "cpu" and bench["gpu"] is None and bench["gpu_measured"] is False
-    assert bench["note"].startswith("no GPU was measured")
-    assert bench["encoder"]["shape"] == "tiny" and bench["steps"] == 10 and bench["skipped"] == []
-    assert bench["size_probe"] is None and bench["sharing"]["encoder"] == "tiny"
-    runs = {(r["method"], r["precision_asked"]): r for r in bench["runs"]}
-    assert set(runs) == {("simcse", "fp32"), ("simcse", "bf16"), ("mocose", "fp32"), ("mocose", "bf16")}
-    for (method, asked), run in runs.items():
-        # the precision the trainer's summary says it used: the one asked, or fp32 where the CPU does not honour it
-        assert run["precision_ran"] in ("fp32", asked) and run["device"] == "cpu" and run["steps"] == 10
-        assert run["sentences_per_s"] > 0 and run["peak_memory_mib"] is None
-        assert run["steps_per_s"] == pytest.approx(run["sentences_per_s"] / bench["batch_size"], abs=1e-3)
-        assert run["sync"]["sync_free"] is None and "no GPU" in run["sync"]["first_sync"]
-        if asked != "fp32":
-            fp32 = runs[(method, "fp32")]["loss"]
-            assert run["loss_vs_fp32"] == pytest.approx(abs(run["loss"] - fp32) / abs(fp32), abs=1e-5)
-            if run["precision_ran"] == "fp32":  # same seed, same batches, same precision: the same loss
-                assert run["loss"] == fp32
-    # the timed steps fit in the bench's own wall time (measured by a different clock)
-    assert sum(r["steps"] / r["steps_per_s"] for r in bench["runs"]) < bench["elapsed_s"]
-    share = bench["sharing"]
-    assert len(share["shared_sentences_per_s"]) == 2 and share["alone_sentences_per_s"] > 0
-    assert share["aggregate_sentences_per_s"] == pytest.approx(sum(share["shared_sentences_per_s"]), abs=0.01)
-    assert "two trials sharing one CPU" in result.stdout
+from tests.helpers import BENCH_SHARING_STAND_IN as SHARING
 
 
 @pytest.mark.slow
@@ -168,7 +85,8 @@ def test_the_sync_check_names_the_loop_line_that_synchronised():
             train(at_eval, window.on_step)
         sites[at_eval] = window.site(raised.value.__traceback__)
     (loop, via), step = sites[True][0].split(" (via "), sites[True][1]
-    assert step == 25 and loop.startswith("tests/sweep/test_doctor.py:") and loop.endswith("mean_loss = sync()")
+    assert step == 25 and loop.startswith("tests/sweep/commands/test_gpu_bench.py:")
+    assert loop.endswith("mean_loss = sync()")
     assert "raise RuntimeError" in via  # the innermost project line, where the call was
     assert sites[False][0].split(" (via ")[0].endswith("check = sync()  # noqa: F841")
 
@@ -303,110 +221,6 @@ def test_the_step_clock_times_the_steps_after_the_first_and_stops_the_run_only_w
         stopping.on_step(3)
     assert stopping.step_seconds == pytest.approx(1.0)
     assert gpu_bench.StepClock(3, cuda=False).step_seconds is None  # nothing timed yet
-
-
-def test_the_bench_table_says_an_unchecked_sync_once_not_on_every_row():
-    from sweep.commands.bench_report import bench_table
-
-    unchecked = {"sync_free": None, "first_sync": "not checked: no GPU (sync debug mode is CUDA's)"}
-    run = {"method": "simcse", "precision_asked": "fp32", "precision_ran": "fp32", "steps_per_s": 1.5,
-           "sentences_per_s": 96.0, "peak_memory_mib": None, "sync": unchecked}
-    report = {"runs": [run, {**run, "method": "mocose"}], "device": "cpu", "gpu": None, "encoder": {"shape": "tiny"},
-              "batch_size": 64, "max_length": 32, "steps": 10, "elapsed_s": 3, "sharing": None, "skipped": [],
-              "note": None}
-    table = bench_table(BenchRecord.model_validate(report))
-    assert table.count("not checked: no GPU") == 1 and "sync-free steps: not checked: no GPU" in table
-    assert "| method | precision asked -> ran | steps/s | sentences/s | peak memory | loss vs fp32 |" in table
-    checked = [{**run, "sync": {"sync_free": True, "first_sync": None}}, {**run, "sync": unchecked}]
-    assert "| sync-free steps |" in bench_table(BenchRecord.model_validate({**report, "runs": checked}))
-
-
-def test_the_bench_is_kept_as_the_devices_record_not_in_the_current_folder(tmp_path, monkeypatch, capsys):
-    from sweep.commands import doctor as doctor_module
-
-    report = BenchRecord(runs=[], gpu="NVIDIA H100 80GB HBM3", device="cuda", encoder={"shape": "bert-base"},
-                         batch_size=64, max_length=32, steps=20, elapsed_s=1, sharing=None, skipped=[], note=None)
-    monkeypatch.setattr(doctor_module, "run_bench", lambda **kwargs: report)
-    monkeypatch.setattr(doctor_module, "environment_checks", lambda data_dir: [])  # no Ray head in the fast tier
-    monkeypatch.setenv("SWEEP_BENCH_DIR", str(tmp_path / "records"))
-    monkeypatch.chdir(tmp_path)
-    doctor_module.doctor_command(bench=True, data_dir=str(tmp_path / "nowhere"))
-    record = tmp_path / "records" / "nvidia-h100-80gb-hbm3.json"
-    assert BenchRecord.read(record).to_json() == report.to_json() and BenchRecord.read(record).path == record
-    assert f"written: {record}" in capsys.readouterr().out
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["records"]  # nothing in the current folder
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("fault", [None, "autocast ignored", "loss perturbed"])
-def test_the_bench_fails_on_a_provoked_fault_and_passes_the_clean_run(tmp_path, shared_data_dir, monkeypatch,
-                                                                      capsys, fault):
-    """`sweep doctor --bench` is a check: 0 on the clean run; 1 and one FAILED line naming the verdict when a
-    precision request is ignored by autocast (the trainer measures what the step computed in) or when a half-
-    precision loss strays from fp32's. (A host sync inside the step is CUDA's sync check: the device check
-    provokes it on a GPU; failed_verdicts' reading of it is below.)"""
-    import contextlib
-
-    import torch
-
-    import sweep.commands.doctor as doctor_module
-    import sweep.commands.gpu_bench as gpu_bench
-    import trainer.methods.simcse as simcse
-
-    # two more processes that bear on no verdict: a stand-in's figures
-    monkeypatch.setattr(gpu_bench, "sharing_check", lambda config: SHARING)
-    if fault == "autocast ignored":
-        monkeypatch.setattr("trainer.train.torch.autocast", lambda *a, **k: contextlib.nullcontext())
-    if fault == "loss perturbed":
-        real = simcse.simcse_loss
-        monkeypatch.setattr(simcse, "simcse_loss", lambda *a, **k: real(*a, **k) * (
-            1.5 if torch.is_autocast_enabled("cpu") else 1.0))
-    code = doctor_module.doctor_command(bench=True, tiny=True, json_path=str(tmp_path / "bench.json"),
-                                        data_dir=str(shared_data_dir), methods="simcse", precisions="fp32,bf16",
-                                        steps=4, probe=False)
-    failed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("FAILED")]
-    written = json.loads((tmp_path / "bench.json").read_text())
-    if fault is None:
-        assert (code, failed, written["failed_verdicts"]) == (0, [], [])
-    elif fault == "autocast ignored":
-        assert code == 1 and failed == ["FAILED precision: simcse bf16: asked for bf16, the step computed in fp32"]
-    else:
-        assert code == 1 and len(failed) == 1 and failed[0].startswith(
-            "FAILED loss: simcse bf16: the mean training loss is ") and failed[0].endswith(" (tolerance 5%)")
-    assert written["failed_verdicts"] == [line.removeprefix("FAILED ") for line in failed]
-
-
-def test_failed_verdicts_read_a_sync_inside_the_step_and_a_failed_run():
-    from sweep.commands.bench_report import failed_verdicts
-
-    run = {"method": "mocose", "precision_asked": "bf16", "precision_ran": "bf16", "status": "ok", "loss_vs_fp32": 0.01,
-           "sync": {"sync_free": True}}
-    def record(*runs):
-        return BenchRecord(device="cuda", encoder={"shape": "tiny"}, batch_size=16, max_length=32, runs=runs)
-
-    assert failed_verdicts(record(run)) == []
-    synced = {**run, "sync": {"sync_free": False, "first_sync": "trainer/train.py:400: loss.item()", "at_step": 21}}
-    assert failed_verdicts(record(synced, {**run, "status": "diverged"})) == [
-        "sync: mocose bf16: the training step synchronised with the host at trainer/train.py:400: loss.item() "
-        "(step 21)", "run: mocose bf16 ended diverged"]
-
-
-def test_the_device_checks_report_fails_and_names_a_failed_bench_verdict(tmp_path):
-    """device_check.sh's report (scripts/device_agreement.py report): a bench part whose verdict failed makes the
-    check fail (exit 1) and its table names the verdict."""
-    parts = tmp_path / "parts"
-    parts.mkdir()
-    verdict = "precision: simcse bf16: asked for bf16, the step computed in fp32"
-    (parts / "bench.json").write_text(json.dumps({"failed_verdicts": [verdict]}))
-    (parts / "status.tsv").write_text("bench\tran\t1\t30\toutside the tolerance\n")
-    result = subprocess.run([sys.executable, str(REPO / "scripts" / "device_agreement.py"), "report", "--parts",
-                             str(parts), "--out-dir", str(tmp_path / "out"), "--budget", "480", "--elapsed", "100"],
-                            capture_output=True, text=True, timeout=scaled(120), env={**os.environ,
-                                                                                      "PYTHONPATH": str(REPO)})
-    assert result.returncode == 1, result.stdout + result.stderr
-    report = json.loads((tmp_path / "out" / "device_check.json").read_text())
-    assert "bench" in report["failed"] and report["parts"]["bench"]["state"] == "verdict failed"
-    assert f"| (a) sweep doctor --bench | verdict failed | 30.0 | {verdict} |" in result.stdout
 
 
 def test_the_sync_verdict_comes_from_the_trainers_marked_read_not_from_source_text(tmp_path, tiny_model_dir,
