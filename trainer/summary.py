@@ -1,7 +1,10 @@
 """summary.json, one trial's record, and every flat view of it: the one place a summary field is added.
 
-The trainer builds the record with `build_summary` (trainer.train; the sweep's worker adds `resources` and,
-on a cluster, `files`; the driver writes one for a trial a scheduler stopped or that crashed). Its fields are
+Two constructors build every record, each stamping SUMMARY_VERSION and the trainer's reading: `build_summary`,
+the trainer's (trainer.train; the sweep's worker adds `resources` and, on a cluster, `files`), and
+`ended_summary`, for a run that ended without it (the worker's verdict when `train` raised; the driver's for a
+trial that crashed, was lost with its node or was stopped by a scheduler); `summary_from_attrs` gives back one
+recorded in Optuna. Its fields are
 `Summary` below. The views, each derived here from the record and nowhere else:
 
 - `summary_row(summary, "trials.csv")`: the result columns of trials.csv (sweep.records.store.RESULT_COLUMNS):
@@ -36,10 +39,14 @@ from trainer.provenance import short_commit
 from trainer.readings import READING, summary_reading
 from trainer.vocabulary import STS_TASKS, TRANSFER_TASKS
 
+# The shape of summary.json this code writes (a summary without `version` is of version 1, read the same way).
+SUMMARY_VERSION = 2
+
 
 class Summary(TypedDict, total=False):
     """The fields of summary.json. Scores are x100; None where a run did not get that far."""
 
+    version: int  # SUMMARY_VERSION of the code that wrote it (absent: 1)
     status: str  # trainer.vocabulary's trial statuses: ok, diverged, collapsed, pruned, error, ...
     reading: int  # trainer.readings.READING of the code that made it (absent: reading 1)
     reason: str | None  # why a run ended other than ok, one line
@@ -83,10 +90,8 @@ def build_summary(*, steps: int, batch_size: int, train_seconds: float, eval_sec
     name Summary does not have is a TypeError); `best_dev` is the best STS-B dev Spearman as a fraction. Derived
     here: `reading` (trainer.readings), `best_dev_stsb` (x100, 4 decimals), `test_label`, `transfer_mode` (only
     beside transfer scores), `sentences_per_s` and the rounded timings. JSON-safe (no NaN or infinity: None)."""
-    unknown = sorted(set(fields) - set(Summary.__annotations__))
-    if unknown:
-        raise TypeError(f"build_summary: not summary.json fields: {unknown}")
-    record: dict[str, Any] = {"steps": steps, **fields, "reading": READING}
+    _check_fields("build_summary", fields)
+    record: dict[str, Any] = {"version": SUMMARY_VERSION, "steps": steps, **fields, "reading": READING}
     record["best_dev_stsb"] = round(best_dev * 100, 4) if best_dev is not None else None
     record["test_label"] = sts_test_label(record.get("test") or ())
     if not record.get("transfer"):
@@ -95,6 +100,21 @@ def build_summary(*, steps: int, batch_size: int, train_seconds: float, eval_sec
     record.update(train_seconds=round(train_seconds, 2), eval_seconds=round(eval_seconds, 2),
                   final_eval_seconds=round(final_eval_seconds, 2), wall_time_s=round(wall_time_s, 2))
     return json_safe(record)
+
+
+def ended_summary(status: str, reason: str | None, **fields: Any) -> Summary:
+    """The record of a run that ended without the trainer's own: the worker's verdict when `train` raised (out of
+    memory, an error), the driver's for a trial that crashed, was lost with its node, ended without a summary or
+    was stopped by a scheduler. `fields` are Summary fields by name (a name Summary does not have is a TypeError);
+    stamped with this code's version and reading. JSON-safe."""
+    _check_fields("ended_summary", fields)
+    return json_safe({"version": SUMMARY_VERSION, "status": status, "reason": reason, **fields, "reading": READING})
+
+
+def _check_fields(writer: str, fields: dict[str, Any]) -> None:
+    unknown = sorted(set(fields) - set(Summary.__annotations__))
+    if unknown:
+        raise TypeError(f"{writer}: not summary.json fields: {unknown}")
 
 
 def metrics_lines(summary: dict[str, Any]) -> list[dict[str, Any]]:

@@ -27,8 +27,7 @@ from sweep.run.cost_limit import DEVICE_SECONDS, devices_per_trial
 from sweep.run.plan import StudyPlan, number_or_none
 from sweep.run.worker import CURVE_KEY, ERROR_KEY, STEP_KEY, SUMMARY_KEY
 from sweep.text import shorten
-from trainer.readings import READING
-from trainer.summary import metrics_lines
+from trainer.summary import ended_summary, metrics_lines
 from trainer.vocabulary import ERROR, INTERRUPTED, PRUNED, RESULT_STATUSES
 
 # The keys Tune adds to every result a trial reports; the rest is the trainer's metrics line as it reported it.
@@ -173,11 +172,11 @@ class TrialEvents(tune.Callback):
         if live["summary"] is not None:
             summary = live["summary"]
         elif live["error"] is not None:
-            summary = {"status": ERROR, "reason": live["error"]}
+            summary = ended_summary(ERROR, live["error"])
         elif self.plan.spec.scheduler is not None:
             summary = self._pruned_summary(live, trial)
         else:
-            summary = {"status": ERROR, "reason": "the trial ended without a summary"}
+            summary = ended_summary(ERROR, "the trial ended without a summary")
         self._ensure_files(live, trial, summary)
         self.trial_ended(live["key"], live["number"], summary)
 
@@ -185,14 +184,16 @@ class TrialEvents(tune.Callback):
         live = self._take_ended(trial)
         if live is None:
             return
-        summary = {"status": ERROR, "reason": trial_error(trial)}
         watch = self.plan.node_watch
-        if watch is not None:  # on a cluster: the node it was lost with, and that its files never arrived
+        if watch is None:
+            summary = ended_summary(ERROR, trial_error(trial))
+        else:  # on a cluster: the node it was lost with, and that its files never arrived
             place = watch.location(trial)
             attempts = trial.run_metadata.num_failures
-            summary["reason"] += f" (on node {watch.describe(trial)}; {attempts} attempt(s))"
-            summary["resources"] = {**place, "cpu": self.plan.spec.resources.cpu, "gpu": self.plan.spec.resources.gpu}
-            summary["files"] = {"arrived": False, "from": place["host"], "lost": True}
+            summary = ended_summary(
+                ERROR, f"{trial_error(trial)} (on node {watch.describe(trial)}; {attempts} attempt(s))",
+                resources={**place, "cpu": self.plan.spec.resources.cpu, "gpu": self.plan.spec.resources.gpu},
+                files={"arrived": False, "from": place["host"], "lost": True})
         self._ensure_files(live, trial, summary, overwrite=True)
         self.trial_ended(live["key"], live["number"], summary)
 
@@ -200,12 +201,10 @@ class TrialEvents(tune.Callback):
         curve = [m for m in live["metrics"] if isinstance(m.get("dev_stsb"), (int, float))]
         best = max(curve, key=lambda m: m["dev_stsb"]) if curve else {}
         last_step = live["metrics"][-1].get("step") if live["metrics"] else 0
-        return {
-            "status": PRUNED,
-            "reason": f"stopped by the {self.plan.spec.scheduler.type} scheduler at step {last_step}",
-            "steps": last_step, "best_step": best.get("step"), "best_dev_stsb": best.get("dev_stsb"),
-            "config": trial.config.get("config"), "reading": READING,
-        }
+        return ended_summary(
+            PRUNED, f"stopped by the {self.plan.spec.scheduler.type} scheduler at step {last_step}",
+            steps=last_step, best_step=best.get("step"), best_dev_stsb=best.get("dev_stsb"),
+            config=trial.config.get("config"))
 
     def _ensure_files(self, live: dict[str, Any], trial: Any, summary: dict[str, Any], overwrite: bool = False) -> None:
         """summary.json and metrics.jsonl exist for every ended trial (the worker may be on another node,

@@ -37,6 +37,7 @@ from sweep.run.node_checks import check_this_node
 from sweep.run.trial_files import output_place, send_trial_folder
 from sweep.text import shorten
 from trainer.files import json_safe
+from trainer.summary import ended_summary
 from trainer.vocabulary import ERROR, FAILED, OK
 
 # Tune reports results; the trainer's report() keys that become Optuna intermediate values.
@@ -93,11 +94,11 @@ def _run_one(job: TrialJob) -> None:
         traceback.print_exc()
         oom = out_of_memory(exc)
         if oom is not None:
-            summary = {"status": FAILED, "reason": oom_reason(oom, job), "config": job.config}
+            summary = ended_summary(FAILED, oom_reason(oom, job), config=job.config)
             finish.report(summary, SUMMARY_KEY)  # a verdict of its own: `failed`, not `error`
             return
         reason = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
-        finish.report({"status": ERROR, "reason": reason, "config": job.config}, ERROR_KEY)
+        finish.report(ended_summary(ERROR, reason, config=job.config), ERROR_KEY)
         return
     finally:
         sys.stdout.flush()

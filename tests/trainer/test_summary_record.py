@@ -10,7 +10,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from sweep.records.store import StudyFolder, weights_state
+from sweep.records.store import HEAD_COLUMNS, RESULT_COLUMNS, StudyFolder, weights_state
 from sweep.run.runner import StudyRun
 from sweep.run.trial_events import reported_metrics
 from sweep.spec import load_study
@@ -162,3 +162,43 @@ def test_the_builder_derives_its_fields_and_refuses_a_field_summary_json_does_no
     with pytest.raises(TypeError, match="best_dev_stsbb"):
         build_summary(steps=1, batch_size=1, train_seconds=0.0, eval_seconds=0.0, final_eval_seconds=0.0,
                       wall_time_s=0.0, best_dev=None, best_dev_stsbb=1.0)
+
+
+def test_every_writers_record_goes_through_every_view(tiny_model_dir, shared_data_dir, tmp_path):
+    """The three kinds of summary.json, each built by trainer.summary: the trainer's own (a real run), one the
+    driver writes for a trial that ended without it (an error, a scheduler's stop), and one restored from Optuna.
+    Each holds only Summary's fields, carries this code's version and reading, and gives every view: the
+    trials.csv row (the same columns for all), the analysis row, the Optuna attributes and back, the curve."""
+    from trainer.config import RunConfig
+    from trainer.readings import READING
+    from trainer.summary import SUMMARY_VERSION, Summary, ended_summary
+    from trainer.train import train
+
+    config = RunConfig.from_dict({
+        "model": str(tiny_model_dir), "method": "mocose", "batch_size": 8, "max_steps": 2, "device": "cpu",
+        "data": {"data_dir": str(shared_data_dir), "cache_dir": str(tmp_path / "cache"), "max_sentences": 32},
+        "eval": {"eval_steps": 1, "final_tasks": ["STSBenchmark"]}, "queue": {"size": 16, "initial_size": 8},
+        "fgsm": {"eps": 0.0}})
+    trained = train(config)
+    resolved = config.resolved().to_dict()
+    failed = ended_summary("error", "RuntimeError: boom", config=resolved)
+    pruned = ended_summary("pruned", "stopped by the asha scheduler at step 1", steps=1, best_step=1,
+                           best_dev_stsb=41.5, config=resolved)
+    restored = summary_from_attrs(optuna_attrs(trained))
+    records = {"trainer": trained, "error": failed, "pruned": pruned, "restored": restored}
+    for name, record in records.items():
+        assert set(record) <= set(Summary.__annotations__), (name, set(record) - set(Summary.__annotations__))
+        assert (record["version"], record["reading"]) == (SUMMARY_VERSION, READING), name
+        row = summary_row(record, "trials.csv")
+        assert set(row) <= {*HEAD_COLUMNS, *RESULT_COLUMNS}, (name, set(row) - {*HEAD_COLUMNS, *RESULT_COLUMNS})
+        analysis = summary_row(record, "analysis")
+        assert analysis["status"] == record["status"] and analysis["reading"] == READING
+        assert analysis["method"] == "mocose" and analysis["dev_stsb"] == record.get("best_dev_stsb")
+        back = summary_from_attrs(optuna_attrs(record))
+        assert back.pop("restored_from") == "optuna"
+        assert back == {k: v for k, v in record.items() if k not in ("history", "restored_from")}, name
+        assert metrics_lines(record) == record.get("history", [])
+    assert summary_row(restored, "trials.csv") == summary_row(trained, "trials.csv")
+    assert json.loads(json.dumps(failed)) == failed  # JSON as written
+    with pytest.raises(TypeError, match="reasons"):
+        ended_summary("error", "x", reasons="typo")
