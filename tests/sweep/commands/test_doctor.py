@@ -165,3 +165,58 @@ def test_the_device_checks_report_fails_and_names_a_failed_bench_verdict(tmp_pat
     assert f"| (a) sweep doctor --bench | verdict failed | 30.0 | {verdict} |" in result.stdout
 
 
+
+
+@pytest.mark.slow  # a training window of 12 steps under the stand-in sync mode
+def test_an_item_inside_the_step_fails_the_sync_verdict_and_the_doctor(tmp_path, tiny_model_dir, shared_data_dir,
+                                                                      monkeypatch, capsys):
+    """The third provoked fault, a `.item()` inside the training step, on the CPU: CUDA's sync debug mode is stood
+    in for (a read-back from trainer/ code, or from the provoked loss, raises as CUDA's would once the mode is on),
+    the bench's sync check runs a real training window and finds the read inside the step, and `sweep doctor
+    --bench` given that run exits 1 with one FAILED line naming it. (On a GPU the device check provokes it for
+    real.)"""
+    import torch
+
+    import sweep.commands.doctor as doctor_module
+    import trainer.methods.simcse as simcse
+    from sweep.commands import gpu_bench
+
+    mode = {"now": 0}
+    trainer_dir = str(Path(gpu_bench.__file__).resolve().parents[2] / "trainer")
+
+    def flagged(original):
+        def call(self, *args):
+            caller = sys._getframe(1).f_code
+            if mode["now"] == "error" and (caller.co_filename.startswith(trainer_dir)
+                                           or caller.co_name == "loss_read_inside_the_step"):
+                raise RuntimeError("called a synchronizing CUDA operation")
+            return original(self, *args)
+        return call
+
+    real_loss = simcse.simcse_loss
+
+    def loss_read_inside_the_step(*args, **kwargs):
+        loss = real_loss(*args, **kwargs)
+        loss.item()  # the provoked fault: a host read in every step
+        return loss
+
+    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", lambda value: mode.update(now=value))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(torch.Tensor, "item", flagged(torch.Tensor.item))
+    monkeypatch.setattr(torch.Tensor, "__bool__", flagged(torch.Tensor.__bool__))
+    monkeypatch.setattr(simcse, "simcse_loss", loss_read_inside_the_step)
+    config = gpu_bench.bench_run_config(tiny_model_dir, "simcse", "fp32", 6, 8, "cpu", str(shared_data_dir),
+                                        tmp_path / "cache")
+    sync = gpu_bench.sync_check(config, steps=6)
+    assert sync["sync_free"] is False and sync["at_step"] == 7, sync  # the first step of the window
+    assert sync["first_sync"].startswith("trainer/train.py:") and "_step(run, ids, mask)" in sync["first_sync"]
+
+    record = BenchRecord(device="cuda", gpu="stand-in GPU", encoder={"shape": "tiny"}, batch_size=8, max_length=32,
+                         steps=6, elapsed_s=1.0, runs=[{"method": "simcse", "precision_asked": "fp32",
+                                                        "precision_ran": "fp32", "status": "ok", "sync": sync}])
+    monkeypatch.setattr(doctor_module, "run_bench", lambda **kwargs: record)
+    monkeypatch.setattr(doctor_module, "environment_checks", lambda data_dir: [])
+    code = doctor_module.doctor_command(bench=True, json_path=str(tmp_path / "bench.json"))
+    failed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("FAILED")]
+    assert code == 1 and len(failed) == 1 and failed[0].startswith(
+        "FAILED sync: simcse fp32: the training step synchronised with the host at "), failed
