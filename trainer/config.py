@@ -22,13 +22,23 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 
 from trainer.errors import ConfigError, UserError, config_error, excerpt
 from trainer.slices import parse_slices
-from trainer.vocabulary import METHODS, MOCOSE, POOLERS
+from trainer.vocabulary import METHODS, MOCOSE, POOLERS, STS_TASKS, TRANSFER_TASKS
 
 
 def _device(value: str) -> str:
     if not re.fullmatch(r"auto|cpu|cuda|cuda:\d+", value):
         raise ValueError(f"expected auto, cpu, cuda or cuda:N, got {value!r}")
     return value
+
+
+def _final_tasks(tasks: list[str]) -> list[str]:
+    """The final evaluation's tasks are SentEval's names (or `transfer`, the seven transfer tasks): a study
+    naming another is refused before anything runs, by the dry run and the run alike."""
+    known = (*STS_TASKS, *TRANSFER_TASKS, "transfer")
+    unknown = [task for task in tasks if task not in known]
+    if unknown:
+        raise ValueError(f"expected task names from {', '.join(known)}; got {excerpt(unknown[0])}")
+    return tasks
 
 
 def _int64(value: int) -> int:
@@ -175,7 +185,7 @@ class AugmentConfig(Section):
 class EvalConfig(Section):
     eval_steps: Int | None = Field(None, ge=1)  # null: the method's default (trainer.method_rules)
     batch_size: Int = Field(64, ge=1)  # sentences per evaluation batch (length-sorted); 64 is fastest on 2 CPU cores
-    final_tasks: StrList | None = None  # None: the seven STS tasks
+    final_tasks: Annotated[StrList, AfterValidator(_final_tasks)] | None = None  # None: the seven STS tasks
     align_uniform_split: Literal["dev", "test"] = "dev"
     transfer_mode: Literal["test", "fasttest"] = "test"  # SentEval's classifier settings for transfer tasks
     # dev: STS-B dev (the papers' protocol); test_avg: the released MoCoSE code's selection on the seven-task
