@@ -34,10 +34,10 @@ def _device(value: str) -> str:
 def _final_tasks(tasks: list[str]) -> list[str]:
     """The final evaluation's tasks are SentEval's names (or `transfer`, the seven transfer tasks): a study
     naming another is refused before anything runs, by the dry run and the run alike."""
-    known = (*STS_TASKS, *TRANSFER_TASKS, "transfer")
-    unknown = [task for task in tasks if task not in known]
-    if unknown:
-        raise ValueError(f"expected task names from {', '.join(known)}; got {excerpt(unknown[0])}")
+    unknown = [task for task in tasks if task not in (*STS_TASKS, *TRANSFER_TASKS, "transfer")]
+    if unknown:  # the words of trainer.evaluation.sts.split_tasks, which `sweep eval --tasks` goes through
+        raise ValueError(f"unknown task {excerpt(unknown[0])}: choose from {', '.join(STS_TASKS)}, "
+                         f"{', '.join(TRANSFER_TASKS)} or `transfer` (all seven transfer tasks)")
     return tasks
 
 
