@@ -331,3 +331,27 @@ def ray_head_process(cwd: Path, *extra: str, env: dict[str, str] | None = None):
         except subprocess.TimeoutExpired:
             pass
         kill_session_until_gone(head.pid)
+
+
+def stand_in_sync_debug_mode(monkeypatch: Any, also: tuple[str, ...] = ()) -> None:
+    """CUDA's sync debug mode stood in for on the CPU: once `torch.cuda.set_sync_debug_mode("error")` is called, a
+    `Tensor.item()` or `bool()` made from trainer/ code (or from a function named in `also`) raises as CUDA's
+    would, until the mode is set back; `torch.cuda.synchronize` does nothing. Read-backs torch makes itself (its
+    Adam reads its step count with .item() on the CPU, where CUDA keeps it on the host) are not flagged."""
+    import torch
+
+    mode = {"now": 0}
+    trainer_dir = str(REPO / "trainer")
+
+    def flagged(original: Any) -> Any:
+        def call(self: Any, *args: Any) -> Any:
+            caller = sys._getframe(1).f_code
+            if mode["now"] == "error" and (caller.co_filename.startswith(trainer_dir) or caller.co_name in also):
+                raise RuntimeError("called a synchronizing CUDA operation")
+            return original(self, *args)
+        return call
+
+    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", lambda value: mode.update(now=value))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(torch.Tensor, "item", flagged(torch.Tensor.item))
+    monkeypatch.setattr(torch.Tensor, "__bool__", flagged(torch.Tensor.__bool__))

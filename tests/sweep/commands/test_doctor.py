@@ -14,7 +14,7 @@ import pytest
 from sweep.commands.bench_record import BenchRecord
 from tests.deadlines import scaled
 from tests.helpers import BENCH_SHARING_STAND_IN as SHARING
-from tests.helpers import REPO
+from tests.helpers import REPO, stand_in_sync_debug_mode
 
 
 def doctor(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -175,23 +175,10 @@ def test_an_item_inside_the_step_fails_the_sync_verdict_and_the_doctor(tmp_path,
     the bench's sync check runs a real training window and finds the read inside the step, and `sweep doctor
     --bench` given that run exits 1 with one FAILED line naming it. (On a GPU the device check provokes it for
     real.)"""
-    import torch
 
     import sweep.commands.doctor as doctor_module
     import trainer.methods.simcse as simcse
     from sweep.commands import gpu_bench
-
-    mode = {"now": 0}
-    trainer_dir = str(Path(gpu_bench.__file__).resolve().parents[2] / "trainer")
-
-    def flagged(original):
-        def call(self, *args):
-            caller = sys._getframe(1).f_code
-            if mode["now"] == "error" and (caller.co_filename.startswith(trainer_dir)
-                                           or caller.co_name == "loss_read_inside_the_step"):
-                raise RuntimeError("called a synchronizing CUDA operation")
-            return original(self, *args)
-        return call
 
     real_loss = simcse.simcse_loss
 
@@ -200,10 +187,7 @@ def test_an_item_inside_the_step_fails_the_sync_verdict_and_the_doctor(tmp_path,
         loss.item()  # the provoked fault: a host read in every step
         return loss
 
-    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", lambda value: mode.update(now=value))
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
-    monkeypatch.setattr(torch.Tensor, "item", flagged(torch.Tensor.item))
-    monkeypatch.setattr(torch.Tensor, "__bool__", flagged(torch.Tensor.__bool__))
+    stand_in_sync_debug_mode(monkeypatch, also=("loss_read_inside_the_step",))
     monkeypatch.setattr(simcse, "simcse_loss", loss_read_inside_the_step)
     config = gpu_bench.bench_run_config(tiny_model_dir, "simcse", "fp32", 6, 8, "cpu", str(shared_data_dir),
                                         tmp_path / "cache")

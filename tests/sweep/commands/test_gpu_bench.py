@@ -5,12 +5,12 @@ probe and sharing check, the step clock, and the CUDA sync check, whose sync deb
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
 from tests.helpers import BENCH_SHARING_STAND_IN as SHARING
+from tests.helpers import stand_in_sync_debug_mode
 
 
 @pytest.mark.slow
@@ -159,24 +159,10 @@ def test_the_sync_check_window_ends_at_the_next_evaluation(tmp_path, tiny_model_
     CPU torch's Adam reads its step count with .item(), which on CUDA stays on the host): the first one after
     the window opens must be the evaluation at its end, so a loop that reads nothing else back is sync-free.
     With an evaluation every 5 steps the check stopped at step 10 of 25 and could never say sync-free."""
-    import torch
 
     from sweep.commands import gpu_bench
 
-    mode = {"now": 0}
-    trainer_dir = str(Path(gpu_bench.__file__).resolve().parents[2] / "trainer")
-
-    def flagged(original):
-        def call(self, *args):
-            if mode["now"] == "error" and sys._getframe(1).f_code.co_filename.startswith(trainer_dir):
-                raise RuntimeError("called a synchronizing CUDA operation")
-            return original(self, *args)
-        return call
-
-    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", lambda value: mode.update(now=value))
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
-    monkeypatch.setattr(torch.Tensor, "item", flagged(torch.Tensor.item))
-    monkeypatch.setattr(torch.Tensor, "__bool__", flagged(torch.Tensor.__bool__))
+    stand_in_sync_debug_mode(monkeypatch)
     config = gpu_bench.bench_run_config(tiny_model_dir, "simcse", "fp32", 6, 8, "cpu", str(shared_data_dir),
                                         tmp_path / "cache")
     result = gpu_bench.sync_check(config, steps=6)
@@ -230,25 +216,10 @@ def test_the_sync_verdict_comes_from_the_trainers_marked_read_not_from_source_te
     run is not called sync-free."""
     import contextlib
 
-    import torch
-
     import trainer.train as train_mod
     from sweep.commands import gpu_bench
 
-    mode = {"now": 0}
-    trainer_dir = str(Path(gpu_bench.__file__).resolve().parents[2] / "trainer")
-
-    def flagged(original):
-        def call(self, *args):
-            if mode["now"] == "error" and sys._getframe(1).f_code.co_filename.startswith(trainer_dir):
-                raise RuntimeError("called a synchronizing CUDA operation")
-            return original(self, *args)
-        return call
-
-    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", lambda value: mode.update(now=value))
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
-    monkeypatch.setattr(torch.Tensor, "item", flagged(torch.Tensor.item))
-    monkeypatch.setattr(torch.Tensor, "__bool__", flagged(torch.Tensor.__bool__))
+    stand_in_sync_debug_mode(monkeypatch)
     config = gpu_bench.bench_run_config(tiny_model_dir, "simcse", "fp32", 6, 8, "cpu", str(shared_data_dir),
                                         tmp_path / "cache")
     marked = gpu_bench.sync_check(config, steps=6)
