@@ -13,6 +13,7 @@ from sweep.commands.bench_record import BenchRecord
 from sweep.commands.dry_run import print_dry_run
 from sweep.spec import load_study
 from tests.helpers import study_file
+from trainer.provenance import device_description
 
 MINILM = dict(vocab_size=30522, hidden_size=384, num_hidden_layers=6, num_attention_heads=12,
               intermediate_size=1536)  # the embedded model's shape (all-MiniLM-L6-v2)
@@ -57,7 +58,9 @@ def records(tmp_path, monkeypatch):
     monkeypatch.setenv("SWEEP_BENCH_DIR", str(folder))
     monkeypatch.setattr(cost, "local_gpu_name", lambda: None)
     monkeypatch.setattr("os.cpu_count", lambda: 1)
-    return folder
+    device_description.cache_clear()  # the one-core machine is this test's alone: not cached for later tests
+    yield folder
+    device_description.cache_clear()
 
 
 def test_the_estimate_is_the_steps_and_evaluations_times_the_records_seconds(tmp_path, records, capsys):
