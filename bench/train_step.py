@@ -1,6 +1,7 @@
 """Training-step speed, measured side by side in one process on the same batches.
 
     python bench/train_step.py [--steps 20] [--batch-size 64] [--model embedded] [--device cpu]
+                               [--methods simcse ...] [--compile off|on|both] [--no-minimal]
 
 1. minimal: a hand-written SimCSE loop (2N rows in one forward, [CLS] -> Linear+Tanh, InfoNCE,
    backward, grad clip, AdamW step) — the floor our loop is compared with;
@@ -8,7 +9,9 @@
 Each of ours runs `steps` optimiser steps; its time is the loop's own training time (evaluation
 excluded); the minimal loop is timed the same way (all steps, batch building included). Prints one JSON line per
 method with seconds per step and sentences per second; the ratios of interest are printed
-at the end. Copy the lines into bench/RESULTS.md.
+at the end. `--compile both`: each method eager, then with the compiled step (`compile: on`, trainer.compiled):
+its steps' time beside the eager one's, and the compile's seconds (at set-up, outside the steps' time).
+Copy the lines into bench/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -62,13 +65,16 @@ def minimal_simcse(model_name: str, steps: int, batch: int, warmup: int, device:
     return timed / steps
 
 
-def ours(method: str, model_name: str, steps: int, batch: int, device: str, extra: dict) -> dict:
+def ours(method: str, model_name: str, steps: int, batch: int, device: str, extra: dict, compile: str = "off"
+         ) -> dict:
     cfg = {"model": model_name, "method": method, "batch_size": batch, "max_steps": steps, "device": device,
-           "data": {"corpus": "wiki1m_sample"},
+           "data": {"corpus": "wiki1m_sample"}, "compile": compile,
            "eval": {"eval_steps": 10**6, "final_tasks": ["STSBenchmark"], "align_uniform_split": "dev"}, **extra}
     summary = train(RunConfig.from_dict(cfg))
     return {"seconds_per_step": summary["train_seconds"] / summary["steps"],
-            "sentences_per_s": summary["sentences_per_s"]}
+            "sentences_per_s": summary["sentences_per_s"], "compiled": summary["compile"]["used"],
+            "compile_seconds": summary["compile"]["seconds"], "graphs": summary["compile"]["graphs"],
+            "loss": summary["history"][-1]["loss"]}
 
 
 def main() -> None:
@@ -80,18 +86,33 @@ def main() -> None:
     parser.add_argument("--model", default="embedded")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--methods", nargs="+", default=["simcse", "mocose", "gs", "mix"])
+    parser.add_argument("--compile", choices=("off", "on", "both"), default="off")
+    parser.add_argument("--no-minimal", action="store_true", help="leave out the hand-written loop")
     args = parser.parse_args()
     env = {"torch": torch.__version__, "threads": torch.get_num_threads(), "cpus": os.cpu_count(),
            "device": args.device, "batch": args.batch_size, "steps": args.steps, "model": args.model}
     results = {}
-    sec = minimal_simcse(args.model, args.steps, args.batch_size, args.warmup, args.device)
-    results["minimal_simcse"] = {"seconds_per_step": sec, "sentences_per_s": args.batch_size / sec}
-    print(json.dumps({"method": "minimal_simcse", **results["minimal_simcse"], **env}), flush=True)
+    if not args.no_minimal:
+        sec = minimal_simcse(args.model, args.steps, args.batch_size, args.warmup, args.device)
+        results["minimal_simcse"] = {"seconds_per_step": sec, "sentences_per_s": args.batch_size / sec}
+        print(json.dumps({"method": "minimal_simcse", **results["minimal_simcse"], **env}), flush=True)
     extras = {"mocose": {"queue": {"size": 512, "initial_size": 128}, "fgsm": {"eps": 5e-9, "mode": "lagged"},
                          "ema": {"schedule": "constant", "decay": 0.85}}}
+    modes = ["off", "on"] if args.compile == "both" else [args.compile]
     for method in args.methods:
-        results[method] = ours(method, args.model, args.steps, args.batch_size, args.device, extras.get(method, {}))
-        print(json.dumps({"method": method, **results[method], **env}), flush=True)
+        for mode in modes:
+            result = ours(method, args.model, args.steps, args.batch_size, args.device, extras.get(method, {}), mode)
+            results[method if mode == modes[0] else f"{method} compiled"] = result
+            print(json.dumps({"method": method, "compile": mode, **result, **env}), flush=True)
+        if len(modes) == 2:
+            eager, compiled = results[method], results[f"{method} compiled"]
+            saved = eager["seconds_per_step"] - compiled["seconds_per_step"]
+            even = f"{compiled['compile_seconds'] / saved:.0f} steps" if saved > 0 else "never (no gain per step)"
+            ratio = compiled["seconds_per_step"] / eager["seconds_per_step"]
+            print(f"{method}: compiled / eager step time {ratio:.3f}; compile {compiled['compile_seconds']} s; "
+                  f"earned back after {even}")
+    if "minimal_simcse" not in results:
+        return
     base = results["minimal_simcse"]["seconds_per_step"]
     if "simcse" in results:
         print(f"simcse / minimal step time: {results['simcse']['seconds_per_step'] / base:.3f} (target <= 1.10)")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import json
 import os
 import platform
@@ -75,6 +76,22 @@ def _cuda() -> bool:
 
 
 # ---- imports -----------------------------------------------------------------------------------------------
+def compiler_check(cuda: bool) -> dict[str, Any]:
+    """What the compiled step (trainer.compiled) needs of this machine beyond the bundle: a C compiler (inductor's
+    CPU kernels are C++; Triton builds its GPU launchers with the system's C compiler) and, on a GPU, Triton.
+    `note`: one line when something is missing, naming what the bench's compiled rows will do without it."""
+    import shutil
+
+    found = {name: shutil.which(name) for name in ("cc", "gcc", "g++", "clang")}
+    triton = importlib.util.find_spec("triton") is not None
+    missing = [] if any(found.values()) else ["a C compiler (cc, gcc, g++ or clang)"]
+    if cuda and not triton:
+        missing.append("Triton")
+    note = (f"the compiled step needs {' and '.join(missing)}, which this machine lacks: the bench's compiled rows "
+            "will fail, and `compile: auto` runs eager (summary.json's compile.reason says why)") if missing else None
+    return {"compilers": {k: v for k, v in found.items() if v}, "triton": triton, "note": note}
+
+
 def cmd_imports(args: argparse.Namespace) -> int:
     """Import every module of the device path; exit 3 with `missing module: NAME` on the first one missing."""
     steps = [(name, lambda name=name: importlib.import_module(name)) for name in PATH_MODULES]
@@ -112,7 +129,10 @@ def cmd_imports(args: argparse.Namespace) -> int:
         "torch_cuda": torch.version.cuda, "cpu_threads": torch.get_num_threads(),
         "packages": {name: origin(name) for name in REPORTED},
         "never_imported": {name: name not in sys.modules for name in NEVER}, "unmet_requirements": unmet,
+        "compiler": compiler_check(cuda),
     }
+    if info["compiler"]["note"]:
+        print(f"device check: {info['compiler']['note']}", file=sys.stderr)
     _write(args.out, info)
     bad = [name for name, absent in info["never_imported"].items() if not absent]
     if bad:
@@ -306,7 +326,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     # no size probe: it feeds only the CPU estimates of `sweep run --dry-run`, and on a GPU the bench has none,
     # so CPU mode rehearses exactly the GPU path (`sweep doctor --bench` on a CPU still runs it)
     doctor.run_bench = functools.partial(run_bench, budget_s=args.budget)
-    argv = ["doctor", "--bench", "--no-probe", "--json", args.out, "--steps", str(args.steps)] + (
+    # --compiled: each method x precision also with the compiled step (trainer.compiled), as far as the budget goes
+    argv = ["doctor", "--bench", "--no-probe", "--compiled", "--json", args.out, "--steps", str(args.steps)] + (
         ["--tiny"] if args.tiny else [])
     status = main(argv)
     written = json.loads(Path(args.out).read_text()) if Path(args.out).is_file() else {}

@@ -120,7 +120,7 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 
     return doctor_command(bench=args.bench, tiny=args.tiny, json_path=args.json, data_dir=args.data_dir,
                           methods=args.methods, precisions=args.precisions, steps=args.steps,
-                          probe=not args.no_probe)
+                          probe=not args.no_probe, compiled=args.compiled)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -239,6 +239,9 @@ def build_parser() -> argparse.ArgumentParser:
     doc.add_argument("--methods", metavar="LIST", help="comma-separated methods to bench (default: all four)")
     doc.add_argument("--precisions", metavar="LIST", help="comma-separated precisions (default: fp32,bf16,fp16)")
     doc.add_argument("--steps", type=int, default=20, help="training steps per bench run (default 20)")
+    doc.add_argument("--compiled", action="store_true",
+                     help="also run each method x precision with the compiled step (`compile: on`): steps/s, the "
+                     "compile's seconds, graphs, the sync check, the loss against the eager run")
     doc.add_argument("--no-probe", action="store_true",
                      help="on the CPU, leave out the size probe (the same runs on a MiniLM-sized encoder, most of "
                      "the CPU bench's time); `sweep run --dry-run` then scales the tiny encoder's times by compute "

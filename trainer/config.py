@@ -243,6 +243,9 @@ class RunConfig(Section):
     # fp32|bf16|fp16: honoured on any device (CPU autocast too). auto: fp32 on CPU; on CUDA each method's release
     # (trainer.method_rules)
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
+    # the training step's transformer layers through torch.compile (trainer.compiled): on, off, or auto (on for a
+    # CUDA run long enough to earn its compile back, trainer.compiled.CompileRule); the losses equal eager's
+    compile: Literal["auto", "on", "off"] = "auto"
     output_dir: PathStr | None = None  # where summary.json and metrics.jsonl go; None: nowhere
     save_model: Bool = False
     collapse_threshold: Float = Field(0.99, gt=0, le=1)  # mean pairwise cosine on dev above this = collapsed

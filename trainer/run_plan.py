@@ -1,7 +1,7 @@
 """What a run will do, told from its resolved config without torch: how many optimiser steps, at which steps it
 evaluates STS-B dev, which tasks its final evaluation scores, whether each evaluation also scores the seven STS
-test tasks, and the precision it computes in. The trainer runs by it; the dry run, the cost estimate and ASHA's
-time unit read it, so each of these is one rule.
+test tasks, the precision it computes in and whether it compiles its step. The trainer runs by it; the dry run,
+the cost estimate and ASHA's time unit read it, so each of these is one rule.
 
     plan = RunPlan.of(config)                 # a resolved config (RunConfig or its dict); the corpus is counted
                                               # from disk when max_steps is unset (total_steps None: not installed)
@@ -11,6 +11,7 @@ time unit read it, so each of these is one rule.
     plan.final_sts, plan.final_transfer       # the final evaluation's tasks, each once, in order
     plan.tracks_test                          # each evaluation also scores the seven STS test tasks
     plan.precision_on("cuda")                 # precision: auto resolved as the method's release runs it
+    plan.compiles_on("cuda")                  # (compiled?, why): `compile` resolved (trainer.compiled.CompileRule)
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from trainer.compiled import CompileRule
 from trainer.data import planned_steps
 from trainer.method_rules import method_rules
 
@@ -32,6 +34,7 @@ class RunPlan:
     final_sts: tuple[str, ...]
     final_transfer: tuple[str, ...]
     tracks_test: bool
+    compile: str = "auto"  # as the config asks (auto, on, off)
 
     @classmethod
     def of(cls, config: Any, sentences: int | None = None) -> RunPlan:
@@ -45,7 +48,8 @@ class RunPlan:
         rules = method_rules(data["method"])
         return cls(method=data["method"], precision=str(data.get("precision") or "auto"), total_steps=total,
                    eval_steps=int(evaluation.get("eval_steps") or total or 1), final_sts=tuple(sts),
-                   final_transfer=tuple(transfer), tracks_test=rules.tracks_test(data))
+                   final_transfer=tuple(transfer), tracks_test=rules.tracks_test(data),
+                   compile=str(data.get("compile") or "auto"))
 
     @property
     def evaluations(self) -> int | None:
@@ -57,3 +61,6 @@ class RunPlan:
 
     def precision_on(self, device_type: str) -> str:
         return method_rules(self.method).precision_on(device_type, self.precision)
+
+    def compiles_on(self, device_type: str) -> tuple[bool, str]:
+        return CompileRule(self.compile).decide(device_type, self.total_steps)

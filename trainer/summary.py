@@ -69,6 +69,7 @@ class Summary(TypedDict, total=False):
     mtd: dict[str, Any] | None  # MoCoSE: formula, eta, eta_choice, queue_k, batch_size and the meter's fields
     test_selected: dict[str, Any]  # the released code's test-selected state (label, step, test), when tracked
     eval_cutoff: str  # the released code's evaluation-time cutoff, when on
+    compile: dict[str, Any]  # asked, used, reason; seconds (the compile, at set-up) and graphs compiled when used
     sentences_per_s: float | None
     train_seconds: float
     eval_seconds: float

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 from scipy.stats import spearmanr
 
+from trainer import compiled
 from trainer.augment import FGSM, EvaluationAugments, half_precision_floor, shuffled_positions
 from trainer.config import RunConfig
 from trainer.corpus import load_corpus
@@ -175,6 +176,7 @@ class _Run:
     eval_augments: EvaluationAugments | None  # released.eval_cutoff: augmentations at evaluation too
     track_test: bool
     params: list[torch.nn.Parameter]
+    compile: dict[str, Any] = field(default_factory=dict)  # summary.json's `compile` block (trainer.compiled)
     # updated by the loop
     step: int = 0
     status: str = OK
@@ -210,6 +212,7 @@ def train(config: RunConfig, report: Report | None = None, host_reads: HostReadP
     step that ends the run early (diverged, collapsed). It runs on the loop's thread and its time counts as
     training time; None (the default) changes nothing."""
     run = _set_up(config, host_reads)
+    _compile_step(run)
     with warnings.catch_warnings():
         # fp16: the scaler skips the optimiser step whose gradients overflowed (the first steps, while it
         # finds its scale), and torch then warns that the schedule stepped first. Expected, so not shown;
@@ -217,7 +220,10 @@ def train(config: RunConfig, report: Report | None = None, host_reads: HostReadP
         if run.scaler is not None:
             warnings.filterwarnings("ignore", SKIPPED_STEP_WARNING, UserWarning)
         _train_loop(run, report, on_step)
-    final = _final_evaluation(run)
+    if run.compile["used"]:
+        run.compile["graphs"] = compiled.compiled_graphs() - run.compile.pop("graphs_before")
+    with compiled.eager():
+        final = _final_evaluation(run)
     return _summary(run, final)
 
 
@@ -293,6 +299,37 @@ def _set_up(config: RunConfig, host_reads: HostReadPolicy | None) -> _Run:
         track_test=plan.tracks_test,
         params=[p for g in optimizer.param_groups for p in g["params"]],
     )
+
+
+def _compile_step(run: _Run) -> None:
+    """`compile` (trainer.compiled): compile the step's transformer layers now, by one forward and backward that
+    leaves the run's state as it was, and record the decision in `run.compile`. A compile that fails under `auto`
+    leaves the run eager and says why; under `on` it is the run's error."""
+    asked = run.config.compile
+    use, reason = run.plan.compiles_on(run.device.type)
+    run.compile = {"asked": asked, "used": False, "reason": reason, "seconds": None, "graphs": None}
+    if not use:
+        return
+    encoders = run.method.step_encoders()
+    torch.compiler.reset()  # a worker's earlier trial compiled other modules: their graphs would count against ours
+    graphs_before = compiled.compiled_graphs()
+    ids, mask = run.corpus.batch(list(range(run.config.batch_size)), run.tokenizer.pad_token_id or 0)
+    ids, mask = ids.to(run.device), mask.to(run.device)
+    try:
+        compiled.compile_layers(encoders, run.device.type)
+        seconds = compiled.warm_up(lambda: _step_loss(run, ids, mask), [run.generator, run.device_generator],
+                                   run.params)
+    except UserError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - dynamo and inductor raise many types; each ends in one line here
+        compiled.uncompile_layers(encoders)
+        torch.compiler.reset()
+        line = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+        if asked == "on":
+            raise UserError(f"compile: on failed ({line[:300]}): set compile: off") from exc
+        run.compile["reason"] = f"auto: compiling failed ({line[:300]}); ran eager"
+        return
+    run.compile.update(used=True, seconds=round(seconds, 3), graphs_before=graphs_before)
 
 
 def evaluation_encoders(method: Method, tokenizer: Any, device: torch.device,
@@ -388,8 +425,11 @@ def _train_loop(run: _Run, report: Report | None, on_step: StepHook | None = Non
             if not math.isfinite(mean_loss):
                 run.status, run.reason = DIVERGED, f"loss became {mean_loss} by step {run.step}"
                 break
-            if run.plan.evaluates_at(run.step) and not _evaluate_and_select(run, mean_loss, report):
-                break
+            if run.plan.evaluates_at(run.step):
+                with compiled.eager():
+                    keep_going = _evaluate_and_select(run, mean_loss, report)
+                if not keep_going:
+                    break
             tick = time.perf_counter()
         if on_step is not None:
             on_step(run.step)
@@ -472,6 +512,7 @@ def _summary(run: _Run, final: dict[str, Any]) -> dict[str, Any]:
         extra["test_selected"] = {"label": TEST_SELECTED_LABEL, "step": best_test["step"], "test": best_test["test"]}
     if run.eval_augments is not None:
         extra["eval_cutoff"] = EvaluationAugments.LABEL
+    extra["compile"] = {key: value for key, value in run.compile.items() if key != "graphs_before"}
     precision = run.compute.seen or run.precision  # what the step computed in; the request if no step ran
     summary = build_summary(
         status=run.status, reason=run.reason, steps=run.step, total_steps=run.total_steps,

@@ -8,6 +8,7 @@
     BenchRecord.path_for(gpu_name)       # the same, before a record exists (None: the CPU's)
     BenchRecord.read(path)               # the record in a file `sweep doctor --bench` wrote (ValueError if none)
     record.run(method, precision)        # the run the estimate reads: BenchRun with its four timings, or None
+    record.run(method, precision, compiled=True)   # ... its compiled row (setup_seconds includes the compile)
 
 The file is `sweep doctor`'s JSON: its checklist, and the record under "bench". Every field is declared here, and
 a field the model does not declare is refused, so a writer and its readers cannot drift apart unnoticed.
@@ -65,6 +66,10 @@ class BenchRun(_Record):
     loss_vs_fp32: float | None = None  # relative distance of the mean loss to the fp32 run's (same seed)
     note: str | None = None
     sync: SyncVerdict | None = None
+    compiled: bool = False  # the step ran compiled (`compile: on`, trainer.compiled); setup_seconds includes it
+    compile_seconds: float | None = None  # the compile, at set-up (the summary's compile.seconds)
+    compile_graphs: int | None = None  # graphs compiled over the run (one per encoder call when none recompiles)
+    loss_vs_eager: float | None = None  # compiled rows: relative distance of the mean loss to the eager run's
 
     def timed(self) -> bool:
         """Whether the run has the four timings an estimate needs."""
@@ -158,10 +163,11 @@ class BenchRecord(_Record):
     def to_json(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
 
-    def run(self, method: str, precision: str) -> BenchRun | None:
-        """The run of `method` at the asked `precision`, when it has every timing an estimate needs."""
+    def run(self, method: str, precision: str, compiled: bool = False) -> BenchRun | None:
+        """The run of `method` at the asked `precision` (compiled or eager), when it has every timing an estimate
+        needs."""
         for run in self.runs:
-            if run.method == method and run.precision_asked == precision:
+            if run.method == method and run.precision_asked == precision and run.compiled == compiled:
                 return run if run.timed() else None
         return None
 

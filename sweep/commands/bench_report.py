@@ -13,6 +13,9 @@ from sweep.commands.bench_record import BenchRecord
 # A half-precision run's mean training loss this far (relative) from the fp32 run's, same seed and batches, fails
 # its verdict (measured on an H100: 0.0006-0.0012 for SimCSE, 0.017 for MoCoSE against fp32 with FGSM on).
 LOSS_TOLERANCE = 0.05
+# A compiled run's mean loss this far (relative) from the eager run's, same seed and batches, fails its verdict: fp32
+# as tests/trainer/test_compiled.py holds it; half precision by LOSS_TOLERANCE, the bound it keeps against fp32.
+COMPILED_FP32_TOLERANCE = 1e-5
 
 
 def failed_verdicts(report: BenchRecord) -> list[str]:
@@ -21,7 +24,7 @@ def failed_verdicts(report: BenchRecord) -> list[str]:
     it), a half-precision loss further than LOSS_TOLERANCE from fp32's. [] when every verdict holds."""
     failed = []
     for run in report.runs:
-        name = f"{run.method} {run.precision_asked}"
+        name = f"{run.method} {run.precision_asked}" + (" compiled" if run.compiled else "")
         if run.status not in (None, "ok"):
             failed.append(f"run: {name} ended {run.status}")
         if run.sync is not None and run.sync.sync_free is False:
@@ -34,6 +37,10 @@ def failed_verdicts(report: BenchRecord) -> list[str]:
         if apart is not None and apart > LOSS_TOLERANCE:
             failed.append(f"loss: {name}: the mean training loss is {apart:.1%} from fp32's (tolerance "
                           f"{LOSS_TOLERANCE:.0%})")
+        bound = COMPILED_FP32_TOLERANCE if run.precision_ran == "fp32" else LOSS_TOLERANCE
+        if run.compiled and run.loss_vs_eager is not None and run.loss_vs_eager > bound:
+            failed.append(f"compiled: {name}: the mean training loss is {run.loss_vs_eager:.2e} from the eager "
+                          f"run's (tolerance {bound:g})")
     return failed
 
 
@@ -52,8 +59,12 @@ def bench_table(report: BenchRecord) -> str:
                     sync.sync_free])
         memory = fmt(run.peak_memory_mib, " MiB") if run.peak_memory_mib is not None else "n/a (CPU)"
         agree = "-" if run.precision_asked == "fp32" else fmt(run.loss_vs_fp32)
+        name = run.method
+        if run.compiled:  # the compiled step's row: its compile, and its loss against the eager row's
+            name = f"{run.method} compiled ({fmt(run.compile_seconds, ' s')} compile, {fmt(run.compile_graphs)} graphs)"
+            agree = f"{fmt(run.loss_vs_eager)} vs eager"
         ran = str(run.precision_ran) + (f" ({run.note})" if run.note else "")
-        cells.append([run.method, f"{run.precision_asked} -> {ran}", fmt(run.steps_per_s),
+        cells.append([name, f"{run.precision_asked} -> {ran}", fmt(run.steps_per_s),
                       fmt(run.sentences_per_s), memory, free, agree])
     # a sync column that says the same "not checked" on every row (no GPU) is said once, under the table
     said_once = [5] if cells and len({row[5] for row in cells}) == 1 and cells[0][5].startswith("not ") else []

@@ -261,11 +261,16 @@ def trial_cost(config: dict[str, Any], device: str, record: BenchRecord | None,
         cost.why = "the run's length is unknown (no corpus installed: `sweep data fetch`)"
         return cost
     precision = plan.precision_on(device)
-    run = record.run(config["method"], precision)
+    compiles = plan.compiles_on(device)[0]
+    run = record.run(config["method"], precision, compiled=compiles)
     if run is None:
-        cost.why = (f"the record {record.path} has no {config['method']} {precision} run with timings: "
-                    f"`{BENCH_COMMAND}` measures every method x precision")
+        kind = " compiled" if compiles else ""
+        cost.why = (f"the record {record.path} has no {config['method']} {precision}{kind} run with timings: "
+                    f"`{BENCH_COMMAND}` measures every method x precision" + (", `--compiled` the compiled step too"
+                                                                           if compiles else ""))
         return cost
+    if compiles:
+        cost.notes.append(f"the step runs compiled: set-up includes the bench's compile ({run.compile_seconds} s)")
     batch_ratio = config["batch_size"] / record.batch_size
     if batch_ratio != 1:
         cost.notes.append(f"batch_size {config['batch_size']} against the bench's {record.batch_size}: step time "

@@ -219,10 +219,11 @@ def _model_checks() -> list[Check]:
 
 def doctor_command(bench: bool = False, tiny: bool = False, json_path: str | None = None,
                    data_dir: str | None = None, methods: str | None = None, precisions: str | None = None,
-                   steps: int = 20, probe: bool = True) -> int:
+                   steps: int = 20, probe: bool = True, compiled: bool = False) -> int:
     """Print the checklist (and the bench, written as JSON to `json_path`, by default with --bench to the
     device's record, BenchRecord.path); 0 when nothing is a problem and every bench verdict holds
-    (bench_report.failed_verdicts), 1 otherwise. `probe`: the CPU bench's size probe (run_bench)."""
+    (bench_report.failed_verdicts), 1 otherwise. `probe`: the CPU bench's size probe; `compiled`: the bench's
+    compiled rows too (both run_bench's)."""
     chosen_methods = _choices(methods, METHODS, "--methods")
     chosen_precisions = _choices(precisions, PRECISIONS, "--precisions")
     if steps < 1:
@@ -237,7 +238,8 @@ def doctor_command(bench: bool = False, tiny: bool = False, json_path: str | Non
     if bench:
         print(flush=True)
         report = run_bench(tiny=tiny, methods=chosen_methods, precisions=chosen_precisions, steps=steps,
-                           data_dir=data_dir, say=lambda text: print(text, flush=True), probe=probe)
+                           data_dir=data_dir, say=lambda text: print(text, flush=True), probe=probe,
+                           compiled=compiled)
         print()
         print(bench_table(report))  # each failed verdict on a line of its own, "FAILED <verdict>"
         out["bench"] = report.to_json()

@@ -103,9 +103,11 @@ def _train(config: dict[str, Any], on_step: Callable[[int], None] | None = None,
     return train(RunConfig.from_dict(config), host_reads=host_reads, on_step=on_step)
 
 
-def measure_run(config: dict[str, Any], cuda: bool) -> dict[str, Any]:
+def measure_run(config: dict[str, Any], cuda: bool, keep: Callable[[dict[str, Any]], None] | None = None
+                ) -> dict[str, Any]:
     """One run: the precision it ran, its status, steady steps/s and sentences/s (StepClock), the summary's rate
-    over all steps, peak memory, the training loss over its steps, and run_timings."""
+    over all steps, peak memory, the training loss over its steps, and run_timings. `keep(summary)`: handed the
+    trainer's summary."""
     import torch
 
     if cuda:
@@ -113,6 +115,8 @@ def measure_run(config: dict[str, Any], cuda: bool) -> dict[str, Any]:
         torch.cuda.reset_peak_memory_stats()
     clock = StepClock(config["max_steps"] - 1, cuda=cuda, stop=False)
     summary = _train(config, on_step=clock.on_step)
+    if keep is not None:
+        keep(summary)
     history = summary.get("history") or [{}]
     batch = config["batch_size"]
     steady = clock.step_seconds
@@ -288,10 +292,12 @@ def sharing_check(config: dict[str, Any]) -> dict[str, Any]:
 
 def run_bench(tiny: bool = False, methods: tuple[str, ...] = METHODS, precisions: tuple[str, ...] = PRECISIONS,
               steps: int = 20, data_dir: str | None = None, budget_s: float = BENCH_BUDGET_S,
-              say: Any = print, probe: bool = True) -> BenchRecord:
+              say: Any = print, probe: bool = True, compiled: bool = False) -> BenchRecord:
     """The bench (module docstring). `probe`: on the CPU, also the size probe, which only `sweep run --dry-run`'s
     CPU estimates use; False leaves it out (the report's size_probe stays None): scripts/device_check.sh's CPU
-    mode, which rehearses the GPU path, where no probe runs."""
+    mode, which rehearses the GPU path, where no probe runs. `compiled`: after each eager method x precision run,
+    the same run with the compiled step (`compile: on`), its row marked `compiled`, with the compile's seconds and
+    graphs, its loss against the eager run's and, on CUDA, the sync check of the compiled step."""
     import torch
 
     from trainer.data import data_dir as resolve_data_dir
@@ -362,6 +368,13 @@ def run_bench(tiny: bool = False, methods: tuple[str, ...] = METHODS, precisions
                     "sync_free": None, "first_sync": "not checked: no GPU (sync debug mode is CUDA's)"}
                 report["runs"].append(run)
                 longest = max(longest, time.monotonic() - run_started)
+                if compiled:
+                    if time.monotonic() - started + longest > budget_s:
+                        report["skipped"].append(f"{method} {precision} compiled")
+                        continue
+                    say(f"bench: {method} {precision} compiled ...")
+                    report["runs"].append(compiled_run(run, config, cuda, steps))
+                    longest = max(longest, (time.monotonic() - run_started) / 2)
         shape, share_steps = report["encoder"]["shape"], steps
         if probe and not cuda:
             probe_started = time.monotonic()
@@ -380,6 +393,23 @@ def run_bench(tiny: bool = False, methods: tuple[str, ...] = METHODS, precisions
     torch.set_num_threads(threads)
     report["elapsed_s"] = round(time.monotonic() - started, 1)
     return BenchRecord.model_validate(report)
+
+
+def compiled_run(eager: dict[str, Any], config: dict[str, Any], cuda: bool, steps: int) -> dict[str, Any]:
+    """The bench run `eager` again with the compiled step: its row, marked `compiled`, with the compile's seconds and
+    graphs (the trainer's summary), the loss against the eager run's and the sync check on CUDA."""
+    config = {**config, "compile": "on"}
+    summaries: list[dict[str, Any]] = []
+    run = {"method": eager["method"], "precision_asked": eager["precision_asked"], "compiled": True,
+           **({"note": eager["note"]} if eager.get("note") else {}),
+           **measure_run(config, cuda, keep=summaries.append)}
+    block = summaries[0].get("compile") or {}
+    run.update(compile_seconds=block.get("seconds"), compile_graphs=block.get("graphs"))
+    if eager.get("loss") and run.get("loss") is not None:
+        run["loss_vs_eager"] = round(abs(run["loss"] - eager["loss"]) / abs(eager["loss"]), 7)
+    run["sync"] = sync_check(config, steps) if cuda else {
+        "sync_free": None, "first_sync": "not checked: no GPU (sync debug mode is CUDA's)"}
+    return run
 
 
 def size_probe(tmp: Path, methods: tuple[str, ...], steps: int, batch: int, root: str,

@@ -175,6 +175,11 @@ def test_the_device_check_runs_end_to_end_in_cpu_mode(rehearsal, tmp_path):
         assert runs and all(r["loss"] is not None for r in runs)
         assert bench["result"]["bench"]["gpu_measured"] is False
         assert bench["result"]["bench"]["size_probe"] is None  # the GPU path has no probe: nor has its rehearsal
+        # the compiled step's rows, as far as the budget went: at least the first, equal to its eager row
+        compiled = [r for r in runs if r.get("compiled")]
+        assert compiled and all(r["compile_seconds"] > 0 and r["loss_vs_eager"] is not None for r in compiled)
+        assert all(r["loss_vs_eager"] <= 1e-5 for r in compiled if r["precision_ran"] == "fp32")
+    assert parts["imports"]["result"]["compiler"]["compilers"]  # inductor's CPU kernels found a C++ compiler
     skipped = [n for n in parts if parts[n]["state"] != "ran"] + [s for s in report["skipped_for_time"] if ":" in s]
     assert set(report["skipped_for_time"]) >= {n for n in parts if parts[n]["state"] in ("skipped", "cut off")}
     print(f"skipped for time: {skipped or 'nothing'}")

@@ -148,6 +148,10 @@ class Method(nn.Module):
         """The modules whose state the best-dev checkpoint keeps (what evaluation reads)."""
         return {"encoder": self.encoder}
 
+    def step_encoders(self) -> list[nn.Module]:
+        """The encoders a training step runs (what `compile` compiles, trainer.compiled)."""
+        return [self.encoder]
+
     def dev_head(self) -> tuple[str | None, nn.Module | None]:
         """(pooler, MLP) for scoring STS-B dev; (None, None) = the run's pooler and head, as at test time."""
         return None, None

@@ -184,6 +184,9 @@ class MoCoSE(Method):
     def checkpoint_modules(self) -> dict[str, nn.Module]:
         return {"encoder": self.encoder, "pooler_dense": self.pooler_dense}
 
+    def step_encoders(self) -> list[nn.Module]:
+        return [self.encoder, self.target_encoder]
+
     def eval_mlp(self) -> nn.Module | None:
         return self.pooler_dense  # the release's "cls_after_pooler": the pooler dense, no activation
 
