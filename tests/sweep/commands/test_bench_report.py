@@ -34,3 +34,21 @@ def test_failed_verdicts_read_a_sync_inside_the_step_and_a_failed_run():
     assert failed_verdicts(record(synced, {**run, "status": "diverged"})) == [
         "sync: mocose bf16: the training step synchronised with the host at trainer/train.py:400: loss.item() "
         "(step 21)", "run: mocose bf16 ended diverged"]
+
+
+def test_a_compiled_row_is_named_with_its_compile_and_fails_when_its_loss_leaves_the_eager_runs():
+    from sweep.commands.bench_report import bench_table, failed_verdicts
+
+    eager = {"method": "simcse", "precision_asked": "fp32", "precision_ran": "fp32", "status": "ok", "loss": 2.0,
+             "steps_per_s": 20.0, "sync": {"sync_free": True}}
+    compiled = {**eager, "steps_per_s": 60.0, "compiled": True, "compile_seconds": 41.5, "compile_graphs": 1,
+                "loss_vs_eager": 4e-7}
+    record = BenchRecord(device="cuda", encoder={"shape": "tiny"}, batch_size=16, max_length=32, runs=[eager, compiled])
+    table = bench_table(record)
+    assert "| simcse compiled (41.5 s compile, 1 graphs) | fp32 -> fp32 | 60 |" in table
+    assert "| 4e-07 vs eager |" in table
+    assert failed_verdicts(record) == []
+    apart = BenchRecord(device="cuda", encoder={"shape": "tiny"}, batch_size=16, max_length=32,
+                        runs=[eager, {**compiled, "loss_vs_eager": 2e-4}])
+    assert failed_verdicts(apart) == [
+        "compiled: simcse fp32 compiled: the mean training loss is 2.00e-04 from the eager run's (tolerance 1e-05)"]

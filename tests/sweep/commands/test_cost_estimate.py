@@ -13,6 +13,7 @@ from sweep.commands.bench_record import BenchRecord
 from sweep.commands.dry_run import print_dry_run
 from sweep.spec import load_study
 from tests.helpers import study_file
+from trainer.config import RunConfig
 from trainer.provenance import device_description
 
 MINILM = dict(vocab_size=30522, hidden_size=384, num_hidden_layers=6, num_attention_heads=12,
@@ -241,3 +242,21 @@ def test_a_real_bench_is_written_by_the_doctor_and_read_by_the_estimate(tmp_path
     per_trial = (40 * raw["step_seconds"] * 32 / 16 * factor + 3 * raw["dev_eval_seconds"] * factor
                  + raw["final_eval_seconds"] * factor + raw["setup_seconds"])
     assert lines[1].startswith(f"per trial {per_trial / 3600:.3g} device-hours")
+
+
+
+def test_a_compiled_trial_reads_the_compiled_row_whose_set_up_holds_the_compile(records):
+    """`compile: on`: the estimate reads the record's compiled row (its set-up includes the compile), not the eager
+    one; a record without a compiled row says so and how to measure one."""
+    eager = timed_run("simcse", "fp32", 0.5, 4.0, 3.0, 1.0)
+    compiled = {**timed_run("simcse", "fp32", 0.25, 4.0, 3.0, 31.0), "compiled": True, "compile_seconds": 30.0}
+    config = RunConfig.from_dict({"model": "embedded", "method": "simcse", "batch_size": 16, "max_steps": 40,
+                                  "compile": "on", "eval": {"eval_steps": 40, "final_tasks": ["STSBenchmark"]}}
+                                 ).resolved().to_dict()
+    write_record(records, "cpu", [eager, compiled], MINILM)
+    estimate = cost.trial_cost(config, "cpu", BenchRecord.read(records / "cpu.json"))
+    assert estimate.parts["train"] == 40 * 0.25 and estimate.parts["setup"] == 31.0
+    assert "the step runs compiled: set-up includes the bench's compile (30.0 s)" in estimate.notes
+    write_record(records, "cpu", [eager], MINILM)
+    estimate = cost.trial_cost(config, "cpu", BenchRecord.read(records / "cpu.json"))
+    assert estimate.seconds is None and "no simcse fp32 compiled run" in estimate.why and "--compiled" in estimate.why
