@@ -25,7 +25,8 @@ summary's `compile.seconds`; the bench records it as set-up). Evaluation runs ea
 sorted by length and run without gradients, a second set of graphs for no gain.
 
 `auto` (`CompileRule`, torch-free: the dry run and the cost estimate apply the same rule) compiles on CUDA a run
-of at least AUTO_MIN_STEPS optimiser steps, and runs eager on the CPU and for shorter runs.
+of at least AUTO_MIN_STEPS optimiser steps, and runs eager on the CPU (where the embedded MiniLM's compiled step
+measured no faster than eager, after a compile of over a minute: bench/RESULTS.md) and for shorter runs.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ class CompileRule:
         if self.asked == "on":
             return True, "compile: on"
         if device_type != "cuda":
-            return False, "auto: eager on the CPU (compiling costs more than it saves there; bench/RESULTS.md)"
+            return False, "auto: eager on the CPU, where a compiled step measured no faster (bench/RESULTS.md)"
         if total_steps is not None and total_steps < AUTO_MIN_STEPS:
             return False, f"auto: {total_steps} steps, fewer than the {AUTO_MIN_STEPS} that earn back the compile"
         return True, f"auto: a CUDA run of at least {AUTO_MIN_STEPS} steps"

@@ -8,13 +8,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sweep.commands.cost import TrialCost, study_cost_lines
+from sweep.commands.cost import TrialCost, run_device, study_cost_lines
 from sweep.spec.expand import expansion, planning_config
 from sweep.spec.schema import StudySpec, Trial
 from sweep.text import format_value, is_expr, one_line, plural
 from trainer.config import flatten
 from trainer.errors import UserError
 from trainer.method_rules import traces_distance
+from trainer.run_plan import RunPlan
 from trainer.vocabulary import METHOD_LABELS, STS_BENCHMARK, STS_TASKS, STS_TEST_PAIRS
 
 # A training sentence costs a few encodings (two views forward, then backward), an evaluated one a single
@@ -117,6 +118,8 @@ def _dry_run_text(spec: StudySpec) -> str:
     for text in training_lines(configs, None if spec.method == "tpe" else [t.requested for t in expansion(spec).trials],
                                spec.base):
         line("training", text)
+    for text in compile_lines(spec, configs):
+        line("compile", text)
     if spec.method == "tpe":
         line("trials", f"up to {spec.budget} per seed x {plural(len(spec.seeds), 'seed')} = "
                        f"{spec.budget * len(spec.seeds)}, chosen by TPE during the run")
@@ -168,6 +171,17 @@ def _dry_run_text(spec: StudySpec) -> str:
     out.append("")
     out.append(format_trial_table(spec, trials, states, costs))
     return "\n".join(out)
+
+
+def compile_lines(spec: StudySpec, configs: list[dict[str, Any]]) -> list[str]:
+    """Whether the trials' steps run compiled (`compile`, trainer.compiled) on the device they run on, and why: one
+    text per decision, with its count when they differ."""
+    groups: dict[str, int] = {}
+    for config in configs:
+        used, reason = RunPlan.of(config).compiles_on(run_device(spec, config))
+        text = f"{'compiled' if used else 'eager'} ({reason})"
+        groups[text] = groups.get(text, 0) + 1
+    return [text + (f", {plural(count, 'trial')}" if len(groups) > 1 else "") for text, count in groups.items()]
 
 
 def training_lines(configs: list[dict[str, Any]], requested: list[dict[str, Any]] | None,

@@ -115,3 +115,18 @@ def test_the_dry_run_shows_each_papers_lr_and_batch_size_per_model(tmp_path, cap
     [line] = dry_run_lines(capsys, study_file(tmp_path, spec), "training")
     assert line == ("MoCoSE on bert-large-uncased: lr 1e-05, batch 16 (lr: MoCoSE section 4.1; batch_size: the "
                     "study's)")
+
+
+def test_the_dry_run_says_whether_the_trials_compile_their_step_and_why(tmp_path, capsys, shared_data_dir):
+    from trainer.compiled import AUTO_MIN_STEPS, CompileRule
+
+    on_cpu = tiny_study(tmp_path, "cpu", shared_data_dir)  # compile: auto on the CPU
+    assert dry_run_lines(capsys, on_cpu, "compile") == [f"eager ({CompileRule('auto').decide('cpu', 6)[1]})"]
+    # on CUDA (resources.gpu), auto compiles the long trials only: one line per decision, each with its count
+    spec = {"name": "gpu", "base": {"model": "embedded", "method": "simcse", "batch_size": 8,
+                                    "data": {"data_dir": str(shared_data_dir)}},
+            "parameters": {"max_steps": [10, AUTO_MIN_STEPS]}, "resources": {"gpu": 1},
+            "results_dir": str(tmp_path / "results")}
+    lines = dry_run_lines(capsys, study_file(tmp_path, spec), "compile")
+    assert lines == [f"eager ({CompileRule('auto').decide('cuda', 10)[1]}), 1 trial",
+                     f"compiled ({CompileRule('auto').decide('cuda', AUTO_MIN_STEPS)[1]}), 1 trial"]
