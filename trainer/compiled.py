@@ -130,3 +130,43 @@ def eager() -> Iterator[None]:
 
     with torch.compiler.set_stance("force_eager"):
         yield
+
+
+def compile_step(asked: str, decision: tuple[bool, str], encoders: list[Any], device_type: str,
+                 step_loss: Callable[[], Any], generators: list[Any], params: list[Any]) -> dict[str, Any]:
+    """Compile the layers of `encoders` when `decision` (CompileRule's) says so, by `warm_up(step_loss, ...)`; the
+    summary's `compile` block (asked, used, reason, seconds, graphs; `graphs_before` until the run ends, for
+    `graphs_since`). A compile that fails under `auto` leaves the run eager and says why; under `on` it is the
+    run's UserError."""
+    import torch
+
+    from trainer.errors import UserError
+
+    use, reason = decision
+    block: dict[str, Any] = {"asked": asked, "used": False, "reason": reason, "seconds": None, "graphs": None}
+    if not use:
+        return block
+    torch.compiler.reset()  # a worker's earlier trial compiled other modules: their graphs would count against ours
+    graphs_before = compiled_graphs()
+    try:
+        compile_layers(encoders, device_type)
+        seconds = warm_up(step_loss, generators, params)
+    except UserError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - dynamo and inductor raise many types; each ends in one line here
+        uncompile_layers(encoders)
+        torch.compiler.reset()
+        text = str(exc).strip()
+        line = f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"[:300]
+        if asked == "on":
+            raise UserError(f"compile: on failed ({line}): set compile: off") from exc
+        block["reason"] = f"auto: compiling failed ({line}); ran eager"
+        return block
+    block.update(used=True, seconds=round(seconds, 3), graphs_before=graphs_before)
+    return block
+
+
+def graphs_since(block: dict[str, Any]) -> None:
+    """At the run's end: the graphs compiled since `compile_step` (recompiles included) into the block."""
+    if block.get("used"):
+        block["graphs"] = compiled_graphs() - block.pop("graphs_before")

@@ -28,7 +28,7 @@ import torch
 from scipy.stats import spearmanr
 
 from trainer import compiled
-from trainer.augment import FGSM, EvaluationAugments, half_precision_floor, shuffled_positions
+from trainer.augment import AUTOCAST_DTYPES, FGSM, EvaluationAugments, check_fgsm_precision, shuffled_positions
 from trainer.config import RunConfig
 from trainer.corpus import load_corpus
 from trainer.data import corpus_path, data_dir
@@ -49,7 +49,6 @@ from trainer.vocabulary import COLLAPSED, DIVERGED, OK, STS_BENCHMARK, STS_TASKS
 
 Report = Callable[[dict[str, Any]], None]
 StepHook = Callable[[int], None]  # on_step(step): see `train`
-AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 SKIPPED_STEP_WARNING = r"Detected call of `lr_scheduler\.step\(\)` before `optimizer\.step\(\)`"  # torch's
 TEST_SELECTED_LABEL = ("checkpoint with the best seven-task TEST average, as the released MoCoSE code selects; "
                        "the test data chose it, so it is not a held-out estimate")
@@ -125,19 +124,6 @@ def restore_checkpoint(method: Method, state: dict[str, dict[str, torch.Tensor]]
     modules = method.checkpoint_modules()
     for name, module_state in state.items():
         modules[name].load_state_dict(module_state)
-
-
-def check_fgsm_precision(config: RunConfig, precision: str, word_embeddings: torch.Tensor) -> None:
-    """Refuse an FGSM eps that half-precision autocast would round away before the encoder sees it."""
-    dtype = AUTOCAST_DTYPES.get(precision)
-    if dtype is None or not config.fgsm.eps:
-        return
-    floor = half_precision_floor(word_embeddings, dtype)
-    if config.fgsm.eps < floor:
-        raise UserError(
-            f"config key 'fgsm.eps': {config.fgsm.eps:g} is below what {precision} autocast can represent next to "
-            f"this model's word embeddings (~{floor:.1e}), so the perturbation would never reach the encoder; "
-            f"set precision: fp32 (the MoCoSE release runs in fp32) or fgsm.eps >= {floor:.1e}")
 
 
 # ---- one run, in phases: set-up, the step, evaluate-and-select, final evaluation, summary ----------------
@@ -220,8 +206,7 @@ def train(config: RunConfig, report: Report | None = None, host_reads: HostReadP
         if run.scaler is not None:
             warnings.filterwarnings("ignore", SKIPPED_STEP_WARNING, UserWarning)
         _train_loop(run, report, on_step)
-    if run.compile["used"]:
-        run.compile["graphs"] = compiled.compiled_graphs() - run.compile.pop("graphs_before")
+    compiled.graphs_since(run.compile)
     with compiled.eager():
         final = _final_evaluation(run)
     return _summary(run, final)
@@ -249,7 +234,7 @@ def _set_up(config: RunConfig, host_reads: HostReadPolicy | None) -> _Run:
     if final_transfer:
         load_transfer_tasks(root, final_transfer)  # ... and on missing/altered transfer data
     encoder, tokenizer = load_encoder(config.model, dropout=config.dropout)
-    check_fgsm_precision(config, precision, encoder.get_input_embeddings().weight)
+    check_fgsm_precision(config.fgsm.eps, precision, encoder.get_input_embeddings().weight)
     cache_dir = Path(config.data.cache_dir) if config.data.cache_dir else root / "cache"
     corpus_file = corpus_path(root, config.data.corpus)
     corpus = load_corpus(corpus_file, tokenizer, config.data.max_length, config.data.max_sentences, cache_dir)
@@ -302,34 +287,14 @@ def _set_up(config: RunConfig, host_reads: HostReadPolicy | None) -> _Run:
 
 
 def _compile_step(run: _Run) -> None:
-    """`compile` (trainer.compiled): compile the step's transformer layers now, by one forward and backward that
-    leaves the run's state as it was, and record the decision in `run.compile`. A compile that fails under `auto`
-    leaves the run eager and says why; under `on` it is the run's error."""
-    asked = run.config.compile
-    use, reason = run.plan.compiles_on(run.device.type)
-    run.compile = {"asked": asked, "used": False, "reason": reason, "seconds": None, "graphs": None}
-    if not use:
-        return
-    encoders = run.method.step_encoders()
-    torch.compiler.reset()  # a worker's earlier trial compiled other modules: their graphs would count against ours
-    graphs_before = compiled.compiled_graphs()
-    ids, mask = run.corpus.batch(list(range(run.config.batch_size)), run.tokenizer.pad_token_id or 0)
-    ids, mask = ids.to(run.device), mask.to(run.device)
-    try:
-        compiled.compile_layers(encoders, run.device.type)
-        seconds = compiled.warm_up(lambda: _step_loss(run, ids, mask), [run.generator, run.device_generator],
-                                   run.params)
-    except UserError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - dynamo and inductor raise many types; each ends in one line here
-        compiled.uncompile_layers(encoders)
-        torch.compiler.reset()
-        line = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
-        if asked == "on":
-            raise UserError(f"compile: on failed ({line[:300]}): set compile: off") from exc
-        run.compile["reason"] = f"auto: compiling failed ({line[:300]}); ran eager"
-        return
-    run.compile.update(used=True, seconds=round(seconds, 3), graphs_before=graphs_before)
+    """`compile` (trainer.compiled.compile_step): the step's transformer layers compiled now, on a real batch."""
+    decision = run.plan.compiles_on(run.device.type)
+    ids, mask = run.corpus.batch(list(range(run.config.batch_size)), run.tokenizer.pad_token_id or 0) \
+        if decision[0] else (None, None)
+    run.compile = compiled.compile_step(
+        run.config.compile, decision, run.method.step_encoders(), run.device.type,
+        lambda: _step_loss(run, ids.to(run.device), mask.to(run.device)), [run.generator, run.device_generator],
+        run.params)
 
 
 def evaluation_encoders(method: Method, tokenizer: Any, device: torch.device,
@@ -512,7 +477,7 @@ def _summary(run: _Run, final: dict[str, Any]) -> dict[str, Any]:
         extra["test_selected"] = {"label": TEST_SELECTED_LABEL, "step": best_test["step"], "test": best_test["test"]}
     if run.eval_augments is not None:
         extra["eval_cutoff"] = EvaluationAugments.LABEL
-    extra["compile"] = {key: value for key, value in run.compile.items() if key != "graphs_before"}
+    extra["compile"] = run.compile
     precision = run.compute.seen or run.precision  # what the step computed in; the request if no step ran
     summary = build_summary(
         status=run.status, reason=run.reason, steps=run.step, total_steps=run.total_steps,

@@ -41,10 +41,10 @@ import torch
 from torch import Tensor, nn
 
 from trainer.augment import EmbeddingCutoff, EvaluationAugments, shuffled_positions
-from trainer.heads import build_predictor, build_projection, make_pooler_dense
 from trainer.losses.mocose import mocose_loss
 from trainer.methods.base import Method, StepOutput
 from trainer.methods.ema import ema_update
+from trainer.methods.heads import build_predictor, build_projection, make_pooler_dense
 from trainer.mtd import TraceableDistanceMeter, config_eta, config_traceable_distance
 from trainer.queue import NegativeQueue, released_read_length
 from trainer.schedules import ema_decay_at, ema_schedule_step

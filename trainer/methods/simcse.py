@@ -15,9 +15,9 @@ import torch
 from torch import Tensor, nn
 
 from trainer.augment import EmbeddingCutoff
-from trainer.heads import MLPHead
 from trainer.losses.simcse import simcse_loss
 from trainer.methods.base import Method, StepOutput
+from trainer.methods.heads import MLPHead
 from trainer.vocabulary import GS_INFONCE, MIXCSE, SIMCSE
 
 if TYPE_CHECKING:  # the config type for annotations only

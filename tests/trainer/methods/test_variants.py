@@ -13,10 +13,11 @@ import torch
 from torch import nn
 
 import trainer.train as train_mod
+from trainer.augment import check_fgsm_precision
 from trainer.config import RunConfig
 from trainer.errors import UserError
-from trainer.heads import build_predictor, build_projection
 from trainer.methods import GSInfoNCE, MixCSE, MoCoSE, SimCSE, method_class
+from trainer.methods.heads import build_predictor, build_projection
 from trainer.mtd import TraceableDistanceMeter
 from trainer.queue import NegativeQueue
 from trainer.schedules import ema_decay_at
@@ -384,12 +385,12 @@ def test_fgsm_below_half_precision_resolution_is_refused():
     config = RunConfig.from_dict({"method": "mocose"}).resolved()  # eps 5e-9
     embeddings = torch.full((100, 8), 0.04)
     with pytest.raises(UserError, match="fgsm.eps.*precision: fp32"):
-        train_mod.check_fgsm_precision(config, "bf16", embeddings)
+        check_fgsm_precision(config.fgsm.eps, "bf16", embeddings)
     with pytest.raises(UserError, match="fgsm.eps"):
-        train_mod.check_fgsm_precision(config, "fp16", embeddings)
-    train_mod.check_fgsm_precision(config, "fp32", embeddings)  # fp32: no refusal
+        check_fgsm_precision(config.fgsm.eps, "fp16", embeddings)
+    check_fgsm_precision(config.fgsm.eps, "fp32", embeddings)  # fp32: no refusal
     big = config.override({"fgsm.eps": 1e-3})
-    train_mod.check_fgsm_precision(big, "bf16", embeddings)
+    check_fgsm_precision(big.fgsm.eps, "bf16", embeddings)
 
 
 def test_fgsm_norm_is_what_the_compute_dtype_receives():

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 from transformers import BertConfig, BertModel
 
-from trainer.heads import MLPHead, build_predictor, build_projection, make_pooler_dense
+from trainer.methods.heads import MLPHead, build_predictor, build_projection, make_pooler_dense
 
 
 def np_linear(x, layer):
