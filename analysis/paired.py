@@ -85,8 +85,9 @@ def has_pairs(table: pd.DataFrame, by: Sequence[str], score: str, reference: dic
     configuration shares them with it): what a paired table needs."""
     seeds = _scored_seeds(table, by, score)
     if reference is not None:
-        mine = next((s for configuration, s in seeds if _same(configuration, reference)), frozenset())
-        return any(len(s & mine) >= MIN_PAIRED for configuration, s in seeds if not _same(configuration, reference))
+        reference_seeds = next((s for configuration, s in seeds if _same(configuration, reference)), frozenset())
+        return any(len(s & reference_seeds) >= MIN_PAIRED
+                   for configuration, s in seeds if not _same(configuration, reference))
     return any(len(a & b) >= MIN_PAIRED for i, (_, a) in enumerate(seeds) for _, b in seeds[i + 1:])
 
 

@@ -173,9 +173,9 @@ def _layers_text(shape: dict[str, Any]) -> str:
     return f"{shape.get('num_hidden_layers', '?')} layers x {shape.get('hidden_size', '?')}"
 
 
-def size_factors(record: BenchRecord, method: str, model: str, mine: dict[str, Any] | None
+def size_factors(record: BenchRecord, method: str, model: str, model_shape: dict[str, Any] | None
                  ) -> tuple[dict[str, float], str | None]:
-    """Per timing (RUN_TIMINGS), the factor from the bench's encoder to the study's model (`mine`: its shape,
+    """Per timing (RUN_TIMINGS), the factor from the bench's encoder to the study's model (`model_shape`: its shape,
     None when unknown), and the note that says how it was scaled (None: the same size).
 
     With the CPU bench's size probe (the same timings at a larger shape, sweep.commands.gpu_bench.size_probe):
@@ -185,10 +185,10 @@ def size_factors(record: BenchRecord, method: str, model: str, mine: dict[str, A
     set-up; from a tiny encoder, whose times are mostly per-step overhead, that overstates a real encoder's."""
     same = dict.fromkeys(RUN_TIMINGS, 1.0)
     base = compute_per_token(record.encoder)
-    if mine is None or base is None:
+    if model_shape is None or base is None:
         return same, (f"assumes the bench's {record.shape_text()}: the size of model {model} is not known here "
                       "(its config.json is not on this machine)")
-    target = compute_per_token(mine)
+    target = compute_per_token(model_shape)
     if target == base:
         return same, None
     probe = record.size_probe
@@ -197,23 +197,23 @@ def size_factors(record: BenchRecord, method: str, model: str, mine: dict[str, A
                                                                                                else [])]
     pairs = [(p, r) for p, r in pairs if r is not None and all(getattr(p, k) for k in RUN_TIMINGS)]
     pairs.sort(key=lambda pair: pair[0].method != method)  # this method's probe first
-    what = f"model {model} ({_layers_text(mine)}) against the bench's {record.shape_text()}"
+    what = f"model {model} ({_layers_text(model_shape)}) against the bench's {record.shape_text()}"
     if not pairs or not probe_compute or probe_compute <= base:
         factors = {key: target / base for key in RUN_TIMINGS if key != "setup_seconds"}
         rough = ("; rough: a tiny encoder's times are mostly per-step overhead, so this overstates"
                  if record.encoder.get("shape") == "tiny" else "")
         return {**same, **factors}, f"{what}: times scaled by compute per token, x{target / base:.3g}{rough}"
-    measured, tiny = pairs[0]
+    probed, bench_run = pairs[0]  # the same method at the probe's shape and at the bench's
     factors = {}
     for key in RUN_TIMINGS:
-        ratio = float(getattr(measured, key)) / float(getattr(tiny, key))
+        ratio = float(getattr(probed, key)) / float(getattr(bench_run, key))
         if target <= base:
             factors[key] = 1.0
         elif target <= probe_compute:
             factors[key] = ratio ** (math.log(target / base) / math.log(probe_compute / base))
         else:
             factors[key] = ratio * target / probe_compute
-    return factors, (f"{what}: scaled by the bench's {measured.method} fp32 run on a "
+    return factors, (f"{what}: scaled by the bench's {probed.method} fp32 run on a "
                      f"{_layers_text(probe.encoder)} encoder (a step x{factors['step_seconds']:.3g}, an "
                      f"evaluation x{factors['dev_eval_seconds']:.3g})")
 

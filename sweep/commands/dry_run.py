@@ -19,8 +19,8 @@ from trainer.run_plan import RunPlan
 from trainer.vocabulary import METHOD_LABELS, STS_BENCHMARK, STS_TASKS, STS_TEST_PAIRS
 
 # A training sentence costs a few encodings (two views forward, then backward), an evaluated one a single
-# forward pass: a final evaluation of FAR_MORE times the sentences a trial trains on is most of the trial.
-FAR_MORE = 20
+# forward pass: a final evaluation of EVALUATION_DOMINATES times the sentences a trial trains on is most of the trial.
+EVALUATION_DOMINATES = 20
 
 
 def read_trial_states(spec: StudySpec) -> dict[str, str] | None:
@@ -286,7 +286,7 @@ def final_eval_lines(configs: list[dict[str, Any]]) -> list[str]:
             least = min(known)
             span = f"{least:,}" if least == most else f"{least:,} to {most:,}"
             text += f"; each trial trains on {span} sentences (steps x batch_size)"
-        if len(sts) == len(STS_TASKS) and most is not None and 2 * pairs >= FAR_MORE * most:
+        if len(sts) == len(STS_TASKS) and most is not None and 2 * pairs >= EVALUATION_DOMINATES * most:
             text += (": the seven-task evaluation costs far more than this short training; eval.final_tasks: "
                      f"[{STS_BENCHMARK}] scores STS-B test alone ({STS_TEST_PAIRS[STS_BENCHMARK]:,} pairs)")
         texts.append(text + (f" ({plural(len(trained), 'trial')})" if len(groups) > 1 else ""))

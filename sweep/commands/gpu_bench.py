@@ -120,13 +120,13 @@ def measure_run(config: dict[str, Any], cuda: bool, keep: Callable[[dict[str, An
     history = summary.get("history") or [{}]
     batch = config["batch_size"]
     steady = clock.step_seconds
-    every = summary.get("sentences_per_s")  # steps x batch / train_seconds (unrounded), evaluations excluded
+    over_all_steps = summary.get("sentences_per_s")  # steps x batch / train_seconds (unrounded), evaluations excluded
     return {
         "precision_ran": summary.get("precision"), "device": summary.get("device"), "steps": summary.get("steps"),
         "status": summary.get("status"),
         "steps_per_s": round(1.0 / steady, 3) if steady else None,
         "sentences_per_s": round(batch / steady, 2) if steady else None,
-        "all_steps_per_s": round(every / batch, 3) if every else None,
+        "all_steps_per_s": round(over_all_steps / batch, 3) if over_all_steps else None,
         "peak_memory_mib": round(torch.cuda.max_memory_allocated() / 2**20, 1) if cuda else None,
         "loss": history[0].get("loss"), **run_timings(summary, batch, steady),
     }
@@ -292,7 +292,7 @@ def sharing_check(config: dict[str, Any]) -> dict[str, Any]:
 
 def run_bench(tiny: bool = False, methods: tuple[str, ...] = METHODS, precisions: tuple[str, ...] = PRECISIONS,
               steps: int = 20, data_dir: str | None = None, budget_s: float = BENCH_BUDGET_S,
-              say: Any = print, probe: bool = True, compiled: bool = False) -> BenchRecord:
+              say: Callable[[str], None] = print, probe: bool = True, compiled: bool = False) -> BenchRecord:
     """The bench (module docstring). `probe`: on the CPU, also the size probe, which only `sweep run --dry-run`'s
     CPU estimates use; False leaves it out (the report's size_probe stays None): scripts/device_check.sh's CPU
     mode, which rehearses the GPU path, where no probe runs. `compiled`: after each eager method x precision run,
@@ -413,7 +413,7 @@ def compiled_run(eager: dict[str, Any], config: dict[str, Any], cuda: bool, step
 
 
 def size_probe(tmp: Path, methods: tuple[str, ...], steps: int, batch: int, root: str,
-               time_left: Callable[[], float], say: Any) -> dict[str, Any]:
+               time_left: Callable[[], float], say: Callable[[str], None]) -> dict[str, Any]:
     """The CPU bench's runs at PROBE's shape: each method at fp32, `steps` steps, timed as the main runs
     (`run_timings`); a run starts only while `time_left()` exceeds the longest one so far (PROBE_RESERVE_S
     before the first), the others are listed as skipped."""

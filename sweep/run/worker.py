@@ -75,7 +75,7 @@ def _run_one(job: TrialJob) -> None:
     print(f"=== trial {job.key} pid {os.getpid()} host {socket.gethostname()} "
           f"{time.strftime('%Y-%m-%d %H:%M:%S')} t={entered:.3f} gpu_ids={resources['gpu_ids']}"
           + (f" staging={out_dir}" if staged else ""), flush=True)
-    finish = _Finish(job, out_dir, staged, resources)
+    finish = _TrialVerdict(job, out_dir, staged, resources)
 
     def report(metrics: dict[str, Any]) -> None:
         tune.report(json_safe(metrics))
@@ -111,7 +111,7 @@ def _run_one(job: TrialJob) -> None:
     finish.report(summary, SUMMARY_KEY)  # the trainer's own, plus `resources`
 
 
-class _Finish:
+class _TrialVerdict:
     """The trial's last step: summary.json (with `resources`, and the driver's folder as output_dir), the
     files sent to the driver when the trial wrote to a staging folder (sweep.run.trial_files), then the verdict
     reported to the driver. Files that did not reach the driver make the verdict an error naming the node:
