@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.util
 import json
 import os
 import platform
@@ -81,9 +80,16 @@ def compiler_check(cuda: bool) -> dict[str, Any]:
     CPU kernels are C++; Triton builds its GPU launchers with the system's C compiler) and, on a GPU, Triton.
     `note`: one line when something is missing, naming what the bench's compiled rows will do without it."""
     import shutil
+    from importlib import metadata
 
     found = {name: shutil.which(name) for name in ("cc", "gcc", "g++", "clang")}
-    triton = importlib.util.find_spec("triton") is not None
+    triton = False  # asked of the installed distributions: looking the module up would count as importing it
+    for name in ("triton", "pytorch-triton"):
+        try:
+            metadata.version(name)
+            triton = True
+        except metadata.PackageNotFoundError:
+            pass
     missing = [] if any(found.values()) else ["a C compiler (cc, gcc, g++ or clang)"]
     if cuda and not triton:
         missing.append("Triton")
