@@ -41,6 +41,13 @@ def _final_tasks(tasks: list[str]) -> list[str]:
     return tasks
 
 
+def _on_off(value: Any) -> Any:
+    """YAML 1.1 reads a bare `on` or `off` as a boolean: `compile: off` in a study file arrives as False."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return value
+
+
 def _int64(value: int) -> int:
     """Every integer of a run fits 64 bits (steps, sizes, counts): larger ones overflow torch, numpy and the
     float arithmetic of the MTD (10**400 / 64 raises), and no run needs them."""
@@ -245,7 +252,7 @@ class RunConfig(Section):
     precision: Literal["auto", "fp32", "bf16", "fp16"] = "auto"
     # the training step's transformer layers through torch.compile (trainer.compiled): on, off, or auto (on for a
     # CUDA run long enough to earn its compile back, trainer.compiled.CompileRule); the losses equal eager's
-    compile: Literal["auto", "on", "off"] = "auto"
+    compile: Annotated[Literal["auto", "on", "off"], BeforeValidator(_on_off)] = "auto"
     output_dir: PathStr | None = None  # where summary.json and metrics.jsonl go; None: nowhere
     save_model: Bool = False
     collapse_threshold: Float = Field(0.99, gt=0, le=1)  # mean pairwise cosine on dev above this = collapsed

@@ -147,3 +147,16 @@ def test_the_embedded_model_compiled_equals_eager(run, embedded_model_dir):
     summary, compiled_losses, _ = run("simcse", "paper", "fp32", "on", model=embedded_model_dir)
     assert_same_losses(eager, compiled_losses, "fp32")
     assert summary["compile"]["graphs"] == 1
+
+
+@pytest.mark.parametrize("written, value", [("off", "off"), ("on", "on"), ("'off'", "off"), ("auto", "auto")])
+def test_compile_on_and_off_as_yaml_writes_them(tmp_path, written, value):
+    """YAML 1.1 reads a bare on/off as a boolean; `compile: off`, as the docs and the refusal advise, means off."""
+    from sweep.spec import load_study
+    from sweep.spec.expand import expand
+
+    path = tmp_path / "study.yaml"
+    path.write_text(f"name: c\nbase: {{model: embedded, max_steps: 2, compile: {written}}}\n")
+    (trial,) = expand(load_study(path))
+    assert RunConfig.from_dict(trial.config).compile == value
+    assert RunConfig.from_dict({"compile": written == "on"}).compile == ("on" if written == "on" else "off")
