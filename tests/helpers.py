@@ -333,11 +333,14 @@ def ray_head_process(cwd: Path, *extra: str, env: dict[str, str] | None = None):
         kill_session_until_gone(head.pid)
 
 
-def stand_in_sync_debug_mode(monkeypatch: Any, also: tuple[str, ...] = ()) -> None:
+def stand_in_sync_debug_mode(monkeypatch: Any, also: tuple[str, ...] = (), every_caller: bool = False,
+                             blocking_copies: bool = False) -> dict[str, Any]:
     """CUDA's sync debug mode stood in for on the CPU: once `torch.cuda.set_sync_debug_mode("error")` is called, a
-    `Tensor.item()` or `bool()` made from trainer/ code (or from a function named in `also`) raises as CUDA's
-    would, until the mode is set back; `torch.cuda.synchronize` does nothing. Read-backs torch makes itself (its
-    Adam reads its step count with .item() on the CPU, where CUDA keeps it on the host) are not flagged."""
+    `Tensor.item()` or `bool()` made from trainer/ code (or from a function named in `also`; from anywhere with
+    `every_caller`) raises as CUDA's would, until the mode is set back; `torch.cuda.synchronize` does nothing.
+    `blocking_copies`: a blocking `.to("cpu")` raises too. Read-backs torch makes itself (its Adam reads its step
+    count with .item() on the CPU, where CUDA keeps it on the host) are not flagged unless `every_caller`.
+    Returns the mode's holder ({"now": the mode last set})."""
     import torch
 
     mode = {"now": 0}
@@ -346,7 +349,8 @@ def stand_in_sync_debug_mode(monkeypatch: Any, also: tuple[str, ...] = ()) -> No
     def flagged(original: Any) -> Any:
         def call(self: Any, *args: Any) -> Any:
             caller = sys._getframe(1).f_code
-            if mode["now"] == "error" and (caller.co_filename.startswith(trainer_dir) or caller.co_name in also):
+            if mode["now"] == "error" and (every_caller or caller.co_filename.startswith(trainer_dir)
+                                           or caller.co_name in also):
                 raise RuntimeError("called a synchronizing CUDA operation")
             return original(self, *args)
         return call
@@ -355,3 +359,13 @@ def stand_in_sync_debug_mode(monkeypatch: Any, also: tuple[str, ...] = ()) -> No
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
     monkeypatch.setattr(torch.Tensor, "item", flagged(torch.Tensor.item))
     monkeypatch.setattr(torch.Tensor, "__bool__", flagged(torch.Tensor.__bool__))
+    if blocking_copies:
+        to = torch.Tensor.to
+
+        def to_host(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if mode["now"] == "error" and "cpu" in [str(a) for a in args] and not kwargs.get("non_blocking"):
+                raise RuntimeError("called a synchronizing CUDA operation")
+            return to(self, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, "to", to_host)
+    return mode

@@ -117,31 +117,9 @@ def test_the_sync_check_runs_the_trainer_and_stops_at_the_first_flagged_read_bac
     tensor to Python (.item(), bool()) and every blocking copy to the host, which is what synchronises on
     CUDA. The check must run the trainer, stop at the first flagged call after the first evaluation and say
     where it was."""
-    import torch
-
     from sweep.commands import gpu_bench
 
-    mode = {"now": 0}
-
-    def flagged(original):
-        def call(self, *args):
-            if mode["now"] == "error":
-                raise RuntimeError("called a synchronizing CUDA operation")
-            return original(self, *args)
-        return call
-
-    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", lambda value: mode.update(now=value))
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
-    monkeypatch.setattr(torch.Tensor, "item", flagged(torch.Tensor.item))
-    monkeypatch.setattr(torch.Tensor, "__bool__", flagged(torch.Tensor.__bool__))
-    to = torch.Tensor.to
-
-    def to_host(self, *args, **kwargs):  # a blocking copy to the host (the best-state snapshot) syncs too
-        if mode["now"] == "error" and "cpu" in [str(a) for a in args] and not kwargs.get("non_blocking"):
-            raise RuntimeError("called a synchronizing CUDA operation")
-        return to(self, *args, **kwargs)
-
-    monkeypatch.setattr(torch.Tensor, "to", to_host)
+    mode = stand_in_sync_debug_mode(monkeypatch, every_caller=True, blocking_copies=True)
     config = gpu_bench.bench_run_config(tiny_model_dir, "simcse", "fp32", 6, 8, "cpu", str(shared_data_dir),
                                    tmp_path / "cache")
     result = gpu_bench.sync_check(config, steps=6)
