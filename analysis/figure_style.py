@@ -85,6 +85,7 @@ STYLE = {
     "image.cmap": SEQUENTIAL,
     "pdf.fonttype": 42,
     "ps.fonttype": 42,
+    "svg.hashsalt": "contrastive-sweep",  # SVG ids from a fixed salt: the same figure gives the same file
     "savefig.dpi": PNG_DPI,
     "figure.dpi": 100,
 }
@@ -140,11 +141,13 @@ def series_style(i: int) -> dict[str, str]:
 
 
 def save_figure(fig: Figure, path: Any, file_format: str, dpi: float = PNG_DPI) -> None:
-    """Write `fig` as PNG (at `dpi`) or PDF (fonts embedded as Type 42, no creation date so that the same
-    figure gives the same bytes)."""
+    """Write `fig` as PNG (at `dpi`), PDF (fonts embedded as Type 42) or SVG; PDF and SVG carry no date, so that
+    the same figure gives the same bytes."""
     with matplotlib.rc_context(STYLE):  # the Type 42 fonts, and the palette behind any "C0" colour
         if file_format == "pdf":
             fig.savefig(path, format="pdf", metadata={"CreationDate": None})
+        elif file_format == "svg":
+            fig.savefig(path, format="svg", metadata={"Date": None})
         else:
             fig.savefig(path, format=file_format, dpi=dpi)
 

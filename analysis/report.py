@@ -22,10 +22,10 @@ one row, point or series per configuration, seeds pooled and nothing else. A res
 study.yaml (a trials.csv copied by hand) falls back to the keys that vary among its trials.
 
 Each figure is written as <name>.png (300 dpi), <name>.pdf (fonts embedded as TrueType, Type 42) and
-<name>.csv (the plotted data); MTD figures add <name>.json (Spearman, fit, best MTD and its bootstrap
-interval). Figures are one journal column wide (`size="single"`, 3.5 in) or two (`"double"`, 7.2 in), in one
-colour-blind-safe palette (analysis.figure_style). Against the measured distance (`mtd_source="measured"`)
-the MTD figures are named <name>_measured (score_vs_mtd_measured.png, ...) and say "measured MTD" in their
+<name>.csv (the plotted data), or in the `formats` asked for (png, pdf, svg) with its .csv; MTD figures add
+<name>.json (Spearman, fit, best MTD and its bootstrap interval). Figures are one journal column wide
+(`size="single"`, 3.5 in) or two (`"double"`, 7.2 in), in one colour-blind-safe palette
+(analysis.figure_style). Against the measured distance (`mtd_source="measured"`) the MTD figures are named <name>_measured (score_vs_mtd_measured.png, ...) and say "measured MTD" in their
 title and on their x axis, so that they are never taken for, or attached over, the formula's. The per-task
 table is written as scores.md, scores.tex and scores.csv; when trials ran the SentEval transfer tasks,
 their Table 2 (MR ... MRPC, Avg) as transfer.md, transfer.tex and transfer.csv. Every file is written to a temporary
@@ -37,7 +37,7 @@ from __future__ import annotations
 import json
 import warnings
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import pandas as pd
 
@@ -58,6 +58,10 @@ from trainer.evaluation.sts_average import AVG
 from trainer.method_rules import DISTANCE_METHODS
 from trainer.vocabulary import MOCOSE, STS_BENCHMARK, STS_TASKS
 
+# the files a figure may be written as, and those written unless `formats` says otherwise
+FIGURE_FORMATS = ("png", "pdf", "svg")
+DEFAULT_FORMATS = ("png", "pdf")
+
 
 def analyze(
     study_dir: str | Path,
@@ -70,6 +74,7 @@ def analyze(
     mtd_source: str = "formula",
     size: str = DEFAULT_SIZE,
     notes: list[str] | None = None,
+    formats: Sequence[str] = DEFAULT_FORMATS,
 ) -> list[Path]:
     """Write every applicable figure and the score tables; return the written paths.
 
@@ -80,17 +85,20 @@ def analyze(
     (docs/science/traceable-distance.md). `score` is the y of the figures ("avg" = the seven-task STS test
     average; trials that did not evaluate all seven have none, and the figures plot `fallback_score`
     instead, under its own name). `n_boot` and `seed`: the bootstrap of the intervals over seeds. `size`:
-    "single" (one journal column) or "double" (the page's width). Trials that may not be compared are analysed
+    "single" (one journal column) or "double" (the page's width). `formats`: the files each figure is written as
+    (FIGURE_FORMATS). Trials that may not be compared are analysed
     apart (analysis.load.comparable_groups): those of an older reading of the papers in <out_dir>/older_reading/,
     those evaluated under another protocol in <out_dir>/protocol_<what differs>/; trials drawn together that ran
     on different code, packages or devices get a warning under each table and in each figure's legend. `notes`,
     when given, gets the one line for each split and each warning.
 
-    Written: each applicable figure as .png (300 dpi), .pdf (TrueType fonts) and .csv (its data), and the
+    Written: each applicable figure in each of `formats` (.png at 300 dpi and .pdf with TrueType fonts by
+    default; .svg on request) with its data as .csv, and the
     score tables scores.md/.tex/.csv (and transfer.* when trials ran the transfer tasks).
     Raises analysis.load.ResultsError when the folder has no finished trials.
     """
     check_size(size)
+    formats = check_formats(formats)
     study_dir = Path(study_dir)
     if out_dir is None:  # the measured-distance figures go beside the formula ones, never over them
         out_dir = study_dir / "figures" / ("measured_mtd" if mtd_source == "measured" else "")
@@ -105,13 +113,14 @@ def analyze(
                       if line]
         with footnote(group.warning):
             written += _analyze_part(group.table, study_dir, out_dir / group.folder, params, knobs, score, n_boot,
-                                     seed, mtd_source, size, group.warning, reference)
+                                     seed, mtd_source, size, group.warning, reference, formats)
     return written
 
 
 def _analyze_part(table: pd.DataFrame, study_dir: Path, out_dir: Path, params: list[str], knobs: list[str],
                   score: str, n_boot: int, seed: int, mtd_source: str, size: str, warning: str | None,
-                  reference: dict[str, Any] | None = None) -> list[Path]:
+                  reference: dict[str, Any] | None = None,
+                  formats: tuple[str, ...] = DEFAULT_FORMATS) -> list[Path]:
     """`analyze` for one set of trials that may be pooled: its figures and tables into `out_dir`; `warning` (what
     differs among them that is not the protocol) ends each table's note; `reference`: the study's reference
     configuration for the paired table (analysis.paired)."""
@@ -130,7 +139,7 @@ def _analyze_part(table: pd.DataFrame, study_dir: Path, out_dir: Path, params: l
         except ValueError as exc:  # degenerate data for this figure (e.g. no scores in a subset)
             warnings.warn(f"figure {name} skipped: {exc}", stacklevel=3)
             continue
-        written += _write_figure(out_dir, figure_file_name(name, mtd_source), fig, data)
+        written += _write_figure(out_dir, figure_file_name(name, mtd_source), fig, data, formats)
 
     if any(_has_values(table, column) for column in SCORES):  # runs without test evaluation have no table
         numbers = tables.score_table(table, by=params)
@@ -273,14 +282,22 @@ def applicable_figures(
 
 
 # ---- writing ------------------------------------------------------------------------------------
-def _write_figure(out_dir: Path, name: str, fig: Any, data: pd.DataFrame) -> list[Path]:
+def check_formats(formats: Sequence[str]) -> tuple[str, ...]:
+    """`formats` without repeats, in the order given; a ValueError names an unknown one."""
+    chosen = tuple(dict.fromkeys(formats))
+    unknown = [f for f in chosen if f not in FIGURE_FORMATS]
+    if unknown or not chosen:
+        raise ValueError(f"figure formats must be one or more of {', '.join(FIGURE_FORMATS)}; got "
+                         f"{', '.join(map(repr, unknown)) or 'none'}")
+    return chosen
+
+
+def _write_figure(out_dir: Path, name: str, fig: Any, data: pd.DataFrame, formats: tuple[str, ...]) -> list[Path]:
     from trainer.files import json_safe, write_atomic, write_text_atomic  # here: importing analysis stays light
 
-    paths = [
-        write_atomic(out_dir / f"{name}.png", lambda tmp: save_figure(fig, tmp, "png")),
-        write_atomic(out_dir / f"{name}.pdf", lambda tmp: save_figure(fig, tmp, "pdf")),
-        write_text_atomic(out_dir / f"{name}.csv", data.to_csv(index=False)),
-    ]
+    paths = [write_atomic(out_dir / f"{name}.{kind}", lambda tmp, kind=kind: save_figure(fig, tmp, kind))
+             for kind in formats]
+    paths.append(write_text_atomic(out_dir / f"{name}.csv", data.to_csv(index=False)))
     stats = data.attrs.get("stats")
     if stats:
         paths.append(write_text_atomic(out_dir / f"{name}.json", json.dumps(json_safe(stats), indent=2) + "\n"))

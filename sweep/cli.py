@@ -112,7 +112,8 @@ def _cmd_dashboard(args: argparse.Namespace) -> int:
 def _cmd_analyze(args: argparse.Namespace) -> int:
     from sweep.commands.analyze import analyze_command
 
-    return analyze_command(args.target, attach=not args.no_attach, mtd_source=args.mtd, size=args.figure_width)
+    return analyze_command(args.target, attach=not args.no_attach, mtd_source=args.mtd, size=args.figure_width,
+                           formats=args.formats)
 
 
 def _cmd_doctor(args: argparse.Namespace) -> int:
@@ -257,6 +258,9 @@ def build_parser() -> argparse.ArgumentParser:
     an.add_argument("--figure-width", choices=["single", "double"], default="single",
                     help="figure width: one journal column, 3.5 in (default), or two, 7.2 in; PNG at 300 dpi, "
                          "PDF with embedded (Type 42) fonts")
+    an.add_argument("--formats", metavar="LIST", default="png,pdf",
+                    help="comma-separated files to write each figure as: png, pdf, svg (default png,pdf; the "
+                         "plotted data is always written as .csv; only PNGs are attached to the Optuna study)")
     an.set_defaults(func=_cmd_analyze)
     return parser
 

@@ -5,10 +5,11 @@ TARGET is a results folder (results/<study>) or a study YAML, from which `name` 
 
 `--figure-width single` (the default) draws every figure one journal column wide (3.5 in), `double` the
 full page width (7.2 in); `--mtd measured` plots the MTD figures against the measured distance, written and
-attached as <name>_measured.png beside the formula's <name>.png (analysis.report).
+attached as <name>_measured.png beside the formula's <name>.png (analysis.report); `--formats` picks the files
+each figure is written as (png, pdf, svg; default png,pdf), its data always as .csv beside them.
 
 Attaching: when the study's Optuna storage exists (the `storage` key of <study_dir>/study.yaml, else
-sqlite:///<study_dir>/optuna.db), every PNG is uploaded as a study-level artifact into a
+sqlite:///<study_dir>/optuna.db), every PNG written is uploaded as a study-level artifact into a
 FileSystemArtifactStore at <study_dir>/artifacts, so that `sweep dashboard <study_dir>` (optuna-dashboard on
 that storage with that artifact store) shows them. A figure already attached with the same file name and the
 same bytes is not uploaded again, so re-running analyze on unchanged results adds nothing.
@@ -26,14 +27,19 @@ import yaml
 from trainer.errors import UserError
 
 
-def analyze_command(target: str, attach: bool = True, mtd_source: str = "formula", size: str = "single") -> int:
+def analyze_command(target: str, attach: bool = True, mtd_source: str = "formula", size: str = "single",
+                    formats: str = "png,pdf") -> int:
     from analysis.load import OLDER_READING_FOLDER, ResultsError, read_study_spec
-    from analysis.report import analyze
+    from analysis.report import analyze, check_formats
 
+    try:
+        kinds = check_formats([kind.strip().lower() for kind in formats.split(",") if kind.strip()])
+    except ValueError as exc:
+        raise UserError(f"--formats: {exc} (e.g. --formats png,pdf)") from None
     study_dir, spec = _study_dir(target)
     notes: list[str] = []
     try:
-        written = analyze(study_dir, mtd_source=mtd_source, size=size, notes=notes)
+        written = analyze(study_dir, mtd_source=mtd_source, size=size, notes=notes, formats=kinds)
     except ResultsError as exc:
         raise UserError(str(exc)) from None
     for note in notes:

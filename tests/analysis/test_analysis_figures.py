@@ -327,8 +327,8 @@ def test_sweep_analyze_command_attaches_figures_once(tmp_path, monkeypatch, caps
     optuna.create_study(study_name="gs_m", storage=storage)
     (tmp_path / "gs_m.yaml").write_text("name: gs_m\nresults_dir: results\n")
 
-    assert analyze_command("gs_m.yaml") == 0
-    assert analyze_command(str(study_dir)) == 0  # unchanged figures are not uploaded twice
+    assert analyze_command("gs_m.yaml", formats="png") == 0
+    assert analyze_command(str(study_dir), formats="png") == 0  # unchanged figures are not uploaded twice
     output = capsys.readouterr().out
     assert "gaussian_m.png" in output and "attached 0 new figure(s)" in output
     metas = get_all_artifact_meta(optuna.load_study(study_name="gs_m", storage=storage))
@@ -382,8 +382,8 @@ def test_one_parameter_ablation_charts(tmp_path, name):
         assert row["mean"] == pytest.approx(scores.mean()) and row["std"] == pytest.approx(np.std(scores, ddof=1))
     got = data[data["series"] == "paper"]
     assert dict(zip(got["x_label"], got["mean"])) == paper
-    names = {p.name for p in analyze(folder, n_boot=10)}
-    assert f"{name}.png" in names and f"{name}.pdf" in names
+    names = {p.name for p in analyze(folder, n_boot=10, formats=["png"])}
+    assert f"{name}.png" in names and f"{name}.pdf" not in names  # only the formats asked for
 
 
 def test_head_depth_chart(tmp_path):
@@ -396,7 +396,7 @@ def test_head_depth_chart(tmp_path):
     assert list(data.loc[data["series"] == "this study", "x_label"]) == ["0/2", "1/1", "1/2", "2/2"]
     paper = data[data["series"] == "paper"]
     assert dict(zip(paper["x_label"], paper["mean"])) == {"0/2": 62.67, "1/1": 76.74, "1/2": 76.89, "2/2": 66.29}
-    assert "head_depth.png" in {p.name for p in analyze(folder, n_boot=10)}
+    assert "head_depth.png" in {p.name for p in analyze(folder, n_boot=10, formats=["png"])}
 
 
 def test_analysis_imports_no_runtime_packages():

@@ -33,21 +33,44 @@ def slices_dir(tmp_path_factory) -> Path:
 
 @pytest.mark.parametrize("size, inches", [("single", 3.5), ("double", 7.2)])
 def test_png_is_300_dpi_at_the_column_width_asked_for(slices_dir, tmp_path, size, inches):
-    analyze(slices_dir, out_dir=tmp_path, n_boot=10, size=size)
+    analyze(slices_dir, out_dir=tmp_path, n_boot=10, size=size, formats=["png"])
     width, height, dpi = png_size_and_dpi(tmp_path / "queue_slices.png")
     assert round(dpi) == 300 and width == round(inches * 300)
     assert height > width / 3  # a panel of its own height, not squeezed under the legend
 
 
 def test_pdf_embeds_its_fonts_as_truetype(slices_dir, tmp_path):
-    analyze(slices_dir, out_dir=tmp_path, n_boot=10)
+    analyze(slices_dir, out_dir=tmp_path, n_boot=10, formats=["pdf"])
     pdf = (tmp_path / "queue_slices.pdf").read_bytes()
     assert b"/FontFile2" in pdf  # an embedded TrueType font program (Type 42)
     assert not re.search(rb"/Subtype\s*/Type3", pdf)  # no Type 3 (bitmap-like) fonts
     assert b"DejaVuSans" in pdf
     second = tmp_path / "again"
-    analyze(slices_dir, out_dir=second, n_boot=10)
+    analyze(slices_dir, out_dir=second, n_boot=10, formats=["pdf"])
     assert (second / "queue_slices.pdf").read_bytes() == pdf  # no date in it: the same results, the same file
+
+
+def test_each_figure_is_written_in_the_formats_asked_for_with_its_data(slices_dir, tmp_path):
+    written = {p.name for p in analyze(slices_dir, out_dir=tmp_path, n_boot=10, formats=["svg", "svg"])}
+    assert "queue_slices.svg" in written and "queue_slices.csv" in written
+    assert not {name for name in written if name.endswith((".png", ".pdf"))}
+    svg = (tmp_path / "queue_slices.svg").read_text()
+    assert svg.lstrip().startswith("<?xml") and "<svg" in svg
+    again = tmp_path / "again"
+    analyze(slices_dir, out_dir=again, n_boot=10, formats=["svg"])
+    assert (again / "queue_slices.svg").read_text() == svg  # no date in it: the same results, the same file
+    with pytest.raises(ValueError, match="'gif'"):
+        analyze(slices_dir, out_dir=tmp_path / "no", formats=["png", "gif"])
+    assert not (tmp_path / "no").exists()
+
+
+def test_an_unknown_format_on_the_command_line_is_one_line_and_exit_2(slices_dir, capsys):
+    from sweep import cli
+
+    assert cli.main(["analyze", str(slices_dir), "--no-attach", "--formats", "png,tiff"]) == 2
+    assert capsys.readouterr().err.splitlines() == ["sweep: error: --formats: figure formats must be one or more "
+                                                    "of png, pdf, svg; got 'tiff' (e.g. --formats png,pdf)"]
+    assert not (slices_dir / "figures").exists()
 
 
 def test_a_size_outside_the_two_columns_is_refused(slices_dir, tmp_path):
@@ -82,8 +105,8 @@ def test_measured_mtd_figures_are_named_and_attached_apart_from_the_formula_ones
     study_dir = fx.mtd_study(tmp_path / "results" / "mtd")
     storage = f"sqlite:///{study_dir / 'optuna.db'}"
     optuna.create_study(study_name="mtd", storage=storage)
-    assert analyze_command(str(study_dir)) == 0
-    assert analyze_command(str(study_dir), mtd_source="measured") == 0
+    assert analyze_command(str(study_dir), formats="png") == 0
+    assert analyze_command(str(study_dir), mtd_source="measured", formats="png") == 0
     capsys.readouterr()
 
     formula = {p.name for p in (study_dir / "figures").glob("*.png")}

@@ -101,7 +101,7 @@ def test_a_named_reference_without_finished_trials_skips_the_paired_outputs_with
     for row in reference[reference[key] == named[key]].itertuples():  # the reference's trials: removed
         shutil.rmtree(folder / "trials" / row.key)
     with pytest.warns(UserWarning, match="paired differences skipped: no finished trial has the study's reference"):
-        names = {p.name for p in analyze(folder, n_boot=10)}
+        names = {p.name for p in analyze(folder, n_boot=10, formats=["png"])}
     assert "scores.md" in names and not names & {"paired.md", "paired.csv", "paired_differences.png"}
 
 
@@ -109,7 +109,7 @@ def test_a_named_reference_without_finished_trials_skips_the_paired_outputs_with
 @pytest.mark.parametrize("seeds", [1, 3, 5])
 def test_analyze_writes_the_paired_table_and_figure_at_three_and_five_seeds(tmp_path, study, seeds):
     folder = fx.stand_in_study(REPO / "studies" / f"{study}.yaml", tmp_path / study, seeds)
-    names = {p.name for p in analyze(folder, n_boot=10)}
+    names = {p.name for p in analyze(folder, n_boot=10, formats=["png"])}
     paired_files = {"paired.md", "paired.tex", "paired.csv", "paired_differences.png"}
     if seeds == 1:
         assert not names & paired_files  # nothing shares two seeds
@@ -124,7 +124,7 @@ def test_analyze_writes_the_paired_table_and_figure_at_three_and_five_seeds(tmp_
 
 def test_the_methods_table_states_each_method_against_simcse_beside_the_papers(tmp_path):
     folder = fx.stand_in_study(REPO / "studies" / "methods.yaml", tmp_path / "methods", 3)
-    analyze(folder, n_boot=10)
+    analyze(folder, n_boot=10, formats=["png"])
     text = (folder / "figures" / "paired.md").read_text()
     assert "reference method=simcse, variant=paper (the study's reference)" in text
     lines = [line for line in text.splitlines() if line.startswith("| mocose | paper |")]
