@@ -25,11 +25,12 @@ Each figure is written as <name>.png (300 dpi), <name>.pdf (fonts embedded as Tr
 <name>.csv (the plotted data), or in the `formats` asked for (png, pdf, svg) with its .csv; MTD figures add
 <name>.json (Spearman, fit, best MTD and its bootstrap interval). Figures are one journal column wide
 (`size="single"`, 3.5 in) or two (`"double"`, 7.2 in), in one colour-blind-safe palette
-(analysis.figure_style). Against the measured distance (`mtd_source="measured"`) the MTD figures are named <name>_measured (score_vs_mtd_measured.png, ...) and say "measured MTD" in their
-title and on their x axis, so that they are never taken for, or attached over, the formula's. The per-task
-table is written as scores.md, scores.tex and scores.csv; when trials ran the SentEval transfer tasks,
-their Table 2 (MR ... MRPC, Avg) as transfer.md, transfer.tex and transfer.csv. Every file is written to a temporary
-name in the same folder and moved into place with os.replace, so a reader never sees half a file.
+(analysis.figure_style). Against the measured distance (`mtd_source="measured"`) the MTD figures are named
+<name>_measured (score_vs_mtd_measured.png, ...) and say "measured MTD" in their title and on their x axis, so
+that they are never taken for, or attached over, the formula's. The per-task table is written as scores.md,
+scores.tex and scores.csv; when trials ran the SentEval transfer tasks, their Table 2 (MR ... MRPC, Avg) as
+transfer.md, transfer.tex and transfer.csv. Every file is written to a temporary name in the same folder and
+moved into place with os.replace, so a reader never sees half a file.
 """
 
 from __future__ import annotations
