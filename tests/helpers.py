@@ -42,6 +42,14 @@ BENCH_SHARING_STAND_IN = {"method": "simcse", "precision": "auto", "steps_timed"
 
 
 # ---- study files --------------------------------------------------------------------------------------
+def first_fast(*cases: Any) -> list[Any]:
+    """The cases of a parametrised family, for pytest.mark.parametrize: the first runs in the fast tier, the
+    others only in the whole suite (marked slow), so the fast tier runs each family's code once and the whole
+    suite runs every case. A case for several arguments is a tuple."""
+    return [case if i == 0 else pytest.param(*(case if isinstance(case, tuple) else (case,)), marks=pytest.mark.slow)
+            for i, case in enumerate(cases)]
+
+
 def study_file(folder: Path, content: dict[str, Any] | str, file_name: str | None = None) -> Path:
     """Write a study file into `folder` and return its path: a dict as YAML in the dict's own key order,
     as FOLDER/<its name>.yaml; a text as given (dedented), as FOLDER/study.yaml. `file_name` names the file."""

@@ -18,6 +18,7 @@ import torch
 
 from trainer.errors import UserError
 from trainer.files import write_atomic
+from trainer.models import tokenizer_digest
 
 
 @dataclass
@@ -58,10 +59,7 @@ def read_sentences(path: Path, limit: int | None = None) -> list[str]:
 
 def _cache_key(path: Path, tokenizer, max_length: int, limit: int | None) -> str:
     stat = path.stat()
-    vocab = tokenizer.get_vocab()
-    vocab_digest = hashlib.sha256(json.dumps(sorted(vocab.items())).encode()).hexdigest()[:16]
-    parts = [str(path.resolve()), stat.st_size, int(stat.st_mtime), type(tokenizer).__name__, vocab_digest,
-             getattr(tokenizer, "do_lower_case", None), max_length, limit]
+    parts = [str(path.resolve()), stat.st_size, int(stat.st_mtime), tokenizer_digest(tokenizer), max_length, limit]
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:20]
 
 

@@ -12,6 +12,7 @@ import hashlib
 import json
 import logging
 import os
+import weakref
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -149,6 +150,31 @@ def load_encoder(name: str, dropout: float | None = None, output_hidden_states: 
         ) from None
     model.config.output_hidden_states = output_hidden_states
     return model, tokenizer
+
+
+def tokenizer_digest(tokenizer) -> str:
+    """A digest of everything that decides the ids a tokenizer gives a text: for a fast tokenizer its whole
+    pipeline (normaliser, pre-tokeniser, model with its vocabulary, added tokens, post-processor), leaving out the
+    truncation and padding each call sets; for a slow one its class, vocabulary, lower-casing and special tokens.
+    Two tokenizers with the same digest give the same ids under the same call arguments."""
+    digest = _DIGESTS.get(tokenizer)
+    if digest is None:
+        backend = getattr(tokenizer, "backend_tokenizer", None)
+        if backend is not None:
+            state = json.loads(backend.to_str())
+            state.pop("truncation", None)
+            state.pop("padding", None)
+            text = json.dumps(state)  # to_str's order is the tokenizer's own, the same for the same tokenizer
+        else:
+            vocab = "\n".join(sorted(f"{token}\t{index}" for token, index in tokenizer.get_vocab().items()))
+            text = json.dumps([getattr(tokenizer, "do_lower_case", None), tokenizer.special_tokens_map, vocab],
+                              sort_keys=True, default=str)
+        digest = hashlib.sha256(f"{type(tokenizer).__name__}\n{text}".encode()).hexdigest()[:16]
+        _DIGESTS[tokenizer] = digest
+    return digest
+
+
+_DIGESTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # tokenizer -> tokenizer_digest, once each
 
 
 def pick_device(device: str = "auto") -> torch.device:

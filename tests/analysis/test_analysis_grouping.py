@@ -15,6 +15,7 @@ from analysis import figures, mtd_figures
 from analysis.load import load_results
 from analysis.report import analyze
 from tests import synthetic_results as fx
+from tests.helpers import first_fast
 
 TRANSFER = ("MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC")
 # What each method's and variant's defaults make differ between trials (a side effect, not a knob).
@@ -155,10 +156,10 @@ def test_trials_of_an_older_reading_are_analysed_apart_never_pooled(tmp_path):
     assert note.endswith("analysed apart in older_reading/, never pooled with the others")
 
 
-@pytest.mark.parametrize("key, values, folder", [
+@pytest.mark.parametrize("key, values, folder", first_fast(
     ("pooler", ("cls_before_pooler", "avg"), "protocol_pooler-avg"),
     ("eval", ({"final_tasks": None}, {"final_tasks": ["STSBenchmark"]}), "protocol_final_tasks-STSBenchmark"),
-    ("eval", ({"selection": "dev"}, {"selection": "test_avg"}), "protocol_selection-test_avg")])
+    ("eval", ({"selection": "dev"}, {"selection": "test_avg"}), "protocol_selection-test_avg")))
 def test_trials_evaluated_under_two_protocols_are_never_compared(tmp_path, key, values, folder):
     """Two poolers, two final-task lists or two selection rules: scores that the same weights would not give
     alike. The larger group fills figures/, the other a folder named after what differs, one line says so."""

@@ -15,7 +15,7 @@ from scipy import stats as scipy_stats
 from analysis import paired
 from analysis.report import analyze
 from tests import synthetic_results as fx
-from tests.helpers import REPO
+from tests.helpers import REPO, first_fast
 from trainer.vocabulary import STS_TASKS
 
 
@@ -105,8 +105,9 @@ def test_a_named_reference_without_finished_trials_skips_the_paired_outputs_with
     assert "scores.md" in names and not names & {"paired.md", "paired.csv", "paired_differences.png"}
 
 
-@pytest.mark.parametrize("study", ["gaussian_m", "mix_lambda", pytest.param("mtd_grid", marks=pytest.mark.slow)])
-@pytest.mark.parametrize("seeds", [1, 3, 5])
+@pytest.mark.parametrize("study, seeds", first_fast(
+    ("gaussian_m", 3), ("gaussian_m", 1), ("gaussian_m", 5), ("mix_lambda", 1), ("mix_lambda", 3), ("mix_lambda", 5),
+    ("mtd_grid", 1), ("mtd_grid", 3), ("mtd_grid", 5)))
 def test_analyze_writes_the_paired_table_and_figure_at_three_and_five_seeds(tmp_path, study, seeds):
     folder = fx.stand_in_study(REPO / "studies" / f"{study}.yaml", tmp_path / study, seeds)
     names = {p.name for p in analyze(folder, n_boot=10, formats=["png"])}

@@ -20,6 +20,29 @@ from trainer.errors import UserError
 from trainer.vocabulary import POOLERS
 
 NO_POOLER = "pooler 'cls' needs a model with a pooler layer (or a trained MLP); use cls_before_pooler"
+# Token ids of the sentences this process has tokenised, per (tokenizer_digest, length limit): each evaluation of
+# a run, and each run of a process, reads STS-B dev and the test sets again, and their ids do not change. Bounded:
+# past MAX_CACHED_SENTENCES (all tokenizers together) it starts over.
+_TOKEN_IDS: dict[tuple[str, int], dict[str, np.ndarray]] = {}
+MAX_CACHED_SENTENCES = 300_000
+
+
+def token_ids(tokenizer, sentences: Sequence[str], limit: int) -> list[np.ndarray]:
+    """The ids `tokenizer` gives each sentence ([CLS] ... [SEP], truncated at `limit` tokens), as int32 arrays;
+    a sentence this process tokenised before with the same tokenizer (by tokenizer_digest) is not tokenised again."""
+    from trainer.models import tokenizer_digest
+
+    key = (tokenizer_digest(tokenizer), limit)
+    new = list(dict.fromkeys(s for s in sentences if s not in _TOKEN_IDS.get(key, ())))
+    if new and sum(map(len, _TOKEN_IDS.values())) + len(new) > MAX_CACHED_SENTENCES:
+        _TOKEN_IDS.clear()
+        new = list(dict.fromkeys(sentences))
+    if new:
+        ids = tokenizer(new, add_special_tokens=True, truncation=True, max_length=limit,
+                        return_attention_mask=False, return_token_type_ids=False)["input_ids"]
+        _TOKEN_IDS.setdefault(key, {}).update(zip(new, (np.asarray(row, dtype=np.int32) for row in ids)))
+    seen = _TOKEN_IDS.get(key, {})
+    return [seen[s] for s in sentences]
 
 
 class SentenceEncoder:
@@ -59,8 +82,7 @@ class SentenceEncoder:
         # SimCSE's batcher does not truncate; we truncate only at the model's own maximum length, which no
         # SentEval sentence reaches (the longest is 93 tokens), so that an over-long input cannot crash.
         limit = getattr(self.model.config, "max_position_embeddings", 512)
-        encoded = self.tokenizer(distinct, add_special_tokens=True, truncation=True, max_length=limit,
-                                 return_attention_mask=False, return_token_type_ids=False)["input_ids"]
+        encoded = token_ids(self.tokenizer, distinct, limit)
         order = sorted(range(len(distinct)), key=lambda i: len(encoded[i]))
         was_training = self.model.training
         self.model.eval()
@@ -75,7 +97,7 @@ class SentenceEncoder:
             ids = torch.full((len(idx), width), pad_id, dtype=torch.long)
             mask = torch.zeros((len(idx), width), dtype=torch.long)
             for row, i in enumerate(idx):
-                ids[row, : len(encoded[i])] = torch.tensor(encoded[i])
+                ids[row, : len(encoded[i])] = torch.from_numpy(encoded[i])
                 mask[row, : len(encoded[i])] = 1
             with torch.inference_mode():
                 out[idx] = forward(ids.to(self.device), mask.to(self.device)).float().cpu().numpy()

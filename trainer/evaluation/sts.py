@@ -25,6 +25,7 @@ The encoder is trainer.evaluation.encoder's; the `sweep eval` command is sweep.c
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -204,8 +205,22 @@ def alignment_uniformity(pairs: PairSet, lookup: Callable[[Sequence[str]], np.nd
     s2 = [s for s, keep in zip(pairs.sent2, positive) if keep]
     align = (unit(lookup(s1)) - unit(lookup(s2))).norm(dim=1).pow(2).mean().item()
     distinct = list(dict.fromkeys(pairs.sent1 + pairs.sent2))
-    uniform = torch.pdist(unit(lookup(distinct)), p=2).pow(2).mul(-2).exp().mean().log().item()
-    return align, uniform
+    return align, math.log(mean_gaussian_potential(unit(lookup(distinct))))
+
+
+def mean_gaussian_potential(x, rows: int = 1024) -> float:
+    """mean over the pairs i < j of exp(-2 ||x_i - x_j||^2), in float64: what torch.pdist(x).pow(2).mul(-2).exp()
+    .mean() gives, from matrix products over blocks of `rows` rows (||a-b||^2 = |a|^2 + |b|^2 - 2 a.b) instead of
+    one distance at a time, and without the n(n-1)/2 distances in memory at once."""
+    n = x.shape[0]
+    norms = x.pow(2).sum(dim=1)
+    total = 0.0
+    for start in range(0, n, rows):
+        block = x[start:start + rows]
+        sq = (norms[start:start + rows, None] + norms[None, :] - 2.0 * block @ x.T).clamp_min(0.0)
+        potential = sq.mul(-2.0).exp()
+        total += potential.sum().item() - potential.diagonal(offset=start).sum().item()  # i = j left out
+    return total / (n * (n - 1))  # each unordered pair counted twice over twice as many ordered pairs
 
 
 # ---- the evaluation entry points ------------------------------------------------------------------

@@ -30,6 +30,7 @@ from trainer.evaluation.sts import (
     cosine_scores,
     evaluate_sts,
     format_score,
+    mean_gaussian_potential,
     read_sick,
     read_sts_subset,
     read_stsb,
@@ -485,6 +486,19 @@ def test_alignment_uniformity_match_numpy(tmp_path):
     x /= np.linalg.norm(x, axis=1, keepdims=True)
     sq = np.clip(2 - 2 * x @ x.T, 0, None)[np.triu_indices(len(x), 1)]
     assert abs(float(np.log(np.mean(np.exp(-2 * sq)))) - ref_u) > 1e-4
+
+
+@pytest.mark.parametrize("rows", [1, 7, 50, 1024])
+def test_the_uniformity_potential_is_the_pairwise_mean_whatever_the_block_size(rows):
+    import torch
+
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(50, 6))
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    x[3] = 0.0  # a NaN embedding becomes the zero vector
+    i, j = np.triu_indices(len(x), 1)
+    want = float(np.mean(np.exp(-2.0 * np.sum((x[i] - x[j]) ** 2, axis=1))))  # one distance at a time
+    assert mean_gaussian_potential(torch.from_numpy(x), rows=rows) == pytest.approx(want, rel=1e-13)
 
 
 # ---- 2. end to end on the real mirror ----------------------------------------------------------------

@@ -22,6 +22,7 @@ from sweep.commands.status import seven_task_average
 from sweep.records.store import metric_value
 from tests import fake_train
 from tests import synthetic_results as fx
+from tests.helpers import first_fast
 from trainer.config import RunConfig
 from trainer.evaluation.sts_average import SEVEN_TASK_LABEL
 from trainer.summary import optuna_attrs, summary_from_attrs, summary_row
@@ -94,7 +95,8 @@ def test_a_subset_of_tasks_has_no_average():
 
 
 # ---- tables and figures ------------------------------------------------------------------------------------
-@pytest.fixture(scope="module", params=["summaries", "summaries before the rule", "trials.csv before the rule"])
+@pytest.fixture(scope="module",
+                params=first_fast("summaries", "summaries before the rule", "trials.csv before the rule"))
 def one_task_dir(request, tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("results") / "one_task"
     legacy_avg = request.param != "summaries"

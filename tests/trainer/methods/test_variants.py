@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 import trainer.train as train_mod
+from tests.helpers import first_fast
 from trainer.augment import check_fgsm_precision
 from trainer.config import RunConfig
 from trainer.errors import UserError
@@ -348,11 +349,11 @@ def test_test_selected_checkpoint_is_reported_labelled_and_used_only_on_request(
     assert [h["test_avg"] for h in summary["history"]] == [70.0, 60.0, 80.0]
 
 
-@pytest.mark.parametrize("method, overrides", [
+@pytest.mark.parametrize("method, overrides", first_fast(
     ("mocose", {"released.test_selected": True}), ("mocose", {}), ("simcse", {"released.test_selected": True}),
     ("gs", {"released.test_selected": True}), ("mix", {"released.test_selected": True}),
     ("simcse", {"eval.selection": "test_avg"}),
-])
+))
 def test_the_dry_runs_test_tracking_rule_is_what_train_does(make_config, monkeypatch, method, overrides):
     """Whether each evaluation also scores the seven STS test tasks: the run plan's rule (what sweep's cost estimate
     counts) against a real run, whose per-evaluation test passes are counted."""
