@@ -95,6 +95,7 @@ def test_the_palette_is_okabe_ito():
     assert len(styles) == 40  # every series of a figure differs from the others in colour or marker
 
 
+@pytest.mark.slow  # two full analyses of a study, attached to its Optuna study
 def test_measured_mtd_figures_are_named_and_attached_apart_from_the_formula_ones(tmp_path, monkeypatch, capsys):
     import optuna
     from optuna.artifacts import get_all_artifact_meta

@@ -451,6 +451,7 @@ def _event_costs(folder: Path, trials: int, monkeypatch) -> list[tuple[int, int,
     return costs
 
 
+@pytest.mark.slow  # a scale measurement: the same events in a small and a large study
 def test_a_trials_events_cost_the_same_however_large_the_study(tmp_path, monkeypatch):
     # A trial's start, result and end must not rescan the study (Optuna, trials.csv, summary
     # files). Count the SQL statements, the files opened and the trials.csv rewrites of each trial's events:

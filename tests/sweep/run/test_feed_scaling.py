@@ -14,6 +14,8 @@ import gc
 import time
 from pathlib import Path
 
+import pytest
+
 from sweep.run.feed import TrialFeed
 from sweep.run.plan import StudyPlan
 from sweep.spec import Metric, Resources, StudySpec, Trial
@@ -78,6 +80,7 @@ def hand_out_seconds(tmp_path: Path, trials: int) -> float:
     return best
 
 
+@pytest.mark.slow  # a scale measurement: two studies, one of them large
 def test_handing_out_a_trial_costs_the_same_however_many_are_planned(tmp_path):
     small = hand_out_seconds(tmp_path, SMALL)
     large = hand_out_seconds(tmp_path, LARGE)
