@@ -39,7 +39,7 @@ from matplotlib.transforms import Bbox
 from analysis import figure_style, report
 from analysis.load import load_results
 from tests import synthetic_results as fx
-from tests.helpers import REPO
+from tests.helpers import REPO, first_fast
 
 STUDIES = sorted((REPO / "studies").glob("*.yaml"))
 OKABE_ITO = {"#e69f00", "#56b4e9", "#009e73", "#f0e442", "#0072b2", "#d55e00", "#cc79a7", "#000000"}
@@ -295,9 +295,11 @@ def assert_laid_out(drawn: list[tuple[str, object]]) -> None:
     assert {name: p for name, p in found.items() if p} == {}
 
 
-# one seed in the fast tier; two and five (error bars, n labels) in the full suite
-@pytest.mark.parametrize("seeds", [1, pytest.param(2, marks=pytest.mark.slow), pytest.param(5, marks=pytest.mark.slow)])
-@pytest.mark.parametrize("study_file", STUDIES, ids=lambda path: path.stem)
+# The fast tier draws mtd_grid's figures (the most, and the densest) from one seed; the full suite every study's
+# from one, two and five seeds (error bars, n labels).
+@pytest.mark.parametrize("study_file, seeds", first_fast(*[
+    (path, seeds) for seeds in (1, 2, 5) for path in sorted(STUDIES, key=lambda path: path.stem != "mtd_grid")]),
+    ids=lambda value: value.stem if isinstance(value, Path) else str(value))
 def test_every_figure_of_every_study_is_laid_out_for_print(study_file, seeds, tmp_path):
     drawn = draw_study(fx.stand_in_study(study_file, tmp_path / study_file.stem, seeds))
     if study_file.stem != "methods":  # methods.yaml sweeps method and variant: no figure
@@ -305,7 +307,7 @@ def test_every_figure_of_every_study_is_laid_out_for_print(study_file, seeds, tm
     assert_laid_out(drawn)
 
 
-@pytest.mark.parametrize("study", ["mtd_grid", "queue_init", "quickstart", "proj_pred"])
+@pytest.mark.parametrize("study", first_fast("mtd_grid", "queue_init", "quickstart", "proj_pred"))
 def test_double_column_figures_are_laid_out_for_print(study, tmp_path):
     drawn = draw_study(fx.stand_in_study(REPO / "studies" / f"{study}.yaml", tmp_path / study, 3),
                        size="double")

@@ -23,7 +23,7 @@ NO_POOLER = "pooler 'cls' needs a model with a pooler layer (or a trained MLP); 
 # Token ids of the sentences this process has tokenised, per (tokenizer_digest, length limit): each evaluation of
 # a run, and each run of a process, reads STS-B dev and the test sets again, and their ids do not change. Bounded:
 # past MAX_CACHED_SENTENCES (all tokenizers together) it starts over.
-_TOKEN_IDS: dict[tuple[str, int], dict[str, np.ndarray]] = {}
+TOKEN_IDS: dict[tuple[str, int], dict[str, np.ndarray]] = {}
 MAX_CACHED_SENTENCES = 300_000
 
 
@@ -33,15 +33,15 @@ def token_ids(tokenizer, sentences: Sequence[str], limit: int) -> list[np.ndarra
     from trainer.models import tokenizer_digest
 
     key = (tokenizer_digest(tokenizer), limit)
-    new = list(dict.fromkeys(s for s in sentences if s not in _TOKEN_IDS.get(key, ())))
-    if new and sum(map(len, _TOKEN_IDS.values())) + len(new) > MAX_CACHED_SENTENCES:
-        _TOKEN_IDS.clear()
+    new = list(dict.fromkeys(s for s in sentences if s not in TOKEN_IDS.get(key, ())))
+    if new and sum(map(len, TOKEN_IDS.values())) + len(new) > MAX_CACHED_SENTENCES:
+        TOKEN_IDS.clear()
         new = list(dict.fromkeys(sentences))
     if new:
         ids = tokenizer(new, add_special_tokens=True, truncation=True, max_length=limit,
                         return_attention_mask=False, return_token_type_ids=False)["input_ids"]
-        _TOKEN_IDS.setdefault(key, {}).update(zip(new, (np.asarray(row, dtype=np.int32) for row in ids)))
-    seen = _TOKEN_IDS.get(key, {})
+        TOKEN_IDS.setdefault(key, {}).update(zip(new, (np.asarray(row, dtype=np.int32) for row in ids)))
+    seen = TOKEN_IDS.get(key, {})
     return [seen[s] for s in sentences]
 
 

@@ -79,4 +79,4 @@ def test_the_cache_starts_over_past_its_bound_and_stays_right(tokenizer, monkeyp
     token_ids(counting, SENTENCES, 512)
     rows = token_ids(counting, ["a bird sings .", "two"], 512)
     assert [list(row) for row in rows] == direct(tokenizer, ["a bird sings .", "two"], 512)
-    assert sum(map(len, encoder_mod._TOKEN_IDS.values())) <= 3
+    assert sum(map(len, encoder_mod.TOKEN_IDS.values())) <= 3
