@@ -30,7 +30,7 @@ class CountingTokenizer:
 def tokenizer(embedded_model_dir, monkeypatch):
     from transformers import AutoTokenizer
 
-    monkeypatch.setattr(encoder_mod, "_TOKEN_IDS", {})  # this test's cache, empty
+    monkeypatch.setattr(encoder_mod, "TOKEN_IDS", {})  # this test's cache, empty
     return AutoTokenizer.from_pretrained(embedded_model_dir)
 
 
