@@ -156,15 +156,13 @@ def tokenizer_digest(tokenizer) -> str:
     """A digest of everything that decides the ids a tokenizer gives a text: for a fast tokenizer its whole
     pipeline (normaliser, pre-tokeniser, model with its vocabulary, added tokens, post-processor), leaving out the
     truncation and padding each call sets; for a slow one its class, vocabulary, lower-casing and special tokens.
-    Two tokenizers with the same digest give the same ids under the same call arguments."""
+    Two tokenizers with the same digest give the same ids under the same call arguments. Computed once per
+    tokenizer object: tokens added to a tokenizer after its first digest are not seen."""
     digest = _DIGESTS.get(tokenizer)
     if digest is None:
         backend = getattr(tokenizer, "backend_tokenizer", None)
         if backend is not None:
-            state = json.loads(backend.to_str())
-            state.pop("truncation", None)
-            state.pop("padding", None)
-            text = json.dumps(state)  # to_str's order is the tokenizer's own, the same for the same tokenizer
+            text = _pipeline_text(backend)
         else:
             vocab = "\n".join(sorted(f"{token}\t{index}" for token, index in tokenizer.get_vocab().items()))
             text = json.dumps([getattr(tokenizer, "do_lower_case", None), tokenizer.special_tokens_map, vocab],
@@ -172,6 +170,21 @@ def tokenizer_digest(tokenizer) -> str:
         digest = hashlib.sha256(f"{type(tokenizer).__name__}\n{text}".encode()).hexdigest()[:16]
         _DIGESTS[tokenizer] = digest
     return digest
+
+
+def _pipeline_text(backend) -> str:
+    """A fast tokenizer's serialised pipeline with no truncation and no padding set (the state the last call left
+    is put back)."""
+    truncation, padding = backend.truncation, backend.padding
+    backend.no_truncation()
+    backend.no_padding()
+    try:
+        return backend.to_str()
+    finally:
+        if truncation is not None:
+            backend.enable_truncation(**truncation)
+        if padding is not None:
+            backend.enable_padding(**padding)
 
 
 _DIGESTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # tokenizer -> tokenizer_digest, once each

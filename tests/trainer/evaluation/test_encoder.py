@@ -70,7 +70,10 @@ def test_the_digest_is_the_same_for_the_same_tokenizer_whatever_its_last_call_se
     before = tokenizer_digest(tokenizer)
     again = AutoTokenizer.from_pretrained(embedded_model_dir)
     again("some text", truncation=True, max_length=7, padding="max_length")  # sets the backend's truncation
+    state = again.backend_tokenizer.truncation, again.backend_tokenizer.padding
+    assert state[0] is not None and state[1] is not None
     assert tokenizer_digest(again) == before
+    assert (again.backend_tokenizer.truncation, again.backend_tokenizer.padding) == state  # put back
 
 
 def test_the_cache_starts_over_past_its_bound_and_stays_right(tokenizer, monkeypatch):
