@@ -39,6 +39,7 @@ def test_png_is_300_dpi_at_the_column_width_asked_for(slices_dir, tmp_path, size
     assert height > width / 3  # a panel of its own height, not squeezed under the legend
 
 
+@pytest.mark.slow  # two analyses writing PDFs (font subsetting is most of a PDF's time)
 def test_pdf_embeds_its_fonts_as_truetype(slices_dir, tmp_path):
     analyze(slices_dir, out_dir=tmp_path, n_boot=10, formats=["pdf"])
     pdf = (tmp_path / "queue_slices.pdf").read_bytes()
@@ -50,17 +51,17 @@ def test_pdf_embeds_its_fonts_as_truetype(slices_dir, tmp_path):
     assert (second / "queue_slices.pdf").read_bytes() == pdf  # no date in it: the same results, the same file
 
 
-def test_each_figure_is_written_in_the_formats_asked_for_with_its_data(slices_dir, tmp_path):
-    written = {p.name for p in analyze(slices_dir, out_dir=tmp_path, n_boot=10, formats=["svg", "svg"])}
-    assert "queue_slices.svg" in written and "queue_slices.csv" in written
+def test_each_figure_is_written_in_the_formats_asked_for_with_its_data(tmp_path):
+    study = fx.gaussian_study(tmp_path / "gs")
+    written = {p.name for p in analyze(study, out_dir=tmp_path / "svg", n_boot=10, formats=["svg", "svg"])}
+    assert "gaussian_m.svg" in written and "gaussian_m.csv" in written
     assert not {name for name in written if name.endswith((".png", ".pdf"))}
-    svg = (tmp_path / "queue_slices.svg").read_text()
+    svg = (tmp_path / "svg" / "gaussian_m.svg").read_text()
     assert svg.lstrip().startswith("<?xml") and "<svg" in svg
-    again = tmp_path / "again"
-    analyze(slices_dir, out_dir=again, n_boot=10, formats=["svg"])
-    assert (again / "queue_slices.svg").read_text() == svg  # no date in it: the same results, the same file
+    analyze(study, out_dir=tmp_path / "again", n_boot=10, formats=["svg"])
+    assert (tmp_path / "again" / "gaussian_m.svg").read_text() == svg  # no date, fixed ids: the same file
     with pytest.raises(ValueError, match="'gif'"):
-        analyze(slices_dir, out_dir=tmp_path / "no", formats=["png", "gif"])
+        analyze(study, out_dir=tmp_path / "no", formats=["png", "gif"])
     assert not (tmp_path / "no").exists()
 
 

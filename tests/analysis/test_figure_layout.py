@@ -336,6 +336,7 @@ def test_points_with_different_seed_counts_carry_their_n_beside_them(tmp_path):
     assert_laid_out(drawn)
 
 
+@pytest.mark.slow  # mtd_grid's figures again, against the measured distance
 def test_measured_mtd_figures_are_laid_out_and_say_measured(tmp_path):
     folder = fx.stand_in_study(REPO / "studies" / "mtd_grid.yaml", tmp_path / "grid", 2)
     drawn = dict(draw_study(folder, mtd_source="measured"))

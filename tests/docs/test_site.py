@@ -21,6 +21,7 @@ from tests.helpers import REPO
 API_PAGE = REPO / "docs" / "reference" / "api.md"
 
 
+@pytest.mark.slow  # the whole site built (CI also builds it on its own, before the tests)
 def test_the_site_builds_in_strict_mode(tmp_path):
     if importlib.util.find_spec("mkdocs") is None or importlib.util.find_spec("material") is None:
         pytest.skip("the docs extra is not installed: pip install -e '.[docs]'")

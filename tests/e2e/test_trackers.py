@@ -279,6 +279,7 @@ def test_mlflow_uri_from_the_environment(tmp_path, monkeypatch):
     assert len(said) == 1 and os.environ["MLFLOW_TRACKING_URI"] in said[0]
 
 
+@pytest.mark.slow  # MLflow's own store, started and queried
 def test_a_local_mlflow_store_answers(tmp_path):
     assert mlflow_problem(f"sqlite:///{tmp_path / 'm.db'}") is None
 

@@ -132,17 +132,20 @@ def measured(tmp_path_factory) -> dict[str, dict[str, dict[int, int]]]:
     return out
 
 
+@pytest.mark.slow  # a scale measurement: three finished studies of 10 to 40 trials
 def test_status_and_the_all_done_plan_query_optuna_a_fixed_number_of_times(measured):
     for step in ("status", "resume"):
         assert per_trial(measured[step]["sql"]) == 0, (step, measured[step]["sql"])
 
 
+@pytest.mark.slow  # a scale measurement: three finished studies of 10 to 40 trials
 def test_no_step_reads_the_whole_study_per_trial(measured):
     for step in ("record", "status", "resume"):
         reads = measured[step]["study_reads"]
         assert per_trial(reads) == 0 and reads[SIZES[0]] <= 3, (step, reads)
 
 
+@pytest.mark.slow  # a scale measurement: three finished studies of 10 to 40 trials
 def test_files_opened_per_trial_are_a_few_at_every_size(measured):
     # status: summary.json twice (the next run's decision, and the damaged-summary report); the all-done
     # plan: summary.json once (it holds the config the "would resolve differently" check compares; parsing
@@ -153,6 +156,7 @@ def test_files_opened_per_trial_are_a_few_at_every_size(measured):
         assert 1 <= cost <= limit, (step, measured[step]["files"])
 
 
+@pytest.mark.slow  # a scale measurement: three finished studies of 10 to 40 trials
 def test_recording_costs_the_same_statements_per_trial_at_every_size(measured):
     assert per_trial(measured["record"]["sql"]) > 0  # each record is written (a line, not a curve)
 

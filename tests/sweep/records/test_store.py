@@ -155,6 +155,7 @@ def test_mirror_records_running_curves_states_and_attrs(tmp_path):
     assert "name: unit" in get_note(mirror.study)
 
 
+@pytest.mark.slow  # a subprocess importing Optuna, the mirror and optuna-dashboard
 def test_the_dashboard_note_is_written_without_the_dashboards_web_app(tmp_path):
     """The mirror writes the study's note with optuna-dashboard's own functions, without importing its web app
     (nor scikit-learn, which the app brings in through optuna.importance and no driver needs);

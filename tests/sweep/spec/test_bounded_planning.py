@@ -103,6 +103,7 @@ def limited_runs(tmp_path_factory) -> dict[tuple[str, bool], tuple[subprocess.Co
     return {job: (*results[job], jobs[job]) for job in jobs}
 
 
+@pytest.mark.slow  # a scale measurement: each case a subprocess under its memory and time limits
 @pytest.mark.parametrize("name, dry_run", JOBS, ids=[f"{n}-{'dry-run' if d else 'run'}" for n, d in JOBS])
 def test_planning_stays_within_memory_and_time(limited_runs, name, dry_run):
     _, code, fragment = CASES[name]
