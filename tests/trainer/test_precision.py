@@ -20,6 +20,7 @@ import pytest
 import torch
 
 import trainer.train as train_mod
+from tests.helpers import first_fast
 from trainer.config import RunConfig
 from trainer.errors import UserError
 
@@ -83,8 +84,8 @@ def run(tiny_model_dir, shared_data_dir, tmp_path_factory, monkeypatch):
     return run
 
 
-@pytest.mark.parametrize("fgsm", ["none", "exact", "lagged"])
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method, fgsm", first_fast(*[  # MoCoSE with the exact FGSM first
+    (method, fgsm) for method in sorted(METHODS, key=lambda m: m != "mocose") for fgsm in ("exact", "none", "lagged")]))
 def test_every_precision_runs_on_cpu(run, method, fgsm):
     first = {}
     for precision in PRECISIONS:
@@ -105,7 +106,7 @@ def test_every_precision_runs_on_cpu(run, method, fgsm):
     assert first["bf16"] != first["fp32"]
 
 
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method", first_fast(*sorted(METHODS, key=lambda m: m != "mocose")))
 def test_fgsm_floor_refusal_fires_under_half_precision_only(run, method):
     for precision in ("bf16", "fp16"):
         with pytest.raises(UserError, match=f"fgsm.eps.*{precision} autocast.*precision: fp32"):
