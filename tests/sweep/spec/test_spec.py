@@ -24,7 +24,7 @@ from sweep.spec import (
     trial_key,
 )
 from tests.deadlines import scaled
-from tests.helpers import REPO, study_file
+from tests.helpers import REPO, first_fast, study_file
 from trainer.errors import UserError
 
 STUDIES = sorted((REPO / "studies").glob("*.yaml"))
@@ -234,14 +234,17 @@ def test_bad_study_raises_one_line_user_error(name):
 
 
 @pytest.fixture(scope="module")
-def bad_study_runs(tmp_path_factory) -> Callable[[str, bool], tuple[subprocess.CompletedProcess, Path]]:
+def bad_study_runs(request, tmp_path_factory) -> Callable[[str, bool], tuple[subprocess.CompletedProcess, Path]]:
     """(name, dry_run) -> `sweep run FILE [--dry-run]` of that bad study in its own empty folder. The first
-    call for a mode runs every bad study in that mode concurrently (process start-up dominates)."""
+    call for a mode runs every bad study this session selected in that mode concurrently (process start-up
+    dominates)."""
     done: dict[bool, dict[str, tuple[subprocess.CompletedProcess, Path]]] = {}
+    selected = {(item.callspec.params["name"], item.callspec.params["dry_run"]) for item in request.session.items
+                if item.originalname == "test_bad_study_exits_2_with_one_line_and_writes_nothing"}
 
     def run_all(dry_run: bool) -> dict[str, tuple[subprocess.CompletedProcess, Path]]:
         folders = {}
-        for name in sorted(BAD):
+        for name in sorted(name for name, mode in selected if mode == dry_run):
             folder = tmp_path_factory.mktemp("bad")
             (folder / name).write_bytes((BAD_STUDIES / name).read_bytes())
             folders[name] = folder
@@ -258,10 +261,11 @@ def bad_study_runs(tmp_path_factory) -> Callable[[str, bool], tuple[subprocess.C
     return result
 
 
-# Both modes stop at the same checks before anything starts; the fast tier runs the dry run's, the full suite both.
-@pytest.mark.parametrize("dry_run", [pytest.param(True, id="dry-run"),
-                                     pytest.param(False, id="run", marks=pytest.mark.slow)])
-@pytest.mark.parametrize("name", sorted(BAD))
+# Both modes stop at the same checks before anything starts, each a process of its own; the fast tier runs one
+# (every bad study's message is test_bad_study_raises_one_line_user_error's, in this process), the full suite all.
+@pytest.mark.parametrize("name, dry_run", first_fast(*[(name, dry_run) for dry_run in (True, False)
+                                                       for name in sorted(BAD)]),
+                         ids=lambda value: {True: "dry-run", False: "run"}.get(value, value))
 def test_bad_study_exits_2_with_one_line_and_writes_nothing(bad_study_runs, name, dry_run):
     line, fragment = BAD[name]
     result, folder = bad_study_runs(name, dry_run)
