@@ -222,6 +222,7 @@ def borrowed_names(roots: tuple[str, ...] = ("trainer", "sweep", "analysis", "te
     """`from M import name` anywhere under `roots` where M is a project module (not a package's __init__,
     the one place a name may be re-exported) that only imports `name` from elsewhere."""
     modules = {module_name(p): p for package in PACKAGES for p in (REPO / package).rglob("*.py")}
+    definitions: dict[Path, tuple[set[str], set[str]]] = {}  # each source module read once
     found = []
     for root in roots:
         for path in sorted((REPO / root).rglob("*.py")):
@@ -231,7 +232,9 @@ def borrowed_names(roots: tuple[str, ...] = ("trainer", "sweep", "analysis", "te
                 source = modules[node.module]
                 if source.name == "__init__.py":
                     continue
-                defined, imported = top_level_definitions(source)
+                if source not in definitions:
+                    definitions[source] = top_level_definitions(source)
+                defined, imported = definitions[source]
                 found += [f"{path.relative_to(REPO)}:{node.lineno}: {alias.name} from {node.module}"
                           for alias in node.names if alias.name not in defined and alias.name in imported]
     return found
