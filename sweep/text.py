@@ -1,4 +1,4 @@
-"""Small helpers of the study layer: how values and key paths are written, dicts by dotted key."""
+"""Small helpers of the study layer: how values and key paths are written, and plain copies of configs."""
 
 from __future__ import annotations
 
@@ -7,31 +7,6 @@ import difflib
 from typing import Any
 
 from trainer.errors import dotted_loc, excerpt, printable
-
-
-def dotted_get(data: dict[str, Any], dotted: str, default: Any = None) -> Any:
-    """data["a"]["b"] for "a.b"; `default` when a part is missing or its parent is not a mapping.
-
-    >>> dotted_get({"queue": {"size": 512}}, "queue.size"), dotted_get({}, "queue.size", 0)
-    (512, 0)
-    """
-    node: Any = data
-    for part in dotted.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return default
-        node = node[part]
-    return node
-
-
-MISSING = object()  # dotted_get's default when "absent" must differ from a stored None
-
-
-def pop_dotted(data: dict[str, Any], dotted: str) -> None:
-    *sections, last = dotted.split(".")
-    parent = dotted_get(data, ".".join(sections)) if sections else data
-    if isinstance(parent, dict):
-        parent.pop(last, None)
-
 
 _IMMUTABLE = (str, int, float, bool, type(None))
 

@@ -363,17 +363,6 @@ def set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
     node[parts[-1]] = value
 
 
-def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """A nested config dict by dotted key: {"queue": {"size": 512}} -> {"queue.size": 512}."""
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        if isinstance(value, dict):
-            out.update(flatten(value, f"{prefix}{key}."))
-        else:
-            out[prefix + key] = value
-    return out
-
-
 def field_names(model: type[BaseModel] | None = None, prefix: str = "") -> list[str]:
     """Every settable dotted key, e.g. ['model', ..., 'queue.size', ...]."""
     names = []

@@ -1,4 +1,6 @@
-"""Writing results safely: one atomic-write helper and one JSON-safe conversion, for the whole project.
+"""Records on disk, for the whole project: writing them safely (one atomic-write helper, one JSON-safe conversion)
+and reaching into nested records and configs by dotted key (`dotted_get`, `dotted_holds`, `dotted_put`,
+`dotted_pop`, `flatten`: "queue.size" is data["queue"]["size"]).
 
 The trainer (summary.json, metrics.jsonl), the orchestrator (`sweep.records.store`, `sweep.records.mirror`) and the
 analysis (figures, tables) all write through `write_atomic` / `write_text_atomic`: a reader (or a
@@ -91,3 +93,69 @@ def json_safe(value: Any) -> Any:
     if hasattr(value, "tolist"):  # numpy / torch scalars and arrays
         return json_safe(value.tolist())
     return str(value)
+
+
+# ---- nested dicts by dotted key ("queue.size" is data["queue"]["size"]): the project's one set of helpers ----
+MISSING = object()  # dotted_get's default when "absent" must differ from a stored None
+
+
+def dotted_get(data: dict[str, Any], key: str, default: Any = None) -> Any:
+    """data["a"]["b"] for "a.b"; `default` when a part is missing or its parent is not a mapping.
+
+    >>> dotted_get({"queue": {"size": 512}}, "queue.size"), dotted_get({}, "queue.size", 0)
+    (512, 0)
+    """
+    node: Any = data
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return default
+        node = node[part]
+    return node
+
+
+def dotted_holds(data: dict[str, Any], key: str) -> bool:
+    """Whether `data` says something at `key`: the key itself, or a parent that is not a mapping (`mtd: null`
+    holds "mtd.formula").
+
+    >>> dotted_holds({"mtd": None}, "mtd.formula"), dotted_holds({"mtd": {}}, "mtd.formula")
+    (True, False)
+    """
+    node: Any = data
+    for part in key.split("."):
+        if not isinstance(node, dict):
+            return True
+        if part not in node:
+            return False
+        node = node[part]
+    return True
+
+
+def dotted_put(data: dict[str, Any], key: str, value: Any) -> None:
+    """Set `key`, making the sections on the way that are missing.
+
+    >>> d = {}; dotted_put(d, "provenance.code.commit", "abc"); d
+    {'provenance': {'code': {'commit': 'abc'}}}
+    """
+    *sections, last = key.split(".")
+    for part in sections:
+        data = data.setdefault(part, {})
+    data[last] = value
+
+
+def dotted_pop(data: dict[str, Any], key: str) -> None:
+    """Remove `key` if it is there; nothing otherwise."""
+    *sections, last = key.split(".")
+    parent = dotted_get(data, ".".join(sections)) if sections else data
+    if isinstance(parent, dict):
+        parent.pop(last, None)
+
+
+def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A nested config dict by dotted key: {"queue": {"size": 512}} -> {"queue.size": 512}."""
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[prefix + key] = value
+    return out

@@ -24,6 +24,7 @@ from functools import reduce
 from typing import Any, Callable, Mapping, Protocol, TypeVar
 
 from trainer.errors import ConfigError
+from trainer.files import dotted_get, dotted_put
 from trainer.schedules import RELEASED_SCHEDULE_STEPS
 from trainer.vocabulary import GS_INFONCE, MIXCSE, MOCOSE, SIMCSE
 
@@ -308,10 +309,10 @@ def resolve(config: Config) -> Config:
     rules = method_rules(data["method"])
     for keys, default in rules.all_defaults().items():
         names = keys if isinstance(keys, tuple) else (keys,)
-        if all(_get(data, name) is None for name in names):
+        if all(dotted_get(data, name) is None for name in names):
             value = _value(default, data)
             for name, part in zip(names, value if isinstance(keys, tuple) else (value,)):
-                _set(data, name, part)
+                dotted_put(data, name, part)
     resolved = type(config).from_dict(data)
     rules.check(resolved)
     return resolved
@@ -319,16 +320,7 @@ def resolve(config: Config) -> Config:
 
 def _value(default: Any, data: dict[str, Any]) -> Any:
     if isinstance(default, ByFlag):
-        default = default.released if _get(data, default.flag) else default.paper
+        default = default.released if dotted_get(data, default.flag) else default.paper
     if isinstance(default, FromKey):
-        return default.compute(_get(data, default.key))
+        return default.compute(dotted_get(data, default.key))
     return default
-
-
-def _get(data: dict[str, Any], key: str) -> Any:
-    return reduce(lambda node, part: node[part], key.split("."), data)
-
-
-def _set(data: dict[str, Any], key: str, value: Any) -> None:
-    *sections, last = key.split(".")
-    reduce(lambda node, part: node[part], sections, data)[last] = value

@@ -31,9 +31,8 @@ import copy
 import json
 from typing import Any, Literal, TypedDict
 
-from trainer.config import flatten
 from trainer.evaluation.sts_average import AVG, readable_test, sts_test_label
-from trainer.files import json_safe
+from trainer.files import dotted_get, dotted_holds, dotted_pop, dotted_put, flatten, json_safe
 from trainer.method_rules import FLAG_METHODS
 from trainer.provenance import short_commit
 from trainer.readings import READING, summary_reading
@@ -187,18 +186,18 @@ MTD_AGES = ("ema_age", "queue_age_mean", "queue_age_max")  # summary["mtd"] fiel
 
 # The Optuna attributes: flat name -> where it lives in the record. Everything else but the curve is kept
 # under OTHER_ATTR, so the record comes back whole.
-FLAT_ATTRS: dict[str, tuple[str, ...]] = {
-    **{name: (name,) for name in ("status", "reason", "steps", "best_step", "best_dev_stsb", "align", "uniform",
-                                  "sentences_per_s", "wall_time_s", "transfer_mode", "variant", "precision")},
-    **{name: ("test", name) for name in (*STS_TASKS, AVG)},
-    **{name: ("transfer", name) for name in TRANSFER_TASKS},
-    "transfer_avg": ("transfer", "avg"),
-    "mtd": ("mtd", "formula"),
-    **{f"mtd_{name}": ("mtd", name) for name in ("measured", *MTD_AGES, "eta")},
+FLAT_ATTRS: dict[str, str] = {  # attribute -> its dotted key in the summary
+    **{name: name for name in ("status", "reason", "steps", "best_step", "best_dev_stsb", "align", "uniform",
+                               "sentences_per_s", "wall_time_s", "transfer_mode", "variant", "precision")},
+    **{name: f"test.{name}" for name in (*STS_TASKS, AVG)},
+    **{name: f"transfer.{name}" for name in TRANSFER_TASKS},
+    "transfer_avg": "transfer.avg",
+    "mtd": "mtd.formula",
+    **{f"mtd_{name}": f"mtd.{name}" for name in ("measured", *MTD_AGES, "eta")},
     # what made the numbers (trainer.provenance): the dashboard's columns; the rest of the block in summary_other
-    "commit": ("provenance", "code", "commit"), "code_dirty": ("provenance", "code", "dirty"),
-    "torch": ("provenance", "packages", "torch"), "transformers": ("provenance", "packages", "transformers"),
-    "device_name": ("provenance", "device", "name"), "hostname": ("provenance", "node", "hostname"),
+    "commit": "provenance.code.commit", "code_dirty": "provenance.code.dirty",
+    "torch": "provenance.packages.torch", "transformers": "provenance.packages.transformers",
+    "device_name": "provenance.device.name", "hostname": "provenance.node.hostname",
 }
 OTHER_ATTR = "summary_other"
 NOT_IN_OPTUNA = ("history",)  # the curve: Optuna holds dev_stsb as intermediate values, metrics.jsonl all of it
@@ -245,7 +244,7 @@ def summary_row(summary: dict[str, Any], view: View) -> dict[str, Any]:
 
 
 def flat_config(config: dict[str, Any]) -> dict[str, Any]:
-    """A nested config as dotted columns (trainer.config.flatten); a list becomes one JSON cell (hashable, so it
+    """A nested config as dotted columns (trainer.files.flatten); a list becomes one JSON cell (hashable, so it
     groups)."""
     return {name: json.dumps(value) if isinstance(value, (list, tuple)) else value
             for name, value in flatten(config).items()}
@@ -257,13 +256,13 @@ def optuna_attrs(summary: dict[str, Any]) -> dict[str, Any]:
     record = {**summary, "test": readable_test(summary.get("test"))}  # avg only beside the seven tasks
     attrs: dict[str, Any] = {}
     for name, path in FLAT_ATTRS.items():
-        value = _get(record, path)
+        value = dotted_get(record, path)
         if value is not None or name in ("status", "reason"):
             attrs[name] = value
     other = copy.deepcopy({k: v for k, v in summary.items() if k not in NOT_IN_OPTUNA})
     for name, path in FLAT_ATTRS.items():
         if name in attrs:
-            _pop(other, path)
+            dotted_pop(other, path)
     attrs[OTHER_ATTR] = other
     return attrs
 
@@ -273,43 +272,11 @@ def summary_from_attrs(attrs: dict[str, Any]) -> dict[str, Any]:
     curve, marked "restored_from": "optuna". Records without `summary_other` give back their flat fields."""
     summary = copy.deepcopy(attrs.get(OTHER_ATTR) or {})
     for name, path in FLAT_ATTRS.items():
-        if name in attrs and not _holds(summary, path):
-            _put(summary, path, attrs[name])
+        if name in attrs and not dotted_holds(summary, path):
+            dotted_put(summary, path, attrs[name])
     summary.setdefault("status", attrs.get("status"))
     summary.setdefault("reason", attrs.get("reason"))
     if summary.get("test"):
         summary["test"] = readable_test(summary["test"])
     summary["restored_from"] = "optuna"
     return summary
-
-
-def _get(record: dict[str, Any], path: tuple[str, ...]) -> Any:
-    for part in path:
-        if not isinstance(record, dict):
-            return None
-        record = record.get(part)
-    return record
-
-
-def _pop(record: dict[str, Any], path: tuple[str, ...]) -> None:
-    parent = _get(record, path[:-1]) if len(path) > 1 else record
-    if isinstance(parent, dict):
-        parent.pop(path[-1], None)
-
-
-def _holds(record: dict[str, Any], path: tuple[str, ...]) -> bool:
-    """Whether the record already says something at `path`: the field itself, or a parent that is not a mapping
-    (e.g. `mtd: null` for a method without one)."""
-    for part in path:
-        if not isinstance(record, dict):
-            return True
-        if part not in record:
-            return False
-        record = record[part]
-    return True
-
-
-def _put(record: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
-    for part in path[:-1]:
-        record = record.setdefault(part, {})
-    record[path[-1]] = value

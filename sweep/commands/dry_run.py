@@ -12,8 +12,8 @@ from sweep.commands.cost import TrialCost, run_device, study_cost_lines
 from sweep.spec.expand import expansion, planning_config
 from sweep.spec.schema import StudySpec, Trial
 from sweep.text import format_value, is_expr, one_line, plural
-from trainer.config import flatten
 from trainer.errors import UserError
+from trainer.files import flatten
 from trainer.method_rules import traces_distance
 from trainer.run_plan import RunPlan
 from trainer.vocabulary import METHOD_LABELS, STS_BENCHMARK, STS_TASKS, STS_TEST_PAIRS

@@ -24,9 +24,8 @@ from typing import Any, Iterable
 import yaml
 
 from sweep.spec.schema import StudySpec, Trial
-from sweep.text import dotted_get
 from trainer.evaluation.sts_average import readable_test
-from trainer.files import json_safe, write_text_atomic
+from trainer.files import dotted_get, json_safe, write_text_atomic
 from trainer.summary import summary_row
 from trainer.vocabulary import STS_TASKS, TRAINED_STATUSES, TRANSFER_TASKS, ends_for_good
 

@@ -41,7 +41,7 @@ from sweep.records.weights import WeightKeeper
 from sweep.run.progress import Progress
 from sweep.spec import StudySpec, Trial, expansion, planning_config, search_space
 from sweep.text import hide_password, plural
-from trainer.config import flatten
+from trainer.files import flatten
 from trainer.readings import reading_changes, summary_reading
 from trainer.summary import summary_from_attrs
 from trainer.vocabulary import OK

@@ -20,17 +20,16 @@ from sweep.spec.marks import Marks
 from sweep.spec.schema import StudySpec, Trial
 from sweep.spec.values import default_config, flat_default_config, queue_overfull
 from sweep.text import (
-    MISSING,
     copy_plain,
-    dotted_get,
     format_value_excerpt,
     is_expr,
     overlay,
     shorten,
 )
 from trainer import config as run_config
-from trainer.config import check_value, flatten, set_dotted
+from trainer.config import check_value, set_dotted
 from trainer.errors import ConfigError, UserError, excerpt
+from trainer.files import MISSING, dotted_get, flatten
 from trainer.method_rules import resolve
 from trainer.mtd import planned_traceable_distance
 

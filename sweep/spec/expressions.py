@@ -14,9 +14,10 @@ import functools
 import operator
 from typing import Any, Callable
 
-from sweep.text import dotted_get, shorten, suggestion
+from sweep.text import shorten, suggestion
 from trainer.config import field_names
 from trainer.errors import excerpt
+from trainer.files import dotted_get
 
 MAX_EXPRESSION_CHARS = 500
 

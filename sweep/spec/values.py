@@ -17,18 +17,16 @@ from typing import Any
 from sweep.spec.expressions import check_expression
 from sweep.spec.marks import Marks
 from sweep.text import (
-    MISSING,
-    dotted_get,
     format_value_excerpt,
     is_expr,
     overlay,
-    pop_dotted,
     suggestion,
     type_name,
 )
 from trainer import config as run_config  # run_config.RunConfig read at call time (tests swap it)
-from trainer.config import check_value, field_names, flatten, set_dotted
+from trainer.config import check_value, field_names, set_dotted
 from trainer.errors import ConfigError, excerpt
+from trainer.files import MISSING, dotted_get, dotted_pop, flatten
 
 DISTRIBUTION_KEYS = {
     "uniform": ("low", "high", "step"),
@@ -60,7 +58,7 @@ def _defaults_of(config_class: type) -> dict[str, Any]:
 
 
 def flat_default_config() -> dict[str, Any]:
-    """default_config() by dotted key (trainer.config.flatten); never modified."""
+    """default_config() by dotted key (trainer.files.flatten); never modified."""
     return _flat_defaults_of(run_config.RunConfig)
 
 
@@ -115,7 +113,7 @@ def check_base(base: Any, swept: set[str], where: Marks) -> dict[str, Any]:
                 check_value(key, value)
             except ConfigError as exc:
                 raise where.error(("base", *key.split(".")), exc.detail.lstrip(": ").strip()) from None
-        pop_dotted(checked, key)  # every trial sets it, so the base's value never runs
+        dotted_pop(checked, key)  # every trial sets it, so the base's value never runs
     try:
         run_config.RunConfig.from_dict(checked)
     except ConfigError as exc:

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import REPO
-from trainer.config import RunConfig, field_names, flatten
+from trainer.config import RunConfig, field_names
 from trainer.errors import ConfigError
+from trainer.files import flatten
 from trainer.method_rules import RULES, ByFlag, FromKey, MethodRules, method_rules, resolve
 
 RECORD = json.loads((Path(__file__).with_name("resolved_configs.json")).read_text())
