@@ -8,8 +8,8 @@ INTERFACE CONTRACT (the runner consumes it):
     expansion(spec).trials                  # the same trials, shared and cached: read them, never edit them
     trial_key(config_dict, seed) -> str     # 12 hex chars over the fields the study sets (not defaults) + seed
 
-Modules: marks (YAML with line marks, and the file's shape: depth, aliases, characters), schema (pydantic
-models), load (load_study), values (base and parameters against the trainer config), expressions (the safe
+Modules: key_lines (YAML with the line of every key, and the file's shape: depth, aliases, characters), schema
+(pydantic models), load (load_study), values (base and parameters against the trainer config), expressions (the safe
 evaluator), limits (a study's size before it is built: trials, a budget's space), expand (trials, keys).
 The dry run's table, which reads the study's records, is a command: sweep.commands.dry_run.
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from sweep.spec.expressions import compile_expression, evaluate
-from sweep.spec.marks import Marks
+from sweep.spec.key_lines import KeyLines
 from sweep.spec.schema import StudySpec, Trial
 from sweep.spec.values import default_config, flat_default_config, queue_overfull
 from sweep.text import (
@@ -243,7 +243,7 @@ def _sample(rng: random.Random, values: Any) -> Any:
 
 
 def _distinct_configurations(
-    spec: StudySpec, candidates: Iterator[dict[str, Any]], limit: int | None, where: Marks,
+    spec: StudySpec, candidates: Iterator[dict[str, Any]], limit: int | None, where: KeyLines,
 ) -> tuple[list[tuple[dict[str, Any], Trial]], int, int]:
     """(raw values, trial with the first seed) for each distinct kept candidate, up to `limit`."""
     kept: list[tuple[dict[str, Any], Trial]] = []
@@ -270,7 +270,7 @@ def _distinct_configurations(
     return kept, dropped, duplicates
 
 
-def _make_trial(spec: StudySpec, raw: dict[str, Any], seed: int, where: Marks) -> Trial | None:
+def _make_trial(spec: StudySpec, raw: dict[str, Any], seed: int, where: KeyLines) -> Trial | None:
     """Base + plain values, then exprs, then the constraints; None when a constraint drops it."""
     config = overlay(default_config(), spec.base)
     params: dict[str, Any] = {}
@@ -303,7 +303,7 @@ def _make_trial(spec: StudySpec, raw: dict[str, Any], seed: int, where: Marks) -
                  mtd=planned_traceable_distance(resolved), requested=asked_fields)
 
 
-def _combination_error(exc: ConfigError, params: dict[str, Any], spec: StudySpec, where: Marks) -> UserError:
+def _combination_error(exc: ConfigError, params: dict[str, Any], spec: StudySpec, where: KeyLines) -> UserError:
     config_key, rest = exc.key, exc.detail
     if config_key in spec.parameters:
         path: tuple = ("parameters", config_key)
@@ -317,7 +317,7 @@ def _combination_error(exc: ConfigError, params: dict[str, Any], spec: StudySpec
     return where.error(path, f"in the combination {combination}: config key '{shown}'{rest}", show_key=False)
 
 
-def _evaluate_expr_value(key: str, text: str, config: dict[str, Any], where: Marks) -> Any:
+def _evaluate_expr_value(key: str, text: str, config: dict[str, Any], where: KeyLines) -> Any:
     try:
         value = evaluate(text, config)
     except ValueError as exc:
@@ -329,7 +329,7 @@ def _evaluate_expr_value(key: str, text: str, config: dict[str, Any], where: Mar
                           f"expr '{shorten(text, 80)}' gave {excerpt(value)}{exc.detail}") from None
 
 
-def _evaluate_constraint(index: int, text: str, config: dict[str, Any], where: Marks) -> bool:
+def _evaluate_constraint(index: int, text: str, config: dict[str, Any], where: KeyLines) -> bool:
     try:
         result = evaluate(text, config)
     except ValueError as exc:

@@ -15,8 +15,8 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from sweep.spec.expand import check_expansion
+from sweep.spec.key_lines import KeyLines, parse_yaml, read_study_text
 from sweep.spec.limits import MAX_TRIALS
-from sweep.spec.marks import Marks, parse_yaml, read_study_text
 from sweep.spec.schema import SECTION_MODELS, StudySpec, UserErrorAt
 from sweep.text import suggestion, type_name
 from trainer.errors import UserError, expected_text
@@ -40,41 +40,43 @@ def load_study(path: str | Path, *, trials: bool = True, max_trials: int | None 
     refused before they are built (None: any number; `sweep run --many-trials`).
     """
     text = read_study_text(Path(path))
-    data, marks = parse_yaml(text, str(path))
+    data, key_lines = parse_yaml(text, str(path))
     if data is None:
         raise UserError(f"{path}:1: the study file is empty; expected a mapping with at least name and base")
-    keys = [name for name in StudySpec.model_fields if name not in ("source_text", "path", "marks")]
+    keys = [name for name in StudySpec.model_fields if name not in ("source_text", "path", "key_lines")]
     if not isinstance(data, dict):
         raise UserError(f"{path}:1: expected a mapping of study keys ({', '.join(keys)}), got {type_name(data)}")
     for key in data:
         if key not in keys:
-            raise marks.error((key,), f"is not a study key; expected one of {', '.join(keys)}" + suggestion(key, keys))
+            raise key_lines.error((key,), f"is not a study key; expected one of {', '.join(keys)}"
+                                  + suggestion(key, keys))
     try:
         spec = StudySpec.model_validate({**copy.deepcopy(data), "source_text": text, "path": str(path),
-                                         "marks": marks}, context={"max_trials": max_trials if trials else None})
+                                         "key_lines": key_lines},
+                                        context={"max_trials": max_trials if trials else None})
     except ValidationError as exc:
-        raise _located(exc, marks) from None
+        raise _located(exc, key_lines) from None
     if trials:
         check_expansion(spec)
     return spec
 
 
-def _located(exc: ValidationError, marks: Marks) -> UserError:
+def _located(exc: ValidationError, key_lines: KeyLines) -> UserError:
     """pydantic's first error as "FILE:LINE: key 'a.b': expected ..., got ..." on the key's line."""
     error = exc.errors(include_url=False)[0]
     loc = tuple(error["loc"])
     if error["type"] == "missing" and len(loc) == 1 and loc[0] in _MISSING_HELP:
-        return marks.error((), _MISSING_HELP[loc[0]], show_key=False)
+        return key_lines.error((), _MISSING_HELP[loc[0]], show_key=False)
     if isinstance((error.get("ctx") or {}).get("error"), UserErrorAt):
-        return marks.error(error["ctx"]["error"].path, str(error["ctx"]["error"]))
+        return key_lines.error(error["ctx"]["error"].path, str(error["ctx"]["error"]))
     if error["type"] == "extra_forbidden":
         section = loc[0]
         known = list(type(SECTION_MODELS[section]()).model_fields)
         article = "an" if str(section)[:1] in "aeiou" else "a"
-        return marks.error(loc, f"is not {article} {section} key; expected {', '.join(known)}"
+        return key_lines.error(loc, f"is not {article} {section} key; expected {', '.join(known)}"
                            + suggestion(loc[-1], known))
     loc = tuple(part for part in loc if not (isinstance(part, str) and "[" in part))  # pydantic's union branches
     message = expected_text(error)
     if error["type"] == "literal_error":
         message += suggestion(error.get("input"), re.findall(r"'([^']*)'", str(error["ctx"].get("expected"))))
-    return marks.error(loc, message)
+    return key_lines.error(loc, message)

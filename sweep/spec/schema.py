@@ -25,8 +25,8 @@ from pydantic import (
 )
 
 from sweep.spec.expressions import check_expression
+from sweep.spec.key_lines import KeyLines
 from sweep.spec.limits import MANY_TRIALS_FLAG, budget_problem, planned_trials
-from sweep.spec.marks import Marks
 from sweep.text import count_text, suggestion
 from trainer.config import path_text
 from trainer.errors import excerpt
@@ -192,7 +192,7 @@ def _none_is_default(value: Any, info: ValidationInfo) -> Any:
 class StudySpec(BaseModel):
     """A validated study: one study file's keys, each checked, with its defaults filled in.
 
-    Made by `sweep.load_study` (never by hand in normal use: the file's line marks, `source_text` and
+    Made by `sweep.load_study` (never by hand in normal use: the file's key lines, `source_text` and
     `path` come from there); read by the runner, the dry run, `sweep status` and `sweep analyze`. The keys,
     their defaults and what each one does are the study file's (docs/study-file.md): `name` and `base`
     (a trainer config, `trainer.RunConfig`'s keys) are required; `parameters` maps dotted trainer keys to
@@ -239,7 +239,7 @@ class StudySpec(BaseModel):
     cost_limit: Annotated[Number, Field(gt=0)] | None = None
     source_text: str = ""  # the YAML as written (stored as the Optuna study's note)
     path: str = ""  # the YAML file it was loaded from ("" when built in code)
-    marks: Marks | None = Field(None, exclude=True, repr=False)  # key lines of `path`, for errors
+    key_lines: KeyLines | None = Field(None, exclude=True, repr=False)  # key lines of `path`, for errors
 
     @model_validator(mode="after")
     def _check_study(self, info: ValidationInfo) -> StudySpec:
@@ -299,9 +299,9 @@ class StudySpec(BaseModel):
                                  f"runs); pass {MANY_TRIALS_FLAG} to plan them all, or make the "
                                  "study smaller")
 
-    def where(self) -> Marks:
-        """The marks errors are placed with (no lines for a spec built in code)."""
-        return self.marks or Marks(self.path or f"study '{self.name}'", {})
+    def where(self) -> KeyLines:
+        """The key lines errors are placed with (no lines for a spec built in code)."""
+        return self.key_lines or KeyLines(self.path or f"study '{self.name}'", {})
 
     @property
     def study_dir(self) -> str:
@@ -314,7 +314,7 @@ class StudySpec(BaseModel):
 
     def to_dict(self) -> dict[str, Any]:
         """The spec with defaults filled in, as plain YAML-able data (for results/<study>/study.yaml)."""
-        data = self.model_dump(mode="json", exclude={"source_text", "path", "marks"})
+        data = self.model_dump(mode="json", exclude={"source_text", "path", "key_lines"})
         data["keep_weights"] = "all" if self.keep_weights is None else self.keep_weights
         return data
 

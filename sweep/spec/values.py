@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sweep.spec.expressions import check_expression
-from sweep.spec.marks import Marks
+from sweep.spec.key_lines import KeyLines
 from sweep.text import (
     format_value_excerpt,
     is_expr,
@@ -75,7 +75,7 @@ def queue_overfull(config: dict[str, Any]) -> bool:
     return numbers and size >= 0 and initial > size
 
 
-def _check_expression(text: Any, path: tuple, where: Marks) -> Any:
+def _check_expression(text: Any, path: tuple, where: KeyLines) -> Any:
     try:
         return check_expression(text)
     except ValueError as exc:
@@ -94,7 +94,7 @@ def _numeric_kind(key: str) -> str | None:
     return {int: "int", float: "float"}.get(hint)
 
 
-def check_base(base: Any, swept: set[str], where: Marks) -> dict[str, Any]:
+def check_base(base: Any, swept: set[str], where: KeyLines) -> dict[str, Any]:
     """The study's base trainer config, checked with the swept keys taken out (every trial sets them)."""
     if not isinstance(base, dict):
         raise where.error(("base",), f"expected a mapping of trainer config keys, got {type_name(base)}")
@@ -123,7 +123,7 @@ def check_base(base: Any, swept: set[str], where: Marks) -> dict[str, Any]:
     return base
 
 
-def check_parameters(raw: Any, method: str, base: dict[str, Any], where: Marks) -> dict[str, Any]:
+def check_parameters(raw: Any, method: str, base: dict[str, Any], where: KeyLines) -> dict[str, Any]:
     """The swept keys: each value list or distribution checked against the trainer config and the base."""
     context = _ValueContext(overlay(default_config(), base), set(raw) if isinstance(raw, dict) else set())
     if not isinstance(raw, dict):
@@ -156,7 +156,7 @@ def check_parameters(raw: Any, method: str, base: dict[str, Any], where: Marks) 
 
 
 def _read_value_list(
-    key: str, values: list[Any], method: str, context: _ValueContext, where: Marks,
+    key: str, values: list[Any], method: str, context: _ValueContext, where: KeyLines,
 ) -> list[Any]:
     if not values:
         raise where.error(("parameters", key), "expected a non-empty list of values")
@@ -188,7 +188,7 @@ def _read_value_list(
 
 
 def _read_distribution(
-    key: str, spec_value: dict[str, Any], context: _ValueContext, where: Marks,
+    key: str, spec_value: dict[str, Any], context: _ValueContext, where: KeyLines,
 ) -> dict[str, Any]:
     path = ("parameters", key)
     kind = spec_value["distribution"]
@@ -232,7 +232,7 @@ def _read_distribution(
     return out
 
 
-def _read_number(value: Any, number_type: type, path: tuple, where: Marks) -> int | float:
+def _read_number(value: Any, number_type: type, path: tuple, where: KeyLines) -> int | float:
     if number_type is int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
@@ -262,7 +262,7 @@ def _copy_along(config: dict[str, Any], key: str) -> dict[str, Any]:
     return out
 
 
-def _check_value(key: str, value: Any, context: _ValueContext, path: tuple, where: Marks) -> Any:
+def _check_value(key: str, value: Any, context: _ValueContext, path: tuple, where: KeyLines) -> Any:
     """Coerce one swept value to its trainer type and check it with the base (K0 <= K aside).
 
     A complaint about another swept key is left to the combinations, which name both values.

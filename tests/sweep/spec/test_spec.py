@@ -294,25 +294,25 @@ YAML_CORNERS = [
 def test_libyaml_reads_a_study_exactly_as_the_pure_python_parser(text):
     """parse_yaml reads with libyaml and falls back to the pure-Python parser for the error's wording: the
     data and the line of every key path must be what the pure-Python parser alone gives."""
-    from sweep.spec import marks
+    from sweep.spec import key_lines
 
     def read(loader):
         try:
-            data, where = marks.load_with(loader, text, "f.yaml")
+            data, where = key_lines.load_with(loader, text, "f.yaml")
             return data, where.lines
-        except (marks.yaml.YAMLError, marks.DuplicateKey) as exc:
+        except (key_lines.yaml.YAMLError, key_lines.DuplicateKey) as exc:
             return "error", type(exc).__name__
-        except (marks.Refused, RecursionError):  # too deep: libyaml's walk refuses it, Python's parser overflows
+        except (key_lines.Refused, RecursionError):  # too deep: libyaml's walk refuses it, Python's parser overflows
             return "error", "refused"
-    assert issubclass(marks.FastStudyLoader, marks.yaml.CSafeLoader)  # PyYAML's wheels ship libyaml
-    assert read(marks.FastStudyLoader) == read(marks.StudyLoader)
+    assert issubclass(key_lines.FastStudyLoader, key_lines.yaml.CSafeLoader)  # PyYAML's wheels ship libyaml
+    assert read(key_lines.FastStudyLoader) == read(key_lines.StudyLoader)
     try:
-        parsed: object = marks.parse_yaml(text, "f.yaml")
+        parsed: object = key_lines.parse_yaml(text, "f.yaml")
     except UserError as exc:
         parsed = str(exc)
     try:
-        expected: object = marks.load_with(marks.StudyLoader, text, "f.yaml")
-    except (marks.yaml.YAMLError, marks.DuplicateKey, marks.Refused, RecursionError):
+        expected: object = key_lines.load_with(key_lines.StudyLoader, text, "f.yaml")
+    except (key_lines.yaml.YAMLError, key_lines.DuplicateKey, key_lines.Refused, RecursionError):
         expected = None  # parse_yaml words it; the bad-study tests check the wording
     if expected is not None:
         assert (parsed[0], parsed[1].lines) == (expected[0], expected[1].lines)

@@ -1,7 +1,7 @@
-"""Reading a study file: PyYAML with a line mark for every key path, and errors placed on those lines.
+"""Reading a study file: PyYAML with the line of every key path, and errors placed on those lines.
 
-    text = read_study_text(path); data, marks = parse_yaml(text, path)
-    raise marks.error(("base", "queue", "size"), "expected ...")   # "FILE:LINE: key 'base.queue.size': ..."
+    text = read_study_text(path); data, key_lines = parse_yaml(text, path)
+    raise key_lines.error(("base", "queue", "size"), "expected ...")   # "FILE:LINE: key 'base.queue.size': ..."
 
 Everything after this reads the data the file gives, so its size is kept to the file's own: at most
 MAX_DEPTH levels of nesting (deeper data overflows Python's stack in copies and checks) and at most
@@ -88,7 +88,7 @@ class StudyLoader(_RefusesDuplicateKeys, yaml.SafeLoader):
 
 
 class FastStudyLoader(_RefusesDuplicateKeys, getattr(yaml, "CSafeLoader", yaml.SafeLoader)):
-    """libyaml's parser (where PyYAML was built with it, as its wheels are): the same nodes and line marks,
+    """libyaml's parser (where PyYAML was built with it, as its wheels are): the same nodes and key lines,
     parsed in C (the long value lists of a 10,000-trial grid are read by every `sweep status`)."""
 
 
@@ -119,8 +119,8 @@ def read_study_text(path: Path) -> str:
         raise UserError(f"{path}: cannot read the study file ({exc.strerror})") from None
 
 
-def parse_yaml(text: str, file: str) -> tuple[Any, Marks]:
-    """Safe-load one YAML document; the Marks map every key path to its 1-based line."""
+def parse_yaml(text: str, file: str) -> tuple[Any, KeyLines]:
+    """Safe-load one YAML document; the KeyLines map every key path to its 1-based line."""
     try:
         return load_with(FastStudyLoader, text, file)
     except Refused as refused:
@@ -153,17 +153,17 @@ def _refusal(file: str, refused: Refused) -> UserError:
     return UserError(bounded_message(f"{file}:{refused.line}: {key}{refused.message}"))
 
 
-def load_with(loader_class: type, text: str, file: str) -> tuple[Any, Marks]:
+def load_with(loader_class: type, text: str, file: str) -> tuple[Any, KeyLines]:
     loader = loader_class(text)
     lines: dict[tuple, int] = {}
     try:
         node = loader.get_single_node()
         if node is None:
-            return None, Marks(file, lines)
+            return None, KeyLines(file, lines)
         mapping_paths: dict[int, tuple] = {}
         _Walk(lines, mapping_paths).visit(node, ())
         loader.mapping_paths = mapping_paths
-        return loader.construct_document(node), Marks(file, lines)
+        return loader.construct_document(node), KeyLines(file, lines)
     finally:
         loader.dispose()
 
@@ -240,7 +240,7 @@ class _Walk:
         return self.lines.get(path, node.start_mark.line + 1)
 
 
-class Marks:
+class KeyLines:
     """The lines of a study file's key paths; turns a key path into a one-line
     "FILE:LINE: key 'a.b': message" error (a key that is not written: its section's line)."""
 
