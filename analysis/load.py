@@ -40,7 +40,7 @@ from trainer.evaluation.sts_average import AVG
 from trainer.method_rules import traces_distance
 from trainer.mtd import ETA_CHOICES, K_CHOICES, config_traceable_distance
 from trainer.readings import reading_changes, summary_reading
-from trainer.summary import PROVENANCE_WORDS, provenance_spread, summary_row
+from trainer.summary import PROVENANCE_WORDS, analysis_row, provenance_spread
 from trainer.vocabulary import FINAL_FAIL_STATUSES, OK, PRUNED, STS_TASKS, TRANSFER_TASKS, optuna_state_name
 
 MTD_SOURCES = ("formula", "measured")
@@ -319,7 +319,7 @@ def _row_from_summary(key: str, summary: dict[str, Any], state: str | None = Non
     config = summary.get("config") or {}
     state = state if isinstance(state, str) else optuna_state_name(summary.get("status"))
     row: dict[str, Any] = {"key": key, "seed": config.get("seed"), "state": state}
-    row.update(summary_row(summary, "analysis"))
+    row.update(analysis_row(summary))
     return row
 
 

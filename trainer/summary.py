@@ -7,11 +7,11 @@ trial that crashed, was lost with its node or was stopped by a scheduler); `summ
 recorded in Optuna. Its fields are
 `Summary` below. The views, each derived here from the record and nowhere else:
 
-- `summary_row(summary, "trials.csv")`: the result columns of trials.csv (sweep.records.store.RESULT_COLUMNS):
+- `trials_csv_row(summary)`: the result columns of trials.csv (sweep.records.store.RESULT_COLUMNS):
   every STS task, `avg` and transfer column (None when not scored), `mtd_measured`, `precision` as the trainer
   recorded it, `commit` (the code's short commit, trainer.provenance), and `mtd` only when the trainer recorded a
   formula value (otherwise the row keeps the MTD planned for the trial).
-- `summary_row(summary, "analysis")`: the resolved config flattened to dotted columns after status and reason,
+- `analysis_row(summary)`: the resolved config flattened to dotted columns after status and reason,
   what ran (`reading`, trainer.readings; `protocol`, `evaluation_protocol` as JSON; `commit`, `packages`,
   `device_name`, `provenance_columns`; `variant`, `precision`: the summary's, else the config's), the test
   scores the trial has (no column for the others), `mtd` even when None, `transfer_mode` and `align_uniform_split`; no
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import copy
 import json
-from typing import Any, Literal, TypedDict
+from typing import Any, TypedDict
 
 from trainer.evaluation.sts_average import AVG, readable_test, sts_test_label
 from trainer.files import dotted_get, dotted_holds, dotted_pop, dotted_put, flatten, json_safe
@@ -122,7 +122,6 @@ def metrics_lines(summary: dict[str, Any]) -> list[dict[str, Any]]:
     return list(summary.get("history") or [])
 
 
-View = Literal["trials.csv", "analysis"]
 
 # The evaluation protocol: everything that changes a score for the same weights. Trials whose protocols differ are
 # never compared (analysis.load.comparable_groups).
@@ -203,44 +202,48 @@ OTHER_ATTR = "summary_other"
 NOT_IN_OPTUNA = ("history",)  # the curve: Optuna holds dev_stsb as intermediate values, metrics.jsonl all of it
 
 
-def summary_row(summary: dict[str, Any], view: View) -> dict[str, Any]:
-    """The row of `view` (module docstring) from one trial's summary.json."""
-    analysis = view == "analysis"
-    config = summary.get("config") or {}
+def trials_csv_row(summary: dict[str, Any]) -> dict[str, Any]:
+    """The result columns of trials.csv (module docstring) from one trial's summary.json."""
     mtd = summary.get("mtd") or {}
     test = readable_test(summary.get("test")) or {}  # avg only beside the seven tasks (older summaries too)
-    transfer = summary.get("transfer") or {}
-    row: dict[str, Any] = {"status": summary.get("status"), "reason": summary.get("reason")}
-    if analysis:
-        row.update(flat_config(config))
-    row["steps"] = summary.get("steps")
-    if analysis or mtd.get("formula") is not None:
-        row["mtd"] = mtd.get("formula")
-    if not analysis:
-        row["mtd_measured"] = mtd.get("measured")
-    for name in MTD_AGES:
-        row[name] = mtd.get(name)
-    if analysis:  # what ran, as the trainer recorded it (precision "auto" resolves per device); else the config's
-        row["reading"] = summary_reading(summary)
-        row["protocol"] = json.dumps(evaluation_protocol(summary), sort_keys=True)
-        row.update(provenance_columns(summary))
-        row["variant"] = summary.get("variant") or config.get("variant")
-        row["precision"] = summary.get("precision") or config.get("precision")
-    else:
-        row["precision"] = summary.get("precision")
-        row["commit"] = short_commit(summary.get("provenance"))
-    row["best_step"] = summary.get("best_step")
-    row["dev_stsb"] = summary.get("best_dev_stsb")
-    row.update(test if analysis else {name: test.get(name) for name in (*STS_TASKS, AVG)})
-    for name in TRANSFER_TASKS:
-        row[name] = transfer.get(name)
-    row["transfer_avg"] = transfer.get("avg")
-    if analysis:
-        row["transfer_mode"] = summary.get("transfer_mode")
-    for name in ("align", "uniform", "align_uniform_split", "sentences_per_s", "wall_time_s"):
-        if analysis or name != "align_uniform_split":
-            row[name] = summary.get(name)
+    row: dict[str, Any] = {"status": summary.get("status"), "reason": summary.get("reason"),
+                           "steps": summary.get("steps")}
+    if mtd.get("formula") is not None:  # otherwise the row keeps the distance planned for the trial
+        row["mtd"] = mtd["formula"]
+    row["mtd_measured"] = mtd.get("measured")
+    row.update({name: mtd.get(name) for name in MTD_AGES})
+    row["precision"] = summary.get("precision")
+    row["commit"] = short_commit(summary.get("provenance"))
+    row.update(_scores(summary, {name: test.get(name) for name in (*STS_TASKS, AVG)}))
+    row.update({name: summary.get(name) for name in ("align", "uniform", "sentences_per_s", "wall_time_s")})
     return row
+
+
+def analysis_row(summary: dict[str, Any]) -> dict[str, Any]:
+    """The analysis' row (module docstring) from one trial's summary.json."""
+    config = summary.get("config") or {}
+    mtd = summary.get("mtd") or {}
+    row: dict[str, Any] = {"status": summary.get("status"), "reason": summary.get("reason"),
+                           **flat_config(config), "steps": summary.get("steps"), "mtd": mtd.get("formula")}
+    row.update({name: mtd.get(name) for name in MTD_AGES})
+    # what ran, as the trainer recorded it (precision "auto" resolves per device); else the config's
+    row["reading"] = summary_reading(summary)
+    row["protocol"] = json.dumps(evaluation_protocol(summary), sort_keys=True)
+    row.update(provenance_columns(summary))
+    row["variant"] = summary.get("variant") or config.get("variant")
+    row["precision"] = summary.get("precision") or config.get("precision")
+    row.update(_scores(summary, readable_test(summary.get("test")) or {}))  # only the scores the trial has
+    row["transfer_mode"] = summary.get("transfer_mode")
+    row.update({name: summary.get(name)
+                for name in ("align", "uniform", "align_uniform_split", "sentences_per_s", "wall_time_s")})
+    return row
+
+
+def _scores(summary: dict[str, Any], test: dict[str, Any]) -> dict[str, Any]:
+    """Both views' selection and score columns: the best step, its dev score, `test`, the transfer tasks."""
+    transfer = summary.get("transfer") or {}
+    return {"best_step": summary.get("best_step"), "dev_stsb": summary.get("best_dev_stsb"), **test,
+            **{name: transfer.get(name) for name in TRANSFER_TASKS}, "transfer_avg": transfer.get("avg")}
 
 
 def flat_config(config: dict[str, Any]) -> dict[str, Any]:

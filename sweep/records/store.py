@@ -26,7 +26,7 @@ import yaml
 from sweep.spec.schema import StudySpec, Trial
 from trainer.evaluation.sts_average import readable_test
 from trainer.files import dotted_get, json_safe, write_text_atomic
-from trainer.summary import summary_row
+from trainer.summary import trials_csv_row
 from trainer.vocabulary import STS_TASKS, TRAINED_STATUSES, TRANSFER_TASKS, ends_for_good
 
 # STS_TASKS, TRANSFER_TASKS (summary["transfer"] = {task: acc, ..., "avg": ...}) and what each trial status means
@@ -234,7 +234,7 @@ class TrialsTable:
 
     def set_summary(self, key: str, summary: dict[str, Any]) -> None:
         """Copy a trainer summary's results into the row."""
-        self.rows[key].update(summary_row(summary, "trials.csv"))
+        self.rows[key].update(trials_csv_row(summary))
 
     def write(self) -> None:
         started = time.monotonic()

@@ -109,7 +109,7 @@ def test_a_corpus_the_manifest_does_not_list_is_hashed_once_and_cached(tmp_path,
 @pytest.mark.parametrize("commit, dirty, shown", [("f" * 40, False, "f" * 12), ("f" * 40, True, "f" * 12 + "+dirty"),
                                                  (None, None, None)])
 def test_trials_csv_shows_the_short_commit(commit, dirty, shown):
-    from trainer.summary import summary_row
+    from trainer.summary import trials_csv_row
 
     summary = {"status": "ok", "provenance": {"code": {"commit": commit, "dirty": dirty}}}
-    assert summary_row(summary, "trials.csv")["commit"] == shown
+    assert trials_csv_row(summary)["commit"] == shown

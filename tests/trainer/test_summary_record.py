@@ -15,7 +15,14 @@ from sweep.run.runner import StudyRun
 from sweep.run.trial_events import reported_metrics
 from sweep.spec import load_study
 from tests.helpers import study_file
-from trainer.summary import build_summary, metrics_lines, optuna_attrs, summary_from_attrs, summary_row
+from trainer.summary import (
+    analysis_row,
+    build_summary,
+    metrics_lines,
+    optuna_attrs,
+    summary_from_attrs,
+    trials_csv_row,
+)
 from trainer.vocabulary import STS_TASKS, TRANSFER_TASKS
 
 
@@ -109,7 +116,7 @@ def test_a_damaged_summary_restored_from_optuna_keeps_its_trials_csv_row_and_wei
     plan.folder.write_summary(trial.key, summary)
     plan.mirror.finish(number, summary)
     folder = StudyFolder(spec.study_dir)
-    before_row, before_weights = summary_row(summary, "trials.csv"), weights_state(folder, trial.key, summary)
+    before_row, before_weights = trials_csv_row(summary), weights_state(folder, trial.key, summary)
     assert before_weights == "deleted"  # saved by the trainer, no model folder left
 
     folder.summary_path(trial.key).write_text('{"status": "ok", "test": {')  # damaged
@@ -117,7 +124,7 @@ def test_a_damaged_summary_restored_from_optuna_keeps_its_trials_csv_row_and_wei
     again.prepare()
     restored = folder.read_summary(trial.key)
     assert restored["restored_from"] == "optuna"
-    assert summary_row(restored, "trials.csv") == before_row
+    assert trials_csv_row(restored) == before_row
     assert weights_state(folder, trial.key, restored) == before_weights
     assert [p.name for p in Path(folder.trial_dir(trial.key)).iterdir() if "summary.json." in p.name]  # set aside
     assert trial.key not in {t.key for t in again.to_run}
@@ -189,16 +196,16 @@ def test_every_writers_record_goes_through_every_view(tiny_model_dir, shared_dat
     for name, record in records.items():
         assert set(record) <= set(Summary.__annotations__), (name, set(record) - set(Summary.__annotations__))
         assert (record["version"], record["reading"]) == (SUMMARY_VERSION, READING), name
-        row = summary_row(record, "trials.csv")
+        row = trials_csv_row(record)
         assert set(row) <= {*HEAD_COLUMNS, *RESULT_COLUMNS}, (name, set(row) - {*HEAD_COLUMNS, *RESULT_COLUMNS})
-        analysis = summary_row(record, "analysis")
+        analysis = analysis_row(record)
         assert analysis["status"] == record["status"] and analysis["reading"] == READING
         assert analysis["method"] == "mocose" and analysis["dev_stsb"] == record.get("best_dev_stsb")
         back = summary_from_attrs(optuna_attrs(record))
         assert back.pop("restored_from") == "optuna"
         assert back == {k: v for k, v in record.items() if k not in ("history", "restored_from")}, name
         assert metrics_lines(record) == record.get("history", [])
-    assert summary_row(restored, "trials.csv") == summary_row(trained, "trials.csv")
+    assert trials_csv_row(restored) == trials_csv_row(trained)
     assert json.loads(json.dumps(failed)) == failed  # JSON as written
     with pytest.raises(TypeError, match="reasons"):
         ended_summary("error", "x", reasons="typo")

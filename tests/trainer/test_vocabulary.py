@@ -16,7 +16,7 @@ import optuna
 from tests.helpers import REPO
 from trainer.config import RunConfig
 from trainer.method_rules import RULES
-from trainer.summary import summary_row
+from trainer.summary import analysis_row, trials_csv_row
 from trainer.vocabulary import (
     FINAL_FAIL_STATUSES,
     FINAL_STATUSES,
@@ -195,8 +195,8 @@ def test_both_views_of_a_summary_agree_on_the_columns_they_share():
                "precision": "fp32", "mtd": {"formula": 12.5, "measured": 11.0, "ema_age": 3},
                "test": {task: 70.0 for task in STS_TASKS} | {"avg": 70.0}, "transfer": {"MR": 80.0, "avg": 80.0},
                "config": {"seed": 1, "method": "mocose", "queue": {"size": 8}}}
-    csv_row, analysis_row = summary_row(summary, "trials.csv"), summary_row(summary, "analysis")
-    shared = set(csv_row) & set(analysis_row)
-    assert {name: csv_row[name] for name in shared} == {name: analysis_row[name] for name in shared}
-    assert set(csv_row) - set(analysis_row) == {"mtd_measured"}
-    assert {"method", "queue.size", "transfer_mode", "variant"} <= set(analysis_row) - set(csv_row)
+    csv_row, analysed = trials_csv_row(summary), analysis_row(summary)
+    shared = set(csv_row) & set(analysed)
+    assert {name: csv_row[name] for name in shared} == {name: analysed[name] for name in shared}
+    assert set(csv_row) - set(analysed) == {"mtd_measured"}
+    assert {"method", "queue.size", "transfer_mode", "variant"} <= set(analysed) - set(csv_row)

@@ -25,7 +25,7 @@ from tests import synthetic_results as fx
 from tests.helpers import first_fast
 from trainer.config import RunConfig
 from trainer.evaluation.sts_average import SEVEN_TASK_LABEL
-from trainer.summary import optuna_attrs, summary_from_attrs, summary_row
+from trainer.summary import optuna_attrs, summary_from_attrs, trials_csv_row
 
 NAMES_THE_AVERAGE = re.compile(r"\bavg\b|\baverage\b", re.IGNORECASE)
 PARAMS = ["ema.decay", "queue.size"]
@@ -58,7 +58,7 @@ def fields_naming_the_average(data: Any, path: str = "") -> list[str]:
 
 # ---- summary, trials.csv, Optuna ------------------------------------------------------------------------
 @pytest.mark.parametrize("written", ["now", "before the rule"])
-def test_one_task_summary_row_and_optuna_attributes_name_the_task(written):
+def test_one_task_trials_csv_row_and_optuna_attributes_name_the_task(written):
     summary = fake_summary(["STSBenchmark"])
     assert fields_naming_the_average(summary) == [] and set(summary["test"]) == {"STSBenchmark"}
     assert summary["test_label"].startswith("STS-B test Spearman x100 only")
@@ -66,7 +66,7 @@ def test_one_task_summary_row_and_optuna_attributes_name_the_task(written):
         summary = legacy(summary)
     stsb = summary["test"]["STSBenchmark"]
 
-    row = summary_row(summary, "trials.csv")
+    row = trials_csv_row(summary)
     assert row["STSBenchmark"] == stsb and row["avg"] is None
     assert metric_value(summary, "avg") is None and metric_value(summary, "STSBenchmark") == stsb
 
@@ -81,7 +81,7 @@ def test_seven_task_summary_keeps_its_average_everywhere():
     summary = fake_summary(None)
     assert set(summary["test"]) == {*fx.STS_TASKS, "avg"} and summary["test_label"] == SEVEN_TASK_LABEL
     avg = summary["test"]["avg"]
-    assert summary_row(summary, "trials.csv")["avg"] == avg and metric_value(summary, "avg") == avg
+    assert trials_csv_row(summary)["avg"] == avg and metric_value(summary, "avg") == avg
     assert optuna_attrs(summary)["avg"] == avg
     assert summary_from_attrs(optuna_attrs(summary))["test"]["avg"] == avg
     assert seven_task_average({**{t: "1.0" for t in fx.STS_TASKS}, "avg": "2.0"}) == "2.0"
@@ -91,7 +91,7 @@ def test_a_subset_of_tasks_has_no_average():
     summary = fake_summary(["STSBenchmark", "SICKRelatedness", "TREC"])
     assert set(summary["test"]) == {"STSBenchmark", "SICKRelatedness"} and "transfer" in summary
     assert "STS-B, SICK-R test" in summary["test_label"]
-    assert summary_row(legacy(summary), "trials.csv")["avg"] is None and "avg" not in optuna_attrs(legacy(summary))
+    assert trials_csv_row(legacy(summary))["avg"] is None and "avg" not in optuna_attrs(legacy(summary))
 
 
 # ---- tables and figures ------------------------------------------------------------------------------------

@@ -299,10 +299,10 @@ TRANSFER = {"MR": 80.1, "CR": 85.2, "SUBJ": 94.3, "MPQA": 88.4, "SST2": 85.5, "T
 
 def test_summary_transfer_reaches_csv_columns_attrs_and_metric():
     from sweep.records.store import RESULT_COLUMNS
-    from trainer.summary import optuna_attrs, summary_row
+    from trainer.summary import optuna_attrs, trials_csv_row
 
     summary = {"status": "ok", "test": {"avg": 76.0}, "transfer": TRANSFER, "transfer_mode": "test"}
-    columns = summary_row(summary, "trials.csv")
+    columns = trials_csv_row(summary)
     wanted = [*transfer_data.TRANSFER_TASKS, "transfer_avg"]
     assert [c for c in RESULT_COLUMNS if c in wanted] == wanted
     tasks = transfer_data.TRANSFER_TASKS
@@ -311,7 +311,7 @@ def test_summary_transfer_reaches_csv_columns_attrs_and_metric():
     attrs = optuna_attrs(summary)
     assert attrs["MRPC"] == 74.7 and attrs["transfer_avg"] == 85.4 and attrs["transfer_mode"] == "test"
     # a trial without transfer results: empty cells, no attributes
-    assert summary_row({"status": "ok"}, "trials.csv")["MR"] is None and "MR" not in optuna_attrs({"status": "ok"})
+    assert trials_csv_row({"status": "ok"})["MR"] is None and "MR" not in optuna_attrs({"status": "ok"})
 
 
 def test_table2_mean_std_over_seeds(tmp_path):
