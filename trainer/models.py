@@ -173,18 +173,14 @@ def tokenizer_digest(tokenizer) -> str:
 
 
 def _pipeline_text(backend) -> str:
-    """A fast tokenizer's serialised pipeline with no truncation and no padding set (the state the last call left
-    is put back)."""
-    truncation, padding = backend.truncation, backend.padding
-    backend.no_truncation()
-    backend.no_padding()
-    try:
+    """A fast tokenizer's serialised pipeline with no truncation and no padding set, read from a copy when the
+    last call left either set (the tokenizer itself is never changed, so a call in another thread is not)."""
+    if backend.truncation is None and backend.padding is None:
         return backend.to_str()
-    finally:
-        if truncation is not None:
-            backend.enable_truncation(**truncation)
-        if padding is not None:
-            backend.enable_padding(**padding)
+    copy = type(backend).from_str(backend.to_str())
+    copy.no_truncation()
+    copy.no_padding()
+    return copy.to_str()
 
 
 _DIGESTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # tokenizer -> tokenizer_digest, once each

@@ -33,15 +33,16 @@ def token_ids(tokenizer, sentences: Sequence[str], limit: int) -> list[np.ndarra
     from trainer.models import tokenizer_digest
 
     key = (tokenizer_digest(tokenizer), limit)
-    new = list(dict.fromkeys(s for s in sentences if s not in TOKEN_IDS.get(key, ())))
+    seen = TOKEN_IDS.setdefault(key, {})  # this call's table: still whole if another thread starts the cache over
+    new = list(dict.fromkeys(s for s in sentences if s not in seen))
     if new and sum(map(len, TOKEN_IDS.values())) + len(new) > MAX_CACHED_SENTENCES:
         TOKEN_IDS.clear()
+        seen = TOKEN_IDS.setdefault(key, {})
         new = list(dict.fromkeys(sentences))
     if new:
         ids = tokenizer(new, add_special_tokens=True, truncation=True, max_length=limit,
                         return_attention_mask=False, return_token_type_ids=False)["input_ids"]
-        TOKEN_IDS.setdefault(key, {}).update(zip(new, (np.asarray(row, dtype=np.int32) for row in ids)))
-    seen = TOKEN_IDS.get(key, {})
+        seen.update(zip(new, (np.asarray(row, dtype=np.int32) for row in ids)))
     return [seen[s] for s in sentences]
 
 

@@ -73,7 +73,7 @@ def test_the_digest_is_the_same_for_the_same_tokenizer_whatever_its_last_call_se
     state = again.backend_tokenizer.truncation, again.backend_tokenizer.padding
     assert state[0] is not None and state[1] is not None
     assert tokenizer_digest(again) == before
-    assert (again.backend_tokenizer.truncation, again.backend_tokenizer.padding) == state  # put back
+    assert (again.backend_tokenizer.truncation, again.backend_tokenizer.padding) == state  # left as it was
 
 
 def test_the_cache_starts_over_past_its_bound_and_stays_right(tokenizer, monkeypatch):
