@@ -174,13 +174,21 @@ def tokenizer_digest(tokenizer) -> str:
 
 def _pipeline_text(backend) -> str:
     """A fast tokenizer's serialised pipeline with no truncation and no padding set, read from a copy when the
-    last call left either set (the tokenizer itself is never changed, so a call in another thread is not)."""
+    last call left either set (the tokenizer itself is never changed, so a call in another thread is not). A
+    serialisation seen before is not copied again."""
+    text = backend.to_str()
     if backend.truncation is None and backend.padding is None:
-        return backend.to_str()
-    copy = type(backend).from_str(backend.to_str())
-    copy.no_truncation()
-    copy.no_padding()
-    return copy.to_str()
+        return text
+    seen = hashlib.sha256(text.encode()).hexdigest()
+    if seen not in _UNSET:
+        copy = type(backend).from_str(text)
+        copy.no_truncation()
+        copy.no_padding()
+        _UNSET[seen] = copy.to_str()
+    return _UNSET[seen]
+
+
+_UNSET: dict[str, str] = {}  # sha256 of a serialisation with truncation or padding set -> the same without them
 
 
 _DIGESTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # tokenizer -> tokenizer_digest, once each
