@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from trainer.errors import UserError
+from trainer.models import tokenizer_digest
 from trainer.vocabulary import POOLERS
 
 NO_POOLER = "pooler 'cls' needs a model with a pooler layer (or a trained MLP); use cls_before_pooler"
@@ -30,8 +31,6 @@ MAX_CACHED_SENTENCES = 300_000
 def token_ids(tokenizer, sentences: Sequence[str], limit: int) -> list[np.ndarray]:
     """The ids `tokenizer` gives each sentence ([CLS] ... [SEP], truncated at `limit` tokens), as int32 arrays;
     a sentence this process tokenised before with the same tokenizer (by tokenizer_digest) is not tokenised again."""
-    from trainer.models import tokenizer_digest
-
     key = (tokenizer_digest(tokenizer), limit)
     seen = TOKEN_IDS.setdefault(key, {})  # this call's table: still whole if another thread starts the cache over
     new = list(dict.fromkeys(s for s in sentences if s not in seen))
