@@ -57,19 +57,17 @@ from analysis.figure_marks import (
 from analysis.figure_style import (
     CELL_TEXT,
     DEFAULT_SIZE,
-    PANEL_HEIGHT,
     SEQUENTIAL,
-    SIZES,
     finish,
     legend_below,
     new_figure,
     series_style,
     styled,
 )
+from analysis.registry import FIGURE
 from analysis.stats import seed_summary
 from trainer.vocabulary import MOCOSE
 
-FIGSIZE = (SIZES[DEFAULT_SIZE], PANEL_HEIGHT[DEFAULT_SIZE] + 1.2)  # the default size before its legend is added
 COLUMNS = ["series", "x", "x_label", "mean", "std", "n"]
 
 
@@ -80,7 +78,7 @@ def figure_queue_slices(
 ) -> tuple[Figure, pd.DataFrame]:
     """MoCoSE Table 8: which age-ordered queue positions the loss uses, as a dot plot (the slices have no order
     to draw a line along)."""
-    trials = table[table["method"] == MOCOSE]
+    trials = FIGURE["queue_slices"].trials(table)
     paper = paper_values.MOCOSE_TABLE8_QUEUE_SLICES
     setting = paper_values.MOCOSE_TABLE8_SETTING
     return _ablation_figure(
@@ -96,7 +94,7 @@ def figure_ema_decay(
     table: pd.DataFrame, score: str = "avg", by: Sequence[str] | None = None, size: str = DEFAULT_SIZE,
 ) -> tuple[Figure, pd.DataFrame]:
     """MoCoSE Table 3 / Fig. 8: EMA decay eta (constant schedule; eta0 under a cosine schedule)."""
-    trials = table[table["method"] == MOCOSE]
+    trials = FIGURE["ema_decay"].trials(table)
     constant = "ema.schedule" not in trials.columns or (trials["ema.schedule"] == "constant").all()
     return _ablation_figure(
         trials, "ema.decay", score, by=by, size=size, x_format=format_number,
@@ -118,7 +116,7 @@ def figure_queue_heatmap(
     Table 7, are printed in the cell in brackets and returned in the `paper` column. One panel per
     combination of the other swept parameters, all on one colour scale (SEQUENTIAL).
     """
-    trials = table[table["method"] == MOCOSE].copy()
+    trials = FIGURE["queue_heatmap"].trials(table).copy()
     fractions = trials["queue.initial_size"] / trials["queue.size"]
     by_fraction = fractions.round(6).nunique() <= trials["queue.initial_size"].nunique()
     trials["_row"] = fractions.round(6) if by_fraction else trials["queue.initial_size"]
@@ -184,7 +182,7 @@ def figure_head_depth(
     table: pd.DataFrame, score: str = "avg", by: Sequence[str] | None = None, size: str = DEFAULT_SIZE,
 ) -> tuple[Figure, pd.DataFrame]:
     """MoCoSE Table 4: projection layers P / predictor layers Q."""
-    trials = table[table["method"] == MOCOSE].copy()
+    trials = FIGURE["head_depth"].trials(table).copy()
     trials["heads.depth"] = [
         f"{format_number(p)}/{format_number(q)}"
         for p, q in zip(column_or(trials, "heads.projection_layers", 1), column_or(trials, "heads.predictor_layers", 2))
@@ -205,7 +203,7 @@ def figure_predictor_width(
 ) -> tuple[Figure, pd.DataFrame]:
     """MoCoSE Table 6a: the "predictor dimension", the width of the embedding the loss sees
     (heads.embedding_dim: projection output, predictor layers, queue; null = the encoder's hidden size)."""
-    trials = table[table["method"] == MOCOSE]
+    trials = FIGURE["predictor_width"].trials(table)
     return _ablation_figure(
         trials, "heads.embedding_dim", score, by=by, size=size,
         x_format=lambda v: "hidden size" if pd.isna(v) else format_number(v),
@@ -248,7 +246,7 @@ def figure_gaussian_m(
     table: pd.DataFrame, score: str = "avg", by: Sequence[str] | None = None, size: str = DEFAULT_SIZE,
 ) -> tuple[Figure, pd.DataFrame]:
     """GS-InfoNCE Table 3: number of Gaussian negatives M as a multiple of the batch size (0 = SimCSE)."""
-    trials = table[table["method"].isin(["gs", "simcse"])]
+    trials = FIGURE["gaussian_m"].trials(table)
     return _ablation_figure(
         trials, "gaussian.m_per_batch", score, by=by, size=size, x_format=lambda v: f"{format_number(v)}x",
         exclude=("method", "gaussian.count", "gaussian.count_per_batch"),
@@ -262,7 +260,7 @@ def figure_mix_lambda(
     table: pd.DataFrame, score: str = "avg", by: Sequence[str] | None = None, size: str = DEFAULT_SIZE,
 ) -> tuple[Figure, pd.DataFrame]:
     """MixCSE: the mixing coefficient lambda (share of the anchor's own positive in the mixed negative)."""
-    trials = table[table["method"] == "mix"]
+    trials = FIGURE["mix_lambda"].trials(table)
     return _ablation_figure(
         trials, "mix.lam", score, by=by, size=size, x_format=format_number,
         title="Mixing coefficient (MixCSE; paper default 0.2)", xlabel="mixing lambda",

@@ -2,20 +2,8 @@
 
 Which figures apply is decided by what the study varies, never by what merely differs between trials:
 a figure is drawn for a knob the study's `parameters` sweep (or its `analysis: {knobs: [...]}` names),
-as analysis.knobs maps them, and only where the finished trials support it:
-
-    score_vs_mtd           an MTD knob, >= 3 distinct MTD values among MoCoSE trials  (MoCoSE Fig. 2)
-    score_vs_mtd_by_batch  that, with batch_size swept and >= 2 batch sizes          (Fig. 3)
-    align_uniform_vs_mtd   an MTD knob, >= 3 MTD values with align/uniform measured  (Fig. 4)
-    queue_slices           queue.slices (MoCoSE trials)                              (Table 8)
-    ema_decay              ema.decay (MoCoSE trials)                                 (Table 3 / Fig. 8)
-    queue_heatmap          queue.size and queue.initial_size                         (Table 7 / Fig. 12)
-    head_depth             heads.projection_layers or heads.predictor_layers         (Table 4)
-    predictor_width        heads.embedding_dim                                       (Table 6a)
-    batch_size             batch_size                                                (Table 6b)
-    fgsm_eps               fgsm.eps                                                  (Table 9)
-    gaussian_m             gaussian.count_per_batch or gaussian.count, GS trials     (GS-InfoNCE Table 3)
-    mix_lambda             mix.lam (MixCSE trials)                                   (MixCSE)
+and only where the finished trials hold what it needs; analysis.registry lists every figure, the knobs
+that call for it, the methods it draws and what it needs.
 
 Tables and figures group trials by every key the study's `parameters` declare (analysis.load.grouping_keys):
 one row, point or series per configuration, seeds pooled and nothing else. A results folder without
@@ -35,6 +23,8 @@ moved into place with os.replace, so a reader never sees half a file.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import warnings
 from pathlib import Path
@@ -42,9 +32,8 @@ from typing import Any, Callable, Sequence
 
 import pandas as pd
 
-from analysis import figures, mtd_figures, paired, tables
+from analysis import paired, tables
 from analysis.figure_style import DEFAULT_SIZE, check_size, footnote, save_figure
-from analysis.knobs import MTD_FIGURES, figures_called_for
 from analysis.load import (
     SCORES,
     TRANSFER_SCORES,
@@ -55,9 +44,9 @@ from analysis.load import (
     load_results,
     read_study_spec,
 )
+from analysis.registry import FIGURES, MTD_FIGURES, figures_called_for
 from trainer.evaluation.sts_average import AVG
-from trainer.method_rules import DISTANCE_METHODS
-from trainer.vocabulary import MOCOSE, STS_BENCHMARK, STS_TASKS
+from trainer.vocabulary import STS_BENCHMARK, STS_TASKS
 
 # the files a figure may be written as, and those written unless `formats` says otherwise
 FIGURE_FORMATS = ("png", "pdf", "svg")
@@ -236,44 +225,21 @@ def applicable_figures(
     knobs: list[str] | None = None, mtd_source: str = "formula", size: str = DEFAULT_SIZE,
     reference: dict[str, Any] | None = None,
 ) -> list[tuple[str, Callable[[], tuple[Any, pd.DataFrame]]]]:
-    """(name, draw) for every figure the study's `knobs` call for and the trials support, in a fixed order.
+    """(name, draw) for every figure the study's `knobs` call for and the trials support, in analysis.registry's order.
 
     `params` keep series (and MTD points) apart; `knobs` (default: `params`) decide which figures apply;
     `mtd_source` names the x of the MTD figures (the table's "mtd" column must hold that distance); every
     figure is drawn at `size`.
     """
     called = set(figures_called_for(params if knobs is None else knobs))
-    traced = table[table["method"].isin(DISTANCE_METHODS)]  # the trials with a maximum traceable distance
+    arguments = {"score": score, "n_boot": n_boot, "seed": seed, "by": params, "mtd_source": mtd_source, "size": size}
     plans: list[tuple[str, Callable]] = []
-
-    def add(name: str, function: Callable, **kwargs: Any) -> None:
-        if name in called:
-            if name in MTD_FIGURES:
-                kwargs["mtd_source"] = mtd_source
-            plans.append((name, lambda: function(table, size=size, **kwargs)))
-
-    scored = traced[traced["mtd"].notna() & traced[score].notna()]
-    if scored["mtd"].round(6).nunique() >= 3:
-        add("score_vs_mtd", mtd_figures.figure_score_vs_mtd, score=score, n_boot=n_boot, seed=seed, by=params)
-        if scored["batch_size"].nunique() >= 2:
-            add("score_vs_mtd_by_batch", mtd_figures.figure_score_vs_mtd_by_batch, score=score, n_boot=n_boot,
-                seed=seed, by=params)
-    if {"align", "uniform"} <= set(traced.columns):
-        measured = traced[traced["mtd"].notna() & traced["align"].notna() & traced["uniform"].notna()]
-        if measured["mtd"].round(6).nunique() >= 3:
-            add("align_uniform_vs_mtd", mtd_figures.figure_align_uniform_vs_mtd, by=params)
-    if (table["method"] == MOCOSE).any():  # MoCoSE's ablation tables, drawn from its own trials
-        add("queue_slices", figures.figure_queue_slices, score=score, by=params)
-        add("ema_decay", figures.figure_ema_decay, score=score, by=params)
-        add("queue_heatmap", figures.figure_queue_heatmap, score=score, by=params)
-        add("head_depth", figures.figure_head_depth, score=score, by=params)
-        add("predictor_width", figures.figure_predictor_width, score=score, by=params)
-    add("batch_size", figures.figure_batch_size, score=score, by=params)
-    add("fgsm_eps", figures.figure_fgsm_eps, score=score, by=params)
-    if (table["method"] == "gs").any():
-        add("gaussian_m", figures.figure_gaussian_m, score=score, by=params)
-    if (table["method"] == "mix").any():
-        add("mix_lambda", figures.figure_mix_lambda, score=score, by=params)
+    for entry in FIGURES:
+        if entry.name in called and entry.applies(table, score):
+            function = entry.function()
+            accepted = inspect.signature(function).parameters
+            plans.append((entry.name, functools.partial(
+                function, table, **{name: value for name, value in arguments.items() if name in accepted})))
     if paired.has_pairs(table, params, score):  # configurations that share seeds: their paired differences
         chosen_reference, chosen = _reference(table, params, score, reference)
         if chosen_reference is not None and paired.has_pairs(table, params, score, chosen_reference):

@@ -144,7 +144,7 @@ class Resources(_Section):
 
 
 def _analysis_knobs(value: list[str]) -> list[str]:
-    from analysis.knobs import KNOWN_KNOBS  # light: no pandas or matplotlib
+    from analysis.registry import KNOWN_KNOBS  # light: no pandas or matplotlib
 
     for index, knob in enumerate(value):
         if knob not in KNOWN_KNOBS:
@@ -154,7 +154,7 @@ def _analysis_knobs(value: list[str]) -> list[str]:
 
 
 class Analysis(_Section):
-    """What `sweep analyze` draws besides the figures the swept `parameters` call for (analysis/knobs.py):
+    """What `sweep analyze` draws besides the figures the swept `parameters` call for (analysis/registry.py):
     `knobs` names keys (or `mtd`) whose figures to draw although the study does not sweep them directly,
     e.g. `knobs: [mtd]` for a study that moves the traceable distance through a key of its own."""
 

@@ -14,6 +14,7 @@ import pytest
 from scipy import stats as scipy_stats
 
 from analysis import figures, mtd_figures, paper_values
+from analysis.figure_style import DEFAULT_SIZE, SIZES
 from analysis.load import ResultsError, load_results, slices_label
 from analysis.report import analyze
 from analysis.stats import fit_peak
@@ -305,7 +306,7 @@ def test_analyze_writes_applicable_figures_only(tmp_path, mtd_dir):
     assert not list((tmp_path / "mtd_figures").glob(".*tmp*"))  # no temporary files left behind
     png = (tmp_path / "mtd_figures" / "score_vs_mtd.png").read_bytes()
     width = int.from_bytes(png[16:20], "big")
-    assert width >= figures.FIGSIZE[0] * 150  # at least 150 dpi
+    assert width >= SIZES[DEFAULT_SIZE] * 150  # at least 150 dpi
 
     gs_written = {p.name for p in analyze(fx.gaussian_study(tmp_path / "gs"), n_boot=10)}
     assert {"gaussian_m.png", "gaussian_m.pdf"} <= gs_written  # both, unless told otherwise
