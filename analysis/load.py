@@ -39,8 +39,7 @@ import yaml
 from trainer.evaluation.sts_average import AVG
 from trainer.method_rules import traces_distance
 from trainer.mtd import ETA_CHOICES, K_CHOICES, config_traceable_distance
-from trainer.readings import reading_changes, summary_reading
-from trainer.summary import PROVENANCE_WORDS, analysis_row, provenance_spread
+from trainer.summary import PROVENANCE_WORDS, analysis_row, older_reading, provenance_spread, read_summary_file
 from trainer.vocabulary import FINAL_FAIL_STATUSES, OK, PRUNED, STS_TASKS, TRANSFER_TASKS, optuna_state_name
 
 MTD_SOURCES = ("formula", "measured")
@@ -132,7 +131,7 @@ def load_results(
             trial_mtd(row, summaries.get(str(row["key"])), eta_choice, k_choice) for _, row in table.iterrows()
         ]
     table["gaussian.m_per_batch"] = [_gaussian_ratio(row) for _, row in table.iterrows()]
-    table["older_reading"] = [_older_reading(summaries.get(str(k))) for k in table["key"]]
+    table["older_reading"] = ["; ".join(older_reading(summaries.get(str(k)))) for k in table["key"]]
     return table.reset_index(drop=True)
 
 
@@ -291,17 +290,10 @@ def slices_label(value: Any, size: Any = None) -> str:
 def _read_summaries(study_dir: Path) -> dict[str, dict[str, Any]]:
     summaries = {}
     for path in sorted(study_dir.glob("trials/*/summary.json")):
-        try:
-            summaries[path.parent.name] = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError):
-            continue  # a summary being written right now; trials.csv still has the row
+        summary, _ = read_summary_file(path)  # None: damaged or gone since the glob; trials.csv still has the row
+        if summary is not None:
+            summaries[path.parent.name] = summary
     return summaries
-
-
-def _older_reading(summary: dict[str, Any] | None) -> str:
-    if not isinstance(summary, dict):
-        return ""  # a row of trials.csv only: no record of what made it
-    return "; ".join(reading_changes(summary.get("config") or {}, summary_reading(summary)))
 
 
 def _read_trials_csv(path: Path) -> pd.DataFrame:

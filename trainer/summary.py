@@ -22,6 +22,10 @@ recorded in Optuna. Its fields are
   attribute per score and scalar (the dashboard's columns) and the rest of the record, but the curve, under
   `summary_other`; a damaged summary.json is restored from them whole (marked `restored_from: optuna`).
 
+Older records: `upgrade_summary` is the one place a summary.json of an earlier version is read (every view, and
+`read_summary_file`, the one reader of the file, go through it); it states what an earlier record meant in this
+code's terms and changes no score.
+
 Light (no torch): the sweep driver and the analysis import it.
 """
 
@@ -29,16 +33,18 @@ from __future__ import annotations
 
 import copy
 import json
-from typing import Any, TypedDict
+import math
+from pathlib import Path
+from typing import Any, Mapping, TypedDict
 
 from trainer.evaluation.sts_average import AVG, readable_test, sts_test_label
 from trainer.files import dotted_get, dotted_holds, dotted_pop, dotted_put, flatten, json_safe
 from trainer.method_rules import FLAG_METHODS
 from trainer.provenance import short_commit
-from trainer.readings import READING, summary_reading
+from trainer.readings import READING, reading_changes, summary_reading
 from trainer.vocabulary import STS_TASKS, TRANSFER_TASKS
 
-# The shape of summary.json this code writes (a summary without `version` is of version 1, read the same way).
+# The shape of summary.json this code writes. Version 1 (no `version` field) is read through upgrade_summary.
 SUMMARY_VERSION = 2
 
 
@@ -115,6 +121,66 @@ def _check_fields(writer: str, fields: dict[str, Any]) -> None:
     unknown = sorted(set(fields) - set(Summary.__annotations__))
     if unknown:
         raise TypeError(f"{writer}: not summary.json fields: {unknown}")
+
+
+def upgrade_summary(record: Mapping[str, Any]) -> Summary:
+    """A summary.json of any version, as this code reads its own: a new record with `reading` stated (absent: 1,
+    the records written before readings were numbered) and, in `test`, an `avg` beside fewer than the
+    seven STS tasks dropped (records written before the average needed all seven held the mean of whatever
+    tasks ran as `avg`, for one task that task's score; trainer.evaluation.sts_average). A current record comes back equal. The one place older records
+    are read: every view below and `read_summary_file` go through it.
+
+    >>> upgrade_summary({"status": "ok", "test": {"STSBenchmark": 70.1, "avg": 70.1}})
+    {'status': 'ok', 'test': {'STSBenchmark': 70.1}, 'reading': 1}
+    """
+    upgraded = dict(record)  # the blocks are shared, not copied: no view changes them
+    if isinstance(upgraded.get("test"), dict):
+        upgraded["test"] = readable_test(upgraded["test"])
+    upgraded["reading"] = summary_reading(upgraded)
+    return upgraded
+
+
+def read_summary_file(path: str | Path) -> tuple[Summary | None, str | None]:
+    """(the record, None) from a trial's summary.json, upgraded (`upgrade_summary`); (None, None) when there is
+    no such file; (None, why) when it exists but cannot be used. A summary is written atomically, so one that
+    does not parse was damaged afterwards (a disk, a hand edit): its reader reports it, never taking it as "no
+    result"."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        return None, None
+    except OSError as exc:
+        return None, f"cannot be read ({exc.strerror})"
+    except ValueError as exc:
+        return None, f"does not parse ({exc})"
+    if not isinstance(data, dict):
+        return None, "does not hold a JSON object"
+    return upgrade_summary(data), None
+
+
+def older_reading(summary: Mapping[str, Any] | None) -> list[str]:
+    """What the current reading of the papers does differently for the run a record describes
+    (trainer.readings), one phrase each; [] for a record of the current reading, or no record."""
+    if not isinstance(summary, Mapping):
+        return []
+    record = upgrade_summary(summary)
+    return reading_changes(record.get("config") or {}, record["reading"])
+
+
+def metric_value(summary: Mapping[str, Any], name: str) -> float | None:
+    """The study metric (sweep.spec.schema.METRIC_NAMES) from a record: dev_stsb -> best_dev_stsb, STS task
+    names and avg -> test[...] (avg: None unless the trial evaluated all seven STS tasks), align and uniform;
+    None where it is not a finite number."""
+    record = upgrade_summary(summary)
+    if name == "dev_stsb":
+        value = record.get("best_dev_stsb")
+    elif name in STS_TASKS or name == AVG:
+        value = (record.get("test") or {}).get(name)
+    else:
+        value = record.get(name)
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
 
 
 def metrics_lines(summary: dict[str, Any]) -> list[dict[str, Any]]:
@@ -205,7 +271,8 @@ NOT_IN_OPTUNA = ("history",)  # the curve: Optuna holds dev_stsb as intermediate
 def trials_csv_row(summary: dict[str, Any]) -> dict[str, Any]:
     """The result columns of trials.csv (module docstring) from one trial's summary.json."""
     mtd = summary.get("mtd") or {}
-    test = readable_test(summary.get("test")) or {}  # avg only beside the seven tasks (older summaries too)
+    summary = upgrade_summary(summary)
+    test = summary.get("test") or {}
     row: dict[str, Any] = {"status": summary.get("status"), "reason": summary.get("reason"),
                            "steps": summary.get("steps")}
     if mtd.get("formula") is not None:  # otherwise the row keeps the distance planned for the trial
@@ -221,18 +288,19 @@ def trials_csv_row(summary: dict[str, Any]) -> dict[str, Any]:
 
 def analysis_row(summary: dict[str, Any]) -> dict[str, Any]:
     """The analysis' row (module docstring) from one trial's summary.json."""
+    summary = upgrade_summary(summary)
     config = summary.get("config") or {}
     mtd = summary.get("mtd") or {}
     row: dict[str, Any] = {"status": summary.get("status"), "reason": summary.get("reason"),
                            **flat_config(config), "steps": summary.get("steps"), "mtd": mtd.get("formula")}
     row.update({name: mtd.get(name) for name in MTD_AGES})
     # what ran, as the trainer recorded it (precision "auto" resolves per device); else the config's
-    row["reading"] = summary_reading(summary)
+    row["reading"] = summary["reading"]
     row["protocol"] = json.dumps(evaluation_protocol(summary), sort_keys=True)
     row.update(provenance_columns(summary))
     row["variant"] = summary.get("variant") or config.get("variant")
     row["precision"] = summary.get("precision") or config.get("precision")
-    row.update(_scores(summary, readable_test(summary.get("test")) or {}))  # only the scores the trial has
+    row.update(_scores(summary, summary.get("test") or {}))  # only the scores the trial has
     row["transfer_mode"] = summary.get("transfer_mode")
     row.update({name: summary.get(name)
                 for name in ("align", "uniform", "align_uniform_split", "sentences_per_s", "wall_time_s")})
@@ -256,13 +324,13 @@ def flat_config(config: dict[str, Any]) -> dict[str, Any]:
 def optuna_attrs(summary: dict[str, Any]) -> dict[str, Any]:
     """The user attributes a trial's summary is recorded under in Optuna (module docstring): `status` and
     `reason` always, each other flat attribute when it has a value, and `summary_other`."""
-    record = {**summary, "test": readable_test(summary.get("test"))}  # avg only beside the seven tasks
+    record = upgrade_summary(summary)
     attrs: dict[str, Any] = {}
     for name, path in FLAT_ATTRS.items():
         value = dotted_get(record, path)
         if value is not None or name in ("status", "reason"):
             attrs[name] = value
-    other = copy.deepcopy({k: v for k, v in summary.items() if k not in NOT_IN_OPTUNA})
+    other = copy.deepcopy({k: v for k, v in record.items() if k not in NOT_IN_OPTUNA})
     for name, path in FLAT_ATTRS.items():
         if name in attrs:
             dotted_pop(other, path)
@@ -270,16 +338,15 @@ def optuna_attrs(summary: dict[str, Any]) -> dict[str, Any]:
     return attrs
 
 
-def summary_from_attrs(attrs: dict[str, Any]) -> dict[str, Any]:
+def summary_from_attrs(attrs: dict[str, Any]) -> Summary:
     """The summary optuna_attrs recorded, rebuilt (for a damaged or missing summary.json): every field but the
-    curve, marked "restored_from": "optuna". Records without `summary_other` give back their flat fields."""
+    curve, marked "restored_from": "optuna", upgraded as `upgrade_summary` does. Records without `summary_other`
+    give back their flat fields."""
     summary = copy.deepcopy(attrs.get(OTHER_ATTR) or {})
     for name, path in FLAT_ATTRS.items():
         if name in attrs and not dotted_holds(summary, path):
             dotted_put(summary, path, attrs[name])
     summary.setdefault("status", attrs.get("status"))
     summary.setdefault("reason", attrs.get("reason"))
-    if summary.get("test"):
-        summary["test"] = readable_test(summary["test"])
     summary["restored_from"] = "optuna"
-    return summary
+    return upgrade_summary(summary)

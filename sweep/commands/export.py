@@ -28,10 +28,11 @@ from typing import Any
 
 import yaml
 
-from sweep.records.store import StudyFolder, locate_study, metric_value, weights_state
+from sweep.records.store import StudyFolder, locate_study, weights_state
 from trainer.errors import UserError
 from trainer.files import apply_umask_modes
 from trainer.models import EMBEDDED, EMBEDDED_HUB_ID
+from trainer.summary import metric_value
 from trainer.vocabulary import STS_TASKS
 
 EXPORTABLE_POOLERS = ("cls_before_pooler", "avg", "avg_top2", "avg_first_last")

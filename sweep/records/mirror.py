@@ -34,12 +34,11 @@ from optuna.trial import FrozenTrial, TrialState
 
 from sweep.records.optuna_private import trial_id
 from sweep.records.optuna_reads import first_distributions, group_by_key, read_trials
-from sweep.records.store import metric_value
 from sweep.spec.schema import StudySpec, Trial
 from sweep.text import hide_password
 from trainer.errors import UserError
 from trainer.files import json_safe
-from trainer.summary import optuna_attrs
+from trainer.summary import metric_value, optuna_attrs
 from trainer.vocabulary import ERROR, INTERRUPTED, optuna_state_name
 
 # Which attempts are final (is_final) is decided in sweep.records.store, for this mirror and for sweep.records.resume.

@@ -30,9 +30,9 @@ import optuna
 from optuna.trial import TrialState
 
 from sweep.records.optuna_private import trial_id
-from sweep.records.store import metric_value
 from sweep.spec import trial_from_params
 from sweep.spec.schema import StudySpec, Trial
+from trainer.summary import metric_value
 from trainer.vocabulary import ends_for_good
 
 SEED_MEANS_SUFFIX = ".seed-means"

@@ -24,9 +24,8 @@ from typing import Any, Iterable
 import yaml
 
 from sweep.spec.schema import StudySpec, Trial
-from trainer.evaluation.sts_average import readable_test
 from trainer.files import dotted_get, json_safe, write_text_atomic
-from trainer.summary import trials_csv_row
+from trainer.summary import read_summary_file, trials_csv_row
 from trainer.vocabulary import STS_TASKS, TRAINED_STATUSES, TRANSFER_TASKS, ends_for_good
 
 # STS_TASKS, TRANSFER_TASKS (summary["transfer"] = {task: acc, ..., "avg": ...}) and what each trial status means
@@ -142,24 +141,13 @@ class StudyFolder:
         return self.read_summary_checked(key)[0]
 
     def summary_problem(self, key: str) -> str | None:
-        """Why the trial's summary.json exists but cannot be used (None when it is absent or fine).
-
-        A summary is written atomically, so one that does not parse was damaged afterwards (a disk or
-        a hand edit): it is reported, never taken as "no result".
-        """
+        """Why the trial's summary.json exists but cannot be used (None when it is absent or fine): reported, never
+        taken as "no result" (trainer.summary.read_summary_file)."""
         return self.read_summary_checked(key)[1]
 
     def read_summary_checked(self, key: str) -> tuple[dict[str, Any] | None, str | None]:
-        """(read_summary, summary_problem) from one read of the file."""
-        try:
-            data = json.loads(self.summary_path(key).read_text())
-        except FileNotFoundError:
-            return None, None
-        except OSError as exc:
-            return None, f"cannot be read ({exc.strerror})"
-        except ValueError as exc:
-            return None, f"does not parse ({exc})"
-        return (data, None) if isinstance(data, dict) else (None, "does not hold a JSON object")
+        """(read_summary, summary_problem) from one read of the file (trainer.summary.read_summary_file)."""
+        return read_summary_file(self.summary_path(key))
 
     def set_aside(self, path: Path, why: str = "damaged") -> Path:
         """Rename a file or trial folder to <name>.<why>-<time> beside it (`why`: damaged, or replaced by a re-run);
@@ -280,20 +268,6 @@ def is_final(attempt: Any) -> bool:
     final status (trainer.vocabulary.ends_for_good). Read by the resume decision (sweep.records.resume) and the mirror
     (sweep.records.mirror)."""
     return ends_for_good(attempt.state.name, attempt.user_attrs.get("status"))
-
-
-def metric_value(summary: dict[str, Any], name: str) -> float | None:
-    """The study metric (sweep.spec.schema.METRIC_NAMES) from a summary: dev_stsb -> best_dev_stsb, STS task
-    names and avg -> test[...] (avg: None unless the trial evaluated all seven STS tasks), align and uniform."""
-    if name == "dev_stsb":
-        value = summary.get("best_dev_stsb")
-    elif name in STS_TASKS or name == "avg":
-        value = (readable_test(summary.get("test")) or {}).get(name)
-    else:
-        value = summary.get(name)
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-        return float(value)
-    return None
 
 
 def csv_cell(value: Any) -> Any:

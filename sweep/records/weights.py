@@ -18,7 +18,8 @@ from __future__ import annotations
 import shutil
 from typing import Any
 
-from sweep.records.store import StudyFolder, metric_value, weights_state
+from sweep.records.store import StudyFolder, weights_state
+from trainer.summary import metric_value
 from trainer.vocabulary import OK
 
 

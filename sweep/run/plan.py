@@ -36,14 +36,13 @@ from sweep.records.history import keep_weights_changed, record_change
 from sweep.records.mirror import OptunaMirror, infer_distributions, rebuild_storage
 from sweep.records.resume import decide
 from sweep.records.seed_means import SeedMeans, asks_made, tpe_known_trials, uses_seed_means
-from sweep.records.store import StudyFolder, TrialsTable, is_final, metric_value
+from sweep.records.store import StudyFolder, TrialsTable, is_final
 from sweep.records.weights import WeightKeeper
 from sweep.run.progress import Progress
 from sweep.spec import StudySpec, Trial, expansion, planning_config, search_space
 from sweep.text import hide_password, plural
 from trainer.files import flatten
-from trainer.readings import reading_changes, summary_reading
-from trainer.summary import summary_from_attrs
+from trainer.summary import metric_value, older_reading, summary_from_attrs
 from trainer.vocabulary import OK
 
 WEIGHTS_WANTED = "weights.wanted"  # trials/<key>/<this>: the trial runs again until its weights are back
@@ -364,14 +363,6 @@ def git_commit() -> str | None:
         except (OSError, subprocess.SubprocessError):
             _GIT_COMMIT.append(None)
     return _GIT_COMMIT[0]
-
-
-def older_reading(summary: dict[str, Any] | None) -> list[str]:
-    """What the current reading of the papers does differently for a finished trial (trainer.readings); [] when
-    its summary.json is the current reading's, or there is none."""
-    if not isinstance(summary, dict):
-        return []
-    return reading_changes(summary.get("config") or {}, summary_reading(summary))
 
 
 def number_or_none(value: Any) -> float | None:

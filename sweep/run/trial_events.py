@@ -22,12 +22,11 @@ from typing import Any
 from ray import tune
 from ray.tune import result as tune_result
 
-from sweep.records.store import metric_value
 from sweep.run.cost_limit import DEVICE_SECONDS, devices_per_trial
 from sweep.run.plan import StudyPlan, number_or_none
 from sweep.run.worker import CURVE_KEY, ERROR_KEY, STEP_KEY, SUMMARY_KEY
 from sweep.text import shorten
-from trainer.summary import ended_summary, metrics_lines
+from trainer.summary import ended_summary, metric_value, metrics_lines
 from trainer.vocabulary import ERROR, INTERRUPTED, PRUNED, RESULT_STATUSES
 
 # The keys Tune adds to every result a trial reports; the rest is the trainer's metrics line as it reported it.

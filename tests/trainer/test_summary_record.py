@@ -15,13 +15,18 @@ from sweep.run.runner import StudyRun
 from sweep.run.trial_events import reported_metrics
 from sweep.spec import load_study
 from tests.helpers import study_file
+from trainer.readings import reading_changes
 from trainer.summary import (
     analysis_row,
     build_summary,
+    metric_value,
     metrics_lines,
+    older_reading,
     optuna_attrs,
+    read_summary_file,
     summary_from_attrs,
     trials_csv_row,
+    upgrade_summary,
 )
 from trainer.vocabulary import STS_TASKS, TRANSFER_TASKS
 
@@ -209,3 +214,50 @@ def test_every_writers_record_goes_through_every_view(tiny_model_dir, shared_dat
     assert json.loads(json.dumps(failed)) == failed  # JSON as written
     with pytest.raises(TypeError, match="reasons"):
         ended_summary("error", "x", reasons="typo")
+
+
+def _version_one_record() -> dict:
+    """A summary.json as written before `version` and `reading` were stamped and before the average needed all
+    seven tasks: a one-task run whose `avg` is its STS-B score, of a MoCoSE config the current reading reads
+    differently (trainer.readings)."""
+    record = copy.deepcopy(full_summary())
+    for name in ("reading", "transfer", "transfer_mode", "test_selected"):
+        record.pop(name)
+    record["test"] = {"STSBenchmark": 76.5, "avg": 76.5}
+    record["config"] = {**record["config"], "variant": "paper"}
+    return record
+
+
+def test_an_older_record_is_read_through_one_upgrade_by_every_view(tmp_path):
+    path = tmp_path / "summary.json"
+    path.write_text(json.dumps(_version_one_record()))
+    record, problem = read_summary_file(path)
+    assert problem is None
+    assert record["reading"] == 1 and record["test"] == {"STSBenchmark": 76.5}  # its one score, not an average
+    raw = json.loads(path.read_text())  # each view, handed the file's own dict, reads it the same way
+    for view in (trials_csv_row, analysis_row):
+        assert view(raw) == view(record)
+        assert view(raw)["STSBenchmark"] == 76.5 and view(raw).get("avg") is None
+    assert optuna_attrs(raw) == optuna_attrs(record) and "avg" not in optuna_attrs(raw)
+    assert metric_value(raw, "avg") is None and metric_value(raw, "STSBenchmark") == 76.5
+    assert analysis_row(raw)["reading"] == 1
+    assert older_reading(raw) == older_reading(record) == reading_changes(raw["config"], 1) != []
+    assert summary_from_attrs(optuna_attrs(raw))["test"] == {"STSBenchmark": 76.5}
+
+
+def test_a_current_record_comes_back_from_the_upgrade_equal():
+    record = full_summary()
+    assert upgrade_summary(record) == record and upgrade_summary(record) is not record
+    assert older_reading(record) == []
+
+
+@pytest.mark.parametrize("text, problem", [
+    (None, None), ("{not json", "does not parse"), ("[1, 2]", "does not hold a JSON object"),
+])
+def test_the_summary_reader_tells_a_missing_file_from_a_damaged_one(tmp_path, text, problem):
+    path = tmp_path / "summary.json"
+    if text is not None:
+        path.write_text(text)
+    record, found = read_summary_file(path)
+    assert record is None
+    assert (found is None) if problem is None else found.startswith(problem)

@@ -17,7 +17,7 @@ from optuna.trial import TrialState
 from sweep.commands.status import show_status
 from sweep.records.history import check_same_study
 from sweep.records.mirror import OptunaMirror, infer_distributions, optuna_value
-from sweep.records.store import StudyFolder, TrialsTable, is_final, locate_study, metric_value
+from sweep.records.store import StudyFolder, TrialsTable, is_final, locate_study
 from sweep.run.feed import TrialFeed
 from sweep.run.runner import StudyRun
 from sweep.spec import Metric, Resources, StudySpec, Trial, load_study
@@ -25,6 +25,7 @@ from tests.deadlines import scaled
 from tests.helpers import REPO, study_file
 from trainer.errors import UserError
 from trainer.files import write_text_atomic
+from trainer.summary import metric_value
 from trainer.vocabulary import STS_TASKS
 
 

@@ -19,13 +19,12 @@ import pytest
 from analysis import figure_marks, figures, mtd_figures, report, tables
 from analysis.load import load_results
 from sweep.commands.status import seven_task_average
-from sweep.records.store import metric_value
 from tests import fake_train
 from tests import synthetic_results as fx
 from tests.helpers import first_fast
 from trainer.config import RunConfig
 from trainer.evaluation.sts_average import SEVEN_TASK_LABEL
-from trainer.summary import optuna_attrs, summary_from_attrs, trials_csv_row
+from trainer.summary import metric_value, optuna_attrs, summary_from_attrs, trials_csv_row
 
 NAMES_THE_AVERAGE = re.compile(r"\bavg\b|\baverage\b", re.IGNORECASE)
 PARAMS = ["ema.decay", "queue.size"]
