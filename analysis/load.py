@@ -30,7 +30,7 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 import pandas as pd
@@ -304,7 +304,7 @@ def _read_trials_csv(path: Path) -> pd.DataFrame:
         return pd.DataFrame()
 
 
-def _row_from_summary(key: str, summary: dict[str, Any], state: str | None = None) -> dict[str, Any]:
+def _row_from_summary(key: str, summary: Mapping[str, Any], state: str | None = None) -> dict[str, Any]:
     """A trials.csv-like row from one summary.json (trainer.summary's analysis view: its config flattened
     to dotted columns; its `mtd` is renamed mtd_recorded with the CSV's column); `state` is the Optuna state
     from trials.csv, else the one the status implies (trainer.vocabulary)."""
@@ -353,7 +353,7 @@ def _state_counts(table: pd.DataFrame) -> dict[str, int]:
     return pd.Series(labels).value_counts().to_dict()
 
 
-def trial_mtd(row: pd.Series, summary: dict[str, Any] | None, eta_choice: str, k_choice: str) -> float:
+def trial_mtd(row: pd.Series, summary: Mapping[str, Any] | None, eta_choice: str, k_choice: str) -> float:
     config = (summary or {}).get("config") or _config_from_row(row)
     if config is None or not traces_distance(config.get("method")):
         return math.nan

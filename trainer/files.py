@@ -13,7 +13,7 @@ import math
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 
 def current_umask() -> int:
@@ -82,7 +82,7 @@ def json_safe(value: Any) -> Any:
     >>> json_safe({"a": float("nan"), 1: (2, float("inf"))})
     {'a': None, '1': [2, None]}
     """
-    if isinstance(value, dict):
+    if isinstance(value, Mapping):
         return {str(k): json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [json_safe(v) for v in value]
@@ -99,7 +99,7 @@ def json_safe(value: Any) -> Any:
 MISSING = object()  # dotted_get's default when "absent" must differ from a stored None
 
 
-def dotted_get(data: dict[str, Any], key: str, default: Any = None) -> Any:
+def dotted_get(data: Mapping[str, Any], key: str, default: Any = None) -> Any:
     """data["a"]["b"] for "a.b"; `default` when a part is missing or its parent is not a mapping.
 
     >>> dotted_get({"queue": {"size": 512}}, "queue.size"), dotted_get({}, "queue.size", 0)
@@ -107,13 +107,13 @@ def dotted_get(data: dict[str, Any], key: str, default: Any = None) -> Any:
     """
     node: Any = data
     for part in key.split("."):
-        if not isinstance(node, dict) or part not in node:
+        if not isinstance(node, Mapping) or part not in node:
             return default
         node = node[part]
     return node
 
 
-def dotted_holds(data: dict[str, Any], key: str) -> bool:
+def dotted_holds(data: Mapping[str, Any], key: str) -> bool:
     """Whether `data` says something at `key`: the key itself, or a parent that is not a mapping (`mtd: null`
     holds "mtd.formula").
 
@@ -122,7 +122,7 @@ def dotted_holds(data: dict[str, Any], key: str) -> bool:
     """
     node: Any = data
     for part in key.split("."):
-        if not isinstance(node, dict):
+        if not isinstance(node, Mapping):
             return True
         if part not in node:
             return False

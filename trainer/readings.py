@@ -13,7 +13,7 @@ Light (no torch): the sweep driver and the analysis import it.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 from trainer.method_rules import model_family, model_settings
 from trainer.vocabulary import GS_INFONCE, MIXCSE, MOCOSE, SIMCSE
@@ -26,7 +26,7 @@ from trainer.vocabulary import GS_INFONCE, MIXCSE, MOCOSE, SIMCSE
 READING = 2
 
 
-def summary_reading(summary: dict[str, Any]) -> int:
+def summary_reading(summary: Mapping[str, Any]) -> int:
     """The reading that made a summary.json (1 when it records none: written before readings were numbered)."""
     value = summary.get("reading")
     return value if isinstance(value, int) and not isinstance(value, bool) else 1

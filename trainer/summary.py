@@ -1,11 +1,12 @@
 """summary.json, one trial's record, and every flat view of it: the one place a summary field is added.
 
-Two constructors build every record, each stamping SUMMARY_VERSION and the trainer's reading: `build_summary`,
-the trainer's (trainer.train; the sweep's worker adds `resources` and, on a cluster, `files`), and
-`ended_summary`, for a run that ended without it (the worker's verdict when `train` raised; the driver's for a
-trial that crashed, was lost with its node or was stopped by a scheduler); `summary_from_attrs` gives back one
-recorded in Optuna. Its fields are
-`Summary` below. The views, each derived here from the record and nowhere else:
+A record is a `Summary`: a frozen dict of the fields `SummaryFields` declares (`replace` gives a changed copy,
+`to_json` what the file holds). Two constructors build every record, each stamping SUMMARY_VERSION and the
+trainer's reading: `build_summary`, the trainer's (trainer.train; the sweep's worker adds `resources` and, on a
+cluster, `files`), and `ended_summary`, for a run that ended without it (the worker's verdict when `train` raised;
+the driver's for a trial that crashed, was lost with its node or was stopped by a scheduler); `summary_from_attrs`
+gives back one recorded in Optuna, and `read_summary_file` one from its file. The views, each derived here from
+the record and nowhere else:
 
 - `trials_csv_row(summary)`: the result columns of trials.csv (sweep.records.store.RESULT_COLUMNS):
   every STS task, `avg` and transfer column (None when not scored), `mtd_measured`, `precision` as the trainer
@@ -48,7 +49,7 @@ from trainer.vocabulary import STS_TASKS, TRANSFER_TASKS
 SUMMARY_VERSION = 2
 
 
-class Summary(TypedDict, total=False):
+class SummaryFields(TypedDict, total=False):
     """The fields of summary.json. Scores are x100; None where a run did not get that far."""
 
     version: int  # SUMMARY_VERSION of the code that wrote it (absent: 1)
@@ -90,6 +91,38 @@ class Summary(TypedDict, total=False):
     restored_from: str  # "optuna" when rebuilt by summary_from_attrs
 
 
+class Summary(dict):
+    """One trial's record (summary.json), frozen: a dict of SummaryFields' fields that refuses every change
+    (TypeError); `replace` makes a changed copy, `to_json` plain JSON data. It reads, compares and serialises as
+    the dict it is (json, pickle, Ray). Its blocks (test, config, ...) are shared with the data it was made from,
+    as a FrozenTrial's are: read them, never change them. Built by the constructors below; `Summary(data)` wraps
+    a record that travelled as plain data (from the worker to the driver, through Ray)."""
+
+    def _frozen(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("a Summary is frozen: use replace() for a changed copy")
+
+    __setitem__ = __delitem__ = __ior__ = _frozen
+    clear = pop = popitem = setdefault = update = _frozen
+
+    def __reduce__(self) -> tuple:
+        return (Summary, (dict(self),))
+
+    def __copy__(self) -> Summary:
+        return self
+
+    def __deepcopy__(self, memo: dict) -> Summary:
+        return Summary(copy.deepcopy(dict(self), memo))
+
+    def replace(self, **changes: Any) -> Summary:
+        """A copy with `changes` (SummaryFields' fields by name; another name is a TypeError)."""
+        _check_fields("Summary.replace", changes)
+        return Summary({**self, **changes})
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as plain JSON data (a new dict; NaN and infinity as null)."""
+        return json_safe(self)
+
+
 def build_summary(*, steps: int, batch_size: int, train_seconds: float, eval_seconds: float,
                   final_eval_seconds: float, wall_time_s: float, best_dev: float | None, **fields: Any) -> Summary:
     """The record of one run from what the trainer knows at its end: `fields` are Summary fields by name (a
@@ -105,7 +138,7 @@ def build_summary(*, steps: int, batch_size: int, train_seconds: float, eval_sec
     record["sentences_per_s"] = round(steps * batch_size / train_seconds, 2) if train_seconds > 0 else None
     record.update(train_seconds=round(train_seconds, 2), eval_seconds=round(eval_seconds, 2),
                   final_eval_seconds=round(final_eval_seconds, 2), wall_time_s=round(wall_time_s, 2))
-    return json_safe(record)
+    return Summary(json_safe(record))
 
 
 def ended_summary(status: str, reason: str | None, **fields: Any) -> Summary:
@@ -114,11 +147,12 @@ def ended_summary(status: str, reason: str | None, **fields: Any) -> Summary:
     was stopped by a scheduler. `fields` are Summary fields by name (a name Summary does not have is a TypeError);
     stamped with this code's version and reading. JSON-safe."""
     _check_fields("ended_summary", fields)
-    return json_safe({"version": SUMMARY_VERSION, "status": status, "reason": reason, **fields, "reading": READING})
+    return Summary(json_safe({"version": SUMMARY_VERSION, "status": status, "reason": reason, **fields,
+                              "reading": READING}))
 
 
 def _check_fields(writer: str, fields: dict[str, Any]) -> None:
-    unknown = sorted(set(fields) - set(Summary.__annotations__))
+    unknown = sorted(set(fields) - set(SummaryFields.__annotations__))
     if unknown:
         raise TypeError(f"{writer}: not summary.json fields: {unknown}")
 
@@ -127,17 +161,17 @@ def upgrade_summary(record: Mapping[str, Any]) -> Summary:
     """A summary.json of any version, as this code reads its own: a new record with `reading` stated (absent: 1,
     the records written before readings were numbered) and, in `test`, an `avg` beside fewer than the
     seven STS tasks dropped (records written before the average needed all seven held the mean of whatever
-    tasks ran as `avg`, for one task that task's score; trainer.evaluation.sts_average). A current record comes back equal. The one place older records
-    are read: every view below and `read_summary_file` go through it.
+    tasks ran as `avg`, for one task that task's score; trainer.evaluation.sts_average). A current record comes
+    back equal. The one place older records are read: every view below and `read_summary_file` go through it.
 
     >>> upgrade_summary({"status": "ok", "test": {"STSBenchmark": 70.1, "avg": 70.1}})
-    {'status': 'ok', 'test': {'STSBenchmark': 70.1}, 'reading': 1}
+    Summary({'status': 'ok', 'test': {'STSBenchmark': 70.1}, 'reading': 1})
     """
     upgraded = dict(record)  # the blocks are shared, not copied: no view changes them
     if isinstance(upgraded.get("test"), dict):
         upgraded["test"] = readable_test(upgraded["test"])
     upgraded["reading"] = summary_reading(upgraded)
-    return upgraded
+    return Summary(upgraded)
 
 
 def read_summary_file(path: str | Path) -> tuple[Summary | None, str | None]:
@@ -183,7 +217,7 @@ def metric_value(summary: Mapping[str, Any], name: str) -> float | None:
     return None
 
 
-def metrics_lines(summary: dict[str, Any]) -> list[dict[str, Any]]:
+def metrics_lines(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The metrics.jsonl lines of the run: every evaluation's line, as the trainer wrote them (its curve)."""
     return list(summary.get("history") or [])
 
@@ -195,7 +229,7 @@ PROTOCOL_FIELDS = ("pooler", "eval.final_tasks", "eval.align_uniform_split", "ev
                    "released.eval_cutoff", "released.dev_on_mlp", "precision")
 
 
-def evaluation_protocol(summary: dict[str, Any]) -> dict[str, Any]:
+def evaluation_protocol(summary: Mapping[str, Any]) -> dict[str, Any]:
     """The protocol one trial's scores were made under (PROTOCOL_FIELDS, by dotted key), from its summary.json:
     the resolved config's evaluation keys and the precision the run used; an unset final-task list is the seven
     STS tasks it stands for.
@@ -236,7 +270,7 @@ def provenance_spread(columns: list[dict[str, Any]]) -> str | None:
     return ", ".join(parts) or None
 
 
-def provenance_columns(summary: dict[str, Any]) -> dict[str, Any]:
+def provenance_columns(summary: Mapping[str, Any]) -> dict[str, Any]:
     """What made a trial's numbers, as the analysis compares it: the code's short commit, the package versions
     (one text), the device's name and the precision (trainer.provenance); None where the summary has no
     provenance block (written before it existed)."""
@@ -268,7 +302,7 @@ OTHER_ATTR = "summary_other"
 NOT_IN_OPTUNA = ("history",)  # the curve: Optuna holds dev_stsb as intermediate values, metrics.jsonl all of it
 
 
-def trials_csv_row(summary: dict[str, Any]) -> dict[str, Any]:
+def trials_csv_row(summary: Mapping[str, Any]) -> dict[str, Any]:
     """The result columns of trials.csv (module docstring) from one trial's summary.json."""
     mtd = summary.get("mtd") or {}
     summary = upgrade_summary(summary)
@@ -286,7 +320,7 @@ def trials_csv_row(summary: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def analysis_row(summary: dict[str, Any]) -> dict[str, Any]:
+def analysis_row(summary: Mapping[str, Any]) -> dict[str, Any]:
     """The analysis' row (module docstring) from one trial's summary.json."""
     summary = upgrade_summary(summary)
     config = summary.get("config") or {}
@@ -307,7 +341,7 @@ def analysis_row(summary: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def _scores(summary: dict[str, Any], test: dict[str, Any]) -> dict[str, Any]:
+def _scores(summary: Mapping[str, Any], test: dict[str, Any]) -> dict[str, Any]:
     """Both views' selection and score columns: the best step, its dev score, `test`, the transfer tasks."""
     transfer = summary.get("transfer") or {}
     return {"best_step": summary.get("best_step"), "dev_stsb": summary.get("best_dev_stsb"), **test,
@@ -321,7 +355,7 @@ def flat_config(config: dict[str, Any]) -> dict[str, Any]:
             for name, value in flatten(config).items()}
 
 # ---- Optuna's user attributes ---------------------------------------------------------------------------
-def optuna_attrs(summary: dict[str, Any]) -> dict[str, Any]:
+def optuna_attrs(summary: Mapping[str, Any]) -> dict[str, Any]:
     """The user attributes a trial's summary is recorded under in Optuna (module docstring): `status` and
     `reason` always, each other flat attribute when it has a value, and `summary_other`."""
     record = upgrade_summary(summary)

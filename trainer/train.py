@@ -496,5 +496,5 @@ def _summary(run: _Run, final: dict[str, Any]) -> dict[str, Any]:
         **extra,
     )
     if run.out_dir:
-        write_text_atomic(run.out_dir / "summary.json", json.dumps(summary, indent=2))
+        write_text_atomic(run.out_dir / "summary.json", json.dumps(summary.to_json(), indent=2))
     return summary

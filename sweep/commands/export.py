@@ -24,7 +24,7 @@ import math
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import yaml
 
@@ -239,7 +239,7 @@ def code_text(block: dict[str, Any] | None) -> str:
     return text
 
 
-def code_differs(summary: dict[str, Any]) -> str | None:
+def code_differs(summary: Mapping[str, Any]) -> str | None:
     """A line when the trial's code is not the code of this checkout (a commit, or uncommitted changes, apart);
     None when they are the same or the trial recorded none."""
     from trainer.provenance import code_state
@@ -255,7 +255,7 @@ def code_differs(summary: dict[str, Any]) -> str | None:
 
 
 # ---- the model card -------------------------------------------------------------------------------
-def model_card(study: str, folder: StudyFolder, key: str, summary: dict[str, Any], row: dict[str, str],
+def model_card(study: str, folder: StudyFolder, key: str, summary: Mapping[str, Any], row: dict[str, str],
                selection: str, pooler: str) -> str:
     """The README.md of the exported folder (Hub metadata header + what the model is and how it scored)."""
     config = summary.get("config") or {}
@@ -314,7 +314,7 @@ def model_card(study: str, folder: StudyFolder, key: str, summary: dict[str, Any
     return "\n".join(out)
 
 
-def provenance_lines(summary: dict[str, Any]) -> list[str]:
+def provenance_lines(summary: Mapping[str, Any]) -> list[str]:
     """The card's "What made it" section: the trial's own code, packages, device, precision, node and data
     (its summary.json's provenance block, written by the process that ran it); [] when it has none."""
     block = summary.get("provenance")

@@ -38,7 +38,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from sweep.commands.bench_record import BenchRecord
 from trainer.errors import UserError
@@ -132,7 +132,7 @@ def measure_run(config: dict[str, Any], cuda: bool, keep: Callable[[dict[str, An
     }
 
 
-def run_timings(summary: dict[str, Any], batch: int, step_seconds: float | None = None) -> dict[str, float | None]:
+def run_timings(summary: Mapping[str, Any], batch: int, step_seconds: float | None = None) -> dict[str, float | None]:
     """What a dry run's cost estimate reads from a bench run (sweep.commands.cost), from the trainer's summary:
     seconds per optimiser step (`step_seconds`, the steady step's, when given; else the summary's mean over all
     steps, the first included), per STS-B dev evaluation, for the final evaluation (STS-B test), and the rest of

@@ -25,7 +25,7 @@ import sys
 import threading
 import warnings
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import optuna
 import sqlalchemy
@@ -293,7 +293,7 @@ class OptunaMirror:
         steps.add(int(step))
         live.report(float(value), int(step))
 
-    def finish(self, number: int, summary: dict[str, Any]) -> str:
+    def finish(self, number: int, summary: Mapping[str, Any]) -> str:
         """End a live trial from its summary; return the Optuna state name it got."""
         live = self.running.pop(number)
         self._reported_steps.pop(number, None)
@@ -308,7 +308,7 @@ class OptunaMirror:
     def fail(self, number: int, reason: str, status: str = ERROR) -> None:
         self.finish(number, {"status": status, "reason": reason})
 
-    def add_finished(self, trial: Trial, summary: dict[str, Any], metrics: list[dict[str, Any]],
+    def add_finished(self, trial: Trial, summary: Mapping[str, Any], metrics: list[dict[str, Any]],
                      attrs: dict[str, Any] | None = None) -> tuple[int, str]:
         """Record a trial that ended on disk but never reached Optuna (the driver died in between)."""
         state, value = self.state_for(summary)
@@ -332,7 +332,7 @@ class OptunaMirror:
             self._storage_study_id = self.storage.get_study_id_from_name(self.spec.name)
         return self._storage_study_id
 
-    def state_for(self, summary: dict[str, Any]) -> tuple[TrialState, float | None]:
+    def state_for(self, summary: Mapping[str, Any]) -> tuple[TrialState, float | None]:
         """The Optuna state and value a trial ends with: the status's state (trainer.vocabulary); COMPLETE only
         with the study metric's value, FAIL without it."""
         state = TrialState[optuna_state_name(summary.get("status"))]
@@ -350,6 +350,6 @@ class OptunaMirror:
         out.update(attrs or {})
         return {k: json_safe(v) for k, v in out.items()}
 
-    def _set_summary_attrs(self, trial_id: int, summary: dict[str, Any]) -> None:
+    def _set_summary_attrs(self, trial_id: int, summary: Mapping[str, Any]) -> None:
         for name, value in optuna_attrs(summary).items():
             self.storage.set_trial_user_attr(trial_id, name, json_safe(value))

@@ -13,7 +13,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 # is_final lives in sweep.records.store, below both this module and sweep.records.mirror (which reads it
 # too); which statuses are final is trainer.vocabulary's.
@@ -23,7 +23,7 @@ from trainer.vocabulary import FINAL_FAIL_STATUSES, FINAL_STATUSES
 __all__ = ["FINAL_FAIL_STATUSES", "decide", "is_done", "is_final", "optuna_attempts", "trial_states"]
 
 
-def decide(attempts: list[Any], summary: dict[str, Any] | None) -> str:
+def decide(attempts: list[Any], summary: Mapping[str, Any] | None) -> str:
     """skip, record or run (module docstring) for one key's Optuna attempts and its summary.json."""
     if any(is_final(a) for a in attempts):
         return "skip"

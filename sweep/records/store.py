@@ -19,13 +19,13 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 import yaml
 
 from sweep.spec.schema import StudySpec, Trial
 from trainer.files import dotted_get, json_safe, write_text_atomic
-from trainer.summary import read_summary_file, trials_csv_row
+from trainer.summary import Summary, read_summary_file, trials_csv_row
 from trainer.vocabulary import STS_TASKS, TRAINED_STATUSES, TRANSFER_TASKS, ends_for_good
 
 # STS_TASKS, TRANSFER_TASKS (summary["transfer"] = {task: acc, ..., "avg": ...}) and what each trial status means
@@ -110,7 +110,7 @@ class StudyFolder:
     def write_trial_config(self, trial: Trial) -> None:
         write_text_atomic(self.trial_dir(trial.key) / "config.yaml", yaml.safe_dump(trial.config, sort_keys=False))
 
-    def write_summary(self, key: str, summary: dict[str, Any]) -> None:
+    def write_summary(self, key: str, summary: Mapping[str, Any]) -> None:
         write_json_atomic(self.summary_path(key), summary)
 
     def write_metrics(self, key: str, metrics: Iterable[dict[str, Any]]) -> None:
@@ -136,7 +136,7 @@ class StudyFolder:
             data = (self.read_summary(key) or {}).get("config")
         return data if isinstance(data, dict) else None
 
-    def read_summary(self, key: str) -> dict[str, Any] | None:
+    def read_summary(self, key: str) -> Summary | None:
         """The trial's summary.json, or None when absent or unreadable (see summary_problem)."""
         return self.read_summary_checked(key)[0]
 
@@ -145,7 +145,7 @@ class StudyFolder:
         taken as "no result" (trainer.summary.read_summary_file)."""
         return self.read_summary_checked(key)[1]
 
-    def read_summary_checked(self, key: str) -> tuple[dict[str, Any] | None, str | None]:
+    def read_summary_checked(self, key: str) -> tuple[Summary | None, str | None]:
         """(read_summary, summary_problem) from one read of the file (trainer.summary.read_summary_file)."""
         return read_summary_file(self.summary_path(key))
 
@@ -220,7 +220,7 @@ class TrialsTable:
     def update(self, key: str, **values: Any) -> None:
         self.rows[key].update(values)
 
-    def set_summary(self, key: str, summary: dict[str, Any]) -> None:
+    def set_summary(self, key: str, summary: Mapping[str, Any]) -> None:
         """Copy a trainer summary's results into the row."""
         self.rows[key].update(trials_csv_row(summary))
 
@@ -249,7 +249,7 @@ class TrialsTable:
             self.write()
 
 
-def weights_state(folder: StudyFolder, key: str, summary: dict[str, Any]) -> str:
+def weights_state(folder: StudyFolder, key: str, summary: Mapping[str, Any]) -> str:
     """kept (trials/<key>/model/ is there), deleted (the trainer saved it: save_model was set and the run
     ended with a best-dev state; a better trial's end removed it), none (never saved), or, on a cluster,
     "lost with node <host>" / "not received from <host>" (the trial's files never reached the driver)."""

@@ -16,7 +16,7 @@ trial's end costs O(k log k), not a rescan of the study.
 from __future__ import annotations
 
 import shutil
-from typing import Any
+from typing import Any, Mapping
 
 from sweep.records.store import StudyFolder, weights_state
 from trainer.summary import metric_value
@@ -41,14 +41,14 @@ class WeightKeeper:
             states.setdefault(key, weights_state(self.folder, key, summary))
         return states
 
-    def trial_ended(self, key: str, summary: dict[str, Any]) -> dict[str, str]:
+    def trial_ended(self, key: str, summary: Mapping[str, Any]) -> dict[str, str]:
         """One trial ended: the weights column of that trial and of any trial whose weights its end deleted."""
         self._note(key, summary)
         states = self._prune()
         states[key] = weights_state(self.folder, key, summary)
         return states
 
-    def _note(self, key: str, summary: dict[str, Any]) -> None:
+    def _note(self, key: str, summary: Mapping[str, Any]) -> None:
         if self.folder.model_dir(key).is_dir():
             value = metric_value(summary, self.metric) if summary.get("status") == OK else None
             self.on_disk[key] = (value, summary)

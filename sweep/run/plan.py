@@ -30,7 +30,7 @@ import math
 import subprocess
 from collections import deque
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from sweep.records.history import keep_weights_changed, record_change
 from sweep.records.mirror import OptunaMirror, infer_distributions, rebuild_storage
@@ -248,7 +248,7 @@ class StudyPlan:
                   f"{final.number}", flush=True)
         return self.folder.read_summary(key)
 
-    def _changed_fields(self, trial: Trial, summary: dict[str, Any] | None) -> list[str]:
+    def _changed_fields(self, trial: Trial, summary: Mapping[str, Any] | None) -> list[str]:
         """Fields whose value in the config the trial ran with differs from how it resolves now.
 
         The config the trial ran with is the one its summary.json records (already read, so a resume parses

@@ -36,7 +36,7 @@ import os
 import socket
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 from urllib.parse import urlparse
 
 from sweep.run.ray_private import wandb_logger_actor
@@ -248,7 +248,7 @@ class WandbRunWritten:
             self._wandb.teardown()
 
 
-def final_scores(summary: dict[str, Any]) -> dict[str, Any]:
+def final_scores(summary: Mapping[str, Any]) -> dict[str, Any]:
     """The numbers of a trial's summary.json logged as its final scores (nested: test/<task>, transfer/<task>)."""
     scores: dict[str, Any] = {}
     for group in ("test", "transfer"):

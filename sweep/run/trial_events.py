@@ -26,7 +26,7 @@ from sweep.run.cost_limit import DEVICE_SECONDS, devices_per_trial
 from sweep.run.plan import StudyPlan, number_or_none
 from sweep.run.worker import CURVE_KEY, ERROR_KEY, STEP_KEY, SUMMARY_KEY
 from sweep.text import shorten
-from trainer.summary import ended_summary, metric_value, metrics_lines
+from trainer.summary import Summary, ended_summary, metric_value, metrics_lines
 from trainer.vocabulary import ERROR, INTERRUPTED, PRUNED, RESULT_STATUSES
 
 # The keys Tune adds to every result a trial reports; the rest is the trainer's metrics line as it reported it.
@@ -85,7 +85,7 @@ class TrialEvents(tune.Callback):
             row.update(dev_stsb=float(value), best_step=int(step))
         self.plan.table.write_soon()
 
-    def trial_ended(self, key: str, number: int, summary: dict[str, Any]) -> None:
+    def trial_ended(self, key: str, number: int, summary: Summary) -> None:
         """The trial's verdict: told to Optuna, copied to trials.csv, weights kept or deleted, printed."""
         plan = self.plan
         plan.handed_out.discard(key)
@@ -143,7 +143,7 @@ class TrialEvents(tune.Callback):
         if live is None:
             return
         if SUMMARY_KEY in result:
-            live["summary"] = result[SUMMARY_KEY]
+            live["summary"] = Summary(result[SUMMARY_KEY])  # the worker's record, as it travelled through Ray
         elif ERROR_KEY in result:
             live["error"] = result[ERROR_KEY]
         elif STEP_KEY in result:
@@ -205,7 +205,7 @@ class TrialEvents(tune.Callback):
             steps=last_step, best_step=best.get("step"), best_dev_stsb=best.get("dev_stsb"),
             config=trial.config.get("config"))
 
-    def _ensure_files(self, live: dict[str, Any], trial: Any, summary: dict[str, Any], overwrite: bool = False) -> None:
+    def _ensure_files(self, live: dict[str, Any], trial: Any, summary: Summary, overwrite: bool = False) -> None:
         """summary.json and metrics.jsonl exist for every ended trial (the worker may be on another node,
         or killed before writing them)."""
         folder = self.plan.folder
@@ -214,7 +214,7 @@ class TrialEvents(tune.Callback):
         # travelled with them: it is the record.
         if overwrite or "files" in summary or folder.read_summary(key) is None:
             if "config" not in summary:
-                summary = {**summary, "config": trial.config.get("config")}
+                summary = summary.replace(config=trial.config.get("config"))
             folder.write_summary(key, summary)
         lines = metrics_lines(summary) or live["metrics"]  # the trainer's curve, else what it reported live
         if not folder.metrics_path(key).exists() and lines:

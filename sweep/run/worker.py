@@ -27,7 +27,7 @@ import time
 import traceback
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from ray import tune
 
@@ -37,7 +37,7 @@ from sweep.run.node_checks import check_this_node
 from sweep.run.trial_files import output_place, send_trial_folder
 from sweep.text import shorten
 from trainer.files import json_safe
-from trainer.summary import ended_summary
+from trainer.summary import Summary, ended_summary
 from trainer.vocabulary import ERROR, FAILED, OK
 
 # Tune reports results; the trainer's report() keys that become Optuna intermediate values.
@@ -103,11 +103,12 @@ def _run_one(job: TrialJob) -> None:
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
-    summary = dict(summary)
-    summary.setdefault("config", job.config)
-    if isinstance(summary.get("provenance"), dict):  # the node as Ray names it, beside the trainer's host name
+    summary = Summary(summary)
+    if "config" not in summary:
+        summary = summary.replace(config=job.config)
+    if isinstance(summary.get("provenance"), Mapping):  # the node as Ray names it, beside the trainer's host name
         node = {**(summary["provenance"].get("node") or {}), "ray_node_id": ray_node_id()}
-        summary["provenance"] = {**summary["provenance"], "node": node}
+        summary = summary.replace(provenance={**summary["provenance"], "node": node})
     finish.report(summary, SUMMARY_KEY)  # the trainer's own, plus `resources`
 
 
@@ -120,25 +121,26 @@ class _TrialVerdict:
     def __init__(self, job: TrialJob, out_dir: Path, staged: bool, resources: dict[str, Any]):
         self.job, self.out_dir, self.staged, self.resources = job, out_dir, staged, resources
 
-    def report(self, summary: dict[str, Any], key: str) -> None:
-        summary = {**summary, "resources": self.resources}
+    def report(self, summary: Summary, key: str) -> None:
+        summary = summary.replace(resources=self.resources)
         if self.job.files and summary.get("status") != OK and summary.get("reason"):
             # on a cluster a failure says where it happened
-            summary["reason"] += f" (on node {self.resources['host']} ({self.resources.get('node_ip')}))"
-        if self.staged and isinstance(summary.get("config"), dict):
-            summary["config"] = {**summary["config"], "output_dir": self.job.trial_dir}
+            summary = summary.replace(
+                reason=f"{summary['reason']} (on node {self.resources['host']} ({self.resources.get('node_ip')}))")
+        if self.staged and isinstance(summary.get("config"), Mapping):
+            summary = summary.replace(config={**summary["config"], "output_dir": self.job.trial_dir})
         if self.staged:
-            summary["files"] = {"from": self.resources["host"], "node_ip": self.resources.get("node_ip")}
+            summary = summary.replace(files={"from": self.resources["host"], "node_ip": self.resources.get("node_ip")})
         write_json_atomic(self.out_dir / "summary.json", summary)
         sys.stdout.flush()
         sys.stderr.flush()
         if self.staged:
             outcome = send_trial_folder(self.job.files, self.job.key, self.out_dir)
-            summary["files"].update(outcome)
+            summary = summary.replace(files={**summary["files"], **outcome})
             if not outcome["arrived"]:
                 host = self.resources["host"]
-                summary.update(status=ERROR, reason=f"the trial's files did not reach the driver from {host}: "
-                               f"{outcome['problem']}; run the same command to run it again")
+                summary = summary.replace(status=ERROR, reason=f"the trial's files did not reach the driver from "
+                                          f"{host}: {outcome['problem']}; run the same command to run it again")
                 key = SUMMARY_KEY
         if key == ERROR_KEY:
             tune.report({ERROR_KEY: summary["reason"]})

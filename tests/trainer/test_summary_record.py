@@ -77,7 +77,7 @@ def test_a_full_summary_round_trips_through_the_optuna_attributes(tmp_path):
         trial.set_user_attr(name, value)
     study.tell(trial, 1.0)
     attrs = optuna.load_study(study_name="record", storage=storage).trials[0].user_attrs
-    restored = summary_from_attrs(attrs)
+    restored = dict(summary_from_attrs(attrs))  # a Summary is frozen: a copy to pop from
     assert restored.pop("restored_from") == "optuna"
     assert restored == {k: v for k, v in summary.items() if k != "history"}
     # the dashboard's columns are there, flat
@@ -94,7 +94,7 @@ def test_none_fields_and_a_method_without_mtd_come_back_as_they_were():
     summary = {**full_summary(), "mtd": None, "transfer": None, "transfer_mode": None, "align": None}
     # the mirror sets the planned MTD when the trial starts; a summary without one must not take it
     attrs = {"mtd": 9.5, **optuna_attrs(summary)}
-    restored = summary_from_attrs(attrs)
+    restored = dict(summary_from_attrs(attrs))  # a Summary is frozen: a copy to pop from
     restored.pop("restored_from")
     assert restored == {k: v for k, v in summary.items() if k != "history"}
     early = {**full_summary(), "mtd": {**full_summary()["mtd"], "formula": None}}
@@ -156,7 +156,7 @@ def test_the_mirror_records_the_same_attributes(tmp_path):
     summary = full_summary()
     plan.mirror.finish(plan.mirror.start(plan.to_run[0]), summary)
     frozen = optuna.load_study(study_name="attrs", storage=StudyFolder(spec.study_dir).default_storage()).trials[0]
-    restored = summary_from_attrs(frozen.user_attrs)
+    restored = dict(summary_from_attrs(frozen.user_attrs))  # a Summary is frozen: a copy to pop from
     restored.pop("restored_from")
     assert restored == {k: v for k, v in summary.items() if k != "history"}
 
@@ -179,11 +179,11 @@ def test_the_builder_derives_its_fields_and_refuses_a_field_summary_json_does_no
 def test_every_writers_record_goes_through_every_view(tiny_model_dir, shared_data_dir, tmp_path):
     """The three kinds of summary.json, each built by trainer.summary: the trainer's own (a real run), one the
     driver writes for a trial that ended without it (an error, a scheduler's stop), and one restored from Optuna.
-    Each holds only Summary's fields, carries this code's version and reading, and gives every view: the
+    Each holds only SummaryFields' fields, carries this code's version and reading, and gives every view: the
     trials.csv row (the same columns for all), the analysis row, the Optuna attributes and back, the curve."""
     from trainer.config import RunConfig
     from trainer.readings import READING
-    from trainer.summary import SUMMARY_VERSION, Summary, ended_summary
+    from trainer.summary import SUMMARY_VERSION, SummaryFields, ended_summary
     from trainer.train import train
 
     config = RunConfig.from_dict({
@@ -198,15 +198,16 @@ def test_every_writers_record_goes_through_every_view(tiny_model_dir, shared_dat
                            best_dev_stsb=41.5, config=resolved)
     restored = summary_from_attrs(optuna_attrs(trained))
     records = {"trainer": trained, "error": failed, "pruned": pruned, "restored": restored}
+    declared = set(SummaryFields.__annotations__)
     for name, record in records.items():
-        assert set(record) <= set(Summary.__annotations__), (name, set(record) - set(Summary.__annotations__))
+        assert set(record) <= declared, (name, set(record) - declared)
         assert (record["version"], record["reading"]) == (SUMMARY_VERSION, READING), name
         row = trials_csv_row(record)
         assert set(row) <= {*HEAD_COLUMNS, *RESULT_COLUMNS}, (name, set(row) - {*HEAD_COLUMNS, *RESULT_COLUMNS})
         analysis = analysis_row(record)
         assert analysis["status"] == record["status"] and analysis["reading"] == READING
         assert analysis["method"] == "mocose" and analysis["dev_stsb"] == record.get("best_dev_stsb")
-        back = summary_from_attrs(optuna_attrs(record))
+        back = dict(summary_from_attrs(optuna_attrs(record)))  # a Summary is frozen: a copy to pop from
         assert back.pop("restored_from") == "optuna"
         assert back == {k: v for k, v in record.items() if k not in ("history", "restored_from")}, name
         assert metrics_lines(record) == record.get("history", [])

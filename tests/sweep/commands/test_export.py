@@ -287,7 +287,7 @@ def test_the_card_gives_the_trials_own_code_and_says_when_the_exporter_runs_othe
     from sweep.records.store import StudyFolder
 
     folder = StudyFolder(hand_made_study(tmp_path, {"k1": {"dev": 70.0, "state": "COMPLETE", "weights": True}}))
-    summary = folder.read_summary("k1")
+    summary = dict(folder.read_summary("k1"))  # a Summary is frozen: a copy to change
     summary["provenance"] = {
         "code": {"version": "0.1.0", "commit": "a" * 40, "dirty": True, "diff_sha256": "d" * 64,
                  "source": "git checkout"},
