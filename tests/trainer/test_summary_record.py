@@ -262,3 +262,24 @@ def test_the_summary_reader_tells_a_missing_file_from_a_damaged_one(tmp_path, te
     record, found = read_summary_file(path)
     assert record is None
     assert (found is None) if problem is None else found.startswith(problem)
+
+
+def test_a_record_refuses_every_change_and_replace_gives_a_checked_copy():
+    import pickle
+
+    from trainer.summary import Summary, ended_summary
+
+    record = ended_summary("error", "RuntimeError: boom", steps=3)
+    restored = summary_from_attrs(optuna_attrs(full_summary()))
+    for summary in (record, restored, upgrade_summary(full_summary())):
+        assert isinstance(summary, Summary)
+        for change in (lambda s: s.__setitem__("status", "ok"), lambda s: s.pop("status"), lambda s: s.update(a=1),
+                       lambda s: s.setdefault("x", 1), lambda s: s.clear(), lambda s: s.__delitem__("status")):
+            with pytest.raises(TypeError, match="frozen"):
+                change(summary)
+    changed = record.replace(status="ok", steps=4)
+    assert (changed["status"], changed["steps"], record["status"], record["steps"]) == ("ok", 4, "error", 3)
+    with pytest.raises(TypeError, match="not summary.json fields: \\['colour'\\]"):
+        record.replace(colour="red")
+    back = pickle.loads(pickle.dumps(record))
+    assert isinstance(back, Summary) and back == record and json.loads(json.dumps(record)) == record
