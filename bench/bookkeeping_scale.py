@@ -31,6 +31,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import table  # bench/table.py, beside this script
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 STEPS = {"dry-run": ["run", "--dry-run"], "record": ["run"], "status": ["status"], "resume": ["run"],
@@ -90,6 +92,7 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[100, 1000, 10000])
     parser.add_argument("--data-dir", type=Path, default=REPO.parent / "shared" / "data")
     parser.add_argument("--json", action="store_true", help="print the results as JSON too")
+    table.add_record_argument(parser)
     args = parser.parse_args()
     results = {}
     with tempfile.TemporaryDirectory(prefix="bookkeeping-") as tmp:
@@ -109,6 +112,7 @@ def main() -> None:
             print(f"{size:>6} trials: " + ", ".join(f"{k} {v}" for k, v in row.items()), flush=True)
     if args.json:
         print(json.dumps(results, indent=2))
+    table.record(__file__, [{"trials": size, **row} for size, row in results.items()], args.record)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ import platform
 import time
 
 import numpy as np
+import table  # bench/table.py, beside this script
 import torch
 from scipy.stats import spearmanr
 
@@ -83,12 +84,14 @@ def main() -> None:
     parser.add_argument("--compare-hf", action="store_true", help="also time ours with the transformers forward")
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--batch-size", type=int, default=64)
+    table.add_record_argument(parser)
     args = parser.parse_args()
     root = data_dir(args.data_dir)
     model, tokenizer = load_encoder("embedded")
     model.eval()
     env = {"torch": torch.__version__, "threads": torch.get_num_threads(), "cpus": os.cpu_count(),
            "cpu": platform.processor() or platform.machine(), **workload(tokenizer, root)}
+    recorded = []
     for pooler in args.poolers:
         line = {"pooler": pooler, "batch_size": args.batch_size, **env}
         for label, fast in [("ours", True)] + ([("ours_hf_forward", False)] if args.compare_hf else []):
@@ -110,6 +113,11 @@ def main() -> None:
             line.update(reference_seconds=round(time.perf_counter() - t0, 1), reference=ref,
                         max_abs_diff=max(abs(ref[k] - line["ours"][k]) for k in ref))
         print(json.dumps(line), flush=True)
+        recorded.append({"pooler": pooler, "batch_size": args.batch_size, "threads": env["threads"],
+                         "avg": line["ours"]["avg"], "seconds": line["ours_seconds"],
+                         "reference_seconds": line.get("reference_seconds"),
+                         "max_abs_diff": line.get("max_abs_diff")})
+    table.record(__file__, recorded, args.record)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import argparse
 import json
 
 import numpy as np
+import table  # bench/table.py, beside this script
 import torch
 
 from trainer.models import load_encoder
@@ -26,6 +27,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="embedded")
     parser.add_argument("--eps", type=float, default=5e-9)
+    table.add_record_argument(parser)
     args = parser.parse_args()
     encoder, tokenizer = load_encoder(args.model, dropout=0.1)
     ids = tokenizer(SENTENCES, padding=True, return_tensors="pt")["input_ids"]
@@ -35,13 +37,17 @@ def main() -> None:
     print(json.dumps({"model": args.model, "eps": args.eps, "entries": x.numel(),
                       "median_abs": round(float(x.abs().median()), 4), "rms": round(rms, 4),
                       "float32_spacing_at_rms": float(np.spacing(np.float32(rms)))}))
+    rows = []
     for name, dtype in (("float32", torch.float32), ("bf16", torch.bfloat16), ("fp16", torch.float16)):
         received = ((x + args.eps * sign).to(dtype).float() - x.to(dtype).float()) * sign / args.eps
         values = received.flatten().numpy()
-        print(json.dumps({"precision": name, "received_mean_eps": round(float(values.mean()), 4),
-                          "received_min_eps": round(float(values.min()), 3),
-                          "received_max_eps": round(float(values.max()), 3),
-                          "share_received_nothing": round(float((values == 0).mean()), 4)}))
+        rows.append({"model": args.model, "eps": args.eps, "precision": name,
+                     "received_mean_eps": round(float(values.mean()), 4),
+                     "received_min_eps": round(float(values.min()), 3),
+                     "received_max_eps": round(float(values.max()), 3),
+                     "share_received_nothing": round(float((values == 0).mean()), 4)})
+        print(json.dumps(rows[-1]))
+    table.record(__file__, rows, args.record)
 
 
 if __name__ == "__main__":

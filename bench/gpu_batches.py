@@ -28,6 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import table  # bench/table.py, beside this script
+
 WIKI1M = 1_000_000  # sentences in one epoch of the papers' corpus
 
 
@@ -47,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", type=float, default=240.0)
     parser.add_argument("--peak-tflops", type=float, default=790.0)
     parser.add_argument("--json", default=None)
+    table.add_record_argument(parser)
     args = parser.parse_args(argv)
 
     import torch
@@ -113,6 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"skipped (past the {args.budget:g} s budget): {', '.join(report['skipped'])}", file=sys.stderr)
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1))
+    table.record(__file__, report["runs"], args.record, gpu=report["device"] if cuda else None)
     return 0
 
 

@@ -20,6 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import table  # bench/table.py, beside this script
+
 
 def minimal_steps_per_s(model_dir: Path, steps: int, batch: int, precision: str, device: str, root: str,
                         cache: Path) -> float:
@@ -79,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--precisions", default="bf16,fp32")
     parser.add_argument("--json", default=None)
+    table.add_record_argument(parser)
     args = parser.parse_args(argv)
 
     import torch
@@ -105,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(row), flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
+    table.record(__file__, rows, args.record, gpu=rows[0]["device"] if device == "cuda" and rows else None)
     return 0
 
 

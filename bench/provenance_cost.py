@@ -4,8 +4,8 @@
 
 Each run is a new Python process that imports trainer.provenance (the import itself is timed apart: the trainer
 imports torch anyway) and times each part once, cold, then the whole block once more, warm (what a reused worker
-pays for its next trial: the per-process parts are cached). Prints one JSON line per run and the medians; copy
-them into bench/RESULTS.md.
+pays for its next trial: the per-process parts are cached). Prints one JSON line per run and the medians;
+`--record` adds the medians to bench/tables/provenance_cost.md.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import table  # bench/table.py, beside this script
+
 ONE_RUN = r"""
 import json, sys, time
 t0 = time.perf_counter()
@@ -24,6 +26,7 @@ import torch  # the trainer has it loaded before the block is built
 t1 = time.perf_counter()
 from trainer import provenance as p
 from trainer.data import data_dir as resolve_data_dir
+
 t2 = time.perf_counter()
 data = resolve_data_dir(sys.argv[1] if len(sys.argv) > 1 else None)
 corpus = data / "corpus" / "wiki1m_sample.txt"
@@ -43,6 +46,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--data-dir", default=None)
+    table.add_record_argument(parser)
     args = parser.parse_args()
     root = Path(__file__).resolve().parents[1]
     rows = []
@@ -51,8 +55,10 @@ def main() -> None:
                              cwd=root, capture_output=True, text=True, check=True).stdout
         rows.append(json.loads(out.strip().splitlines()[-1]))
         print(json.dumps(rows[-1]))
-    print(json.dumps({"median": {key: statistics.median(row[key] for row in rows) for key in rows[0]},
-                      "runs": len(rows)}))
+    median = {key: statistics.median(row[key] for row in rows) for key in rows[0]}
+    print(json.dumps({"median": median, "runs": len(rows)}))
+    table.record(__file__, [{"runs": len(rows), **{f"median {key}": value for key, value in median.items()}}],
+                 args.record)
 
 
 if __name__ == "__main__":

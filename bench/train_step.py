@@ -21,6 +21,7 @@ import json
 import os
 import time
 
+import table  # bench/table.py, beside this script
 import torch
 import torch.nn.functional as F
 
@@ -88,14 +89,17 @@ def main() -> None:
     parser.add_argument("--methods", nargs="+", default=["simcse", "mocose", "gs", "mix"])
     parser.add_argument("--compile", choices=("off", "on", "both"), default="off")
     parser.add_argument("--no-minimal", action="store_true", help="leave out the hand-written loop")
+    table.add_record_argument(parser)
     args = parser.parse_args()
     env = {"torch": torch.__version__, "threads": torch.get_num_threads(), "cpus": os.cpu_count(),
            "device": args.device, "batch": args.batch_size, "steps": args.steps, "model": args.model}
     results = {}
+    recorded = []  # the table's rows (bench/table.py)
     if not args.no_minimal:
         sec = minimal_simcse(args.model, args.steps, args.batch_size, args.warmup, args.device)
         results["minimal_simcse"] = {"seconds_per_step": sec, "sentences_per_s": args.batch_size / sec}
         print(json.dumps({"method": "minimal_simcse", **results["minimal_simcse"], **env}), flush=True)
+        recorded.append({"method": "minimal_simcse", "compile": "off", **_table_fields(results["minimal_simcse"], env)})
     extras = {"mocose": {"queue": {"size": 512, "initial_size": 128}, "fgsm": {"eps": 5e-9, "mode": "lagged"},
                          "ema": {"schedule": "constant", "decay": 0.85}}}
     modes = ["off", "on"] if args.compile == "both" else [args.compile]
@@ -104,6 +108,7 @@ def main() -> None:
             result = ours(method, args.model, args.steps, args.batch_size, args.device, extras.get(method, {}), mode)
             results[method if mode == modes[0] else f"{method} compiled"] = result
             print(json.dumps({"method": method, "compile": mode, **result, **env}), flush=True)
+            recorded.append({"method": method, "compile": mode, **_table_fields(result, env)})
         if len(modes) == 2:
             eager, compiled = results[method], results[f"{method} compiled"]
             saved = eager["seconds_per_step"] - compiled["seconds_per_step"]
@@ -111,6 +116,7 @@ def main() -> None:
             ratio = compiled["seconds_per_step"] / eager["seconds_per_step"]
             print(f"{method}: compiled / eager step time {ratio:.3f}; compile {compiled['compile_seconds']} s; "
                   f"earned back after {even}")
+    table.record(__file__, recorded, args.record, gpu=torch.cuda.get_device_name(0) if "cuda" in args.device else None)
     if "minimal_simcse" not in results:
         return
     base = results["minimal_simcse"]["seconds_per_step"]
@@ -119,6 +125,12 @@ def main() -> None:
         if "mocose" in results:
             ratio = results["mocose"]["seconds_per_step"] / results["simcse"]["seconds_per_step"]
             print(f"mocose / simcse step time: {ratio:.3f} (target <= 0.80)")
+
+
+def _table_fields(result: dict, env: dict) -> dict:
+    return {"model": env["model"], "device": env["device"], "batch": env["batch"], "steps": env["steps"],
+            "threads": env["threads"], "seconds_per_step": round(result["seconds_per_step"], 4),
+            "compile_seconds": result.get("compile_seconds"), "loss": result.get("loss")}
 
 
 if __name__ == "__main__":

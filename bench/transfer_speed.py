@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import table  # bench/table.py, beside this script
 import torch
 from sklearn.model_selection import StratifiedKFold
 from torch import nn
@@ -166,6 +167,7 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=None)
     parser.add_argument("--embeddings", default=None, help="npz file: reuse these embeddings, or save them there")
     parser.add_argument("--out", default=None, help="also write the figures as JSON here")
+    table.add_record_argument(parser)
     args = parser.parse_args()
     torch.set_num_threads(2)
     model, tokenizer = load_encoder("embedded")
@@ -207,6 +209,7 @@ def main() -> int:
         summary.update(ref_s=round(total_ref, 1), speedup=round(total_ref / total_ours, 2),
                        identical=all(r["ours_acc"] == r["ref_acc"] and r["ours_dev"] == r["ref_dev"] for r in rows_out))
     print(json.dumps(summary), flush=True)
+    table.record(__file__, [summary], args.record)
     if args.out:
         with open(args.out, "w") as handle:
             json.dump({"tasks": rows_out, "summary": summary}, handle, indent=1)

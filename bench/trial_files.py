@@ -24,6 +24,8 @@ import threading
 import time
 from pathlib import Path
 
+import table  # bench/table.py, beside this script
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
@@ -70,6 +72,7 @@ def write_model(folder: Path) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
+    table.add_record_argument(parser)
     args = parser.parse_args()
 
     import ray
@@ -82,6 +85,7 @@ def main() -> None:
     print(f"folder: {size / 1e6:.1f} MB in {sum(1 for p in source.rglob('*') if p.is_file())} files; "
           f"chunk {CHUNK_BYTES >> 20} MiB, {IN_FLIGHT} under way", flush=True)
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    rows = []
     try:
         actor, files = start_receiver(work / "study", {}, {})
         receiver_pid = ray.get(actor.pid.remote())
@@ -103,9 +107,13 @@ def main() -> None:
                   f"sender (= driver here) {peak.gained(me):.0f} MB, receiver actor {peak.gained(receiver_pid):.0f} MB",
                   flush=True)
             shutil.rmtree(work / "study" / "trials" / f"k{run}")
+            rows.append({"run": run, "mb": round(size / 1e6, 1), "seconds": round(seconds, 2),
+                         "sender_peak_mb": round(peak.gained(me)),
+                         "receiver_peak_mb": round(peak.gained(receiver_pid))})
     finally:
         ray.shutdown()
         shutil.rmtree(work, ignore_errors=True)
+    table.record(__file__, rows, args.record)
 
 
 if __name__ == "__main__":

@@ -43,6 +43,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+import table  # noqa: E402  bench/table.py, beside this script
+
 from trainer.vocabulary import STS_TASKS  # noqa: E402  (after the path set-up above)
 
 
@@ -121,6 +123,7 @@ def main() -> int:
     parser.add_argument("--probe-steps", type=int, default=10, help="steps of the per-step probe trial (default 10)")
     parser.add_argument("--data-dir", type=Path, default=REPO.parent / "shared" / "data")
     parser.add_argument("--json", action="store_true", help="print the numbers as one JSON object")
+    table.add_record_argument(parser)
     args = parser.parse_args()
     cpus = os.cpu_count() or 1
     load_before = os.getloadavg()
@@ -159,6 +162,9 @@ def main() -> int:
         "minimal_trials": [{k: round(v, 2) if v == v else None for k, v in r.items()} for r in rows],
         "bench_wall_s": round(elapsed, 1),
     }
+    table.record(__file__, [{"load_before": round(load_before[0], 2), **{
+        key: result[key] for key in ("fixed_cost_s", "per_step_s", "dev_eval_s", "final_eval_7_tasks_s",
+                                     "trial_200_steps_estimate_s", "fixed_share_of_200_step_trial")}}], args.record)
     if args.json:
         print(json.dumps(result, indent=2))
         return 0

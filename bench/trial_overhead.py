@@ -33,6 +33,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import table  # bench/table.py, beside this script
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # tests.helpers
 
@@ -66,6 +68,7 @@ BARE_TUNE = """
 import json, os, sys, time
 import ray
 from ray import tune
+
 
 trials, step_s, out = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
 
@@ -144,6 +147,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=1, help="repeat everything this many times")
     parser.add_argument("--rest", type=float, default=0.0, help="seconds of idle before each run")
     parser.add_argument("--json", action="store_true")
+    table.add_record_argument(parser)
     args = parser.parse_args()
     modes = {"on": [True], "off": [False], "both": [False, True]}[args.reuse] + (["bare"] if args.bare else [])
     rows = []
@@ -156,6 +160,9 @@ def main() -> None:
                 else:
                     rows.append(run_once(Path(tmp), args.trials, args.step_s, mode, args.data_dir.resolve()))
             print(json.dumps(rows[-1]) if args.json else rows[-1], flush=True)
+    table.record(__file__, [{key: row.get(key) for key in (
+        "reuse_workers", "trials", "wall_s", "work_s", "at_once", "worker_processes", "overhead_per_trial_s",
+        "first_trial_after_s")} for row in rows], args.record)
     if not args.json:
         print("\n| worker reuse | trials | wall (s) | work (s) | at once | worker processes | overhead per trial (s) "
               "| first trial after (s) |")
