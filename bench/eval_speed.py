@@ -11,7 +11,7 @@ Reference: SentEval's procedure as SimCSE runs it, re-implemented here for timin
 for a second opinion on the numbers: per task, every split is loaded (STS-B and SICK train/dev/test),
 pairs sorted by (len s1, len s2, score), batches of 128 pairs, each side encoded separately (padding
 within the batch, no truncation), cosine per pair, Spearman. Both print the seven figures and Avg.
-Results go to stdout as JSON lines; copy them into bench/RESULTS.md.
+Results go to stdout as JSON lines; `--record` adds them to bench/tables/eval_speed.md.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@
 Takes the word embeddings of a few sentences, adds eps * s for a random sign s per entry (what eq. 1 adds, the
 sign being the gradient's), rounds the sum to float32, bf16 and fp16, and prints for each: the mean and range
 of the perturbation received per entry in units of eps, the share of entries that received nothing, and the
-embeddings' magnitude (the float spacing there decides it). Copy the lines into bench/RESULTS.md.
+embeddings' magnitude (the float spacing there decides it). `--record` adds them to bench/tables/fgsm_rounding.md.
 """
 
 from __future__ import annotations

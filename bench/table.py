@@ -4,7 +4,7 @@ A script run with `--record` appends its rows there, each led by when (UTC), the
 digits, "+dirty" with uncommitted changes outside bench/tables/) and the machine (CPU model and cores, and the GPU
 when the script used one); the columns after those are the script's own JSON fields. Rows whose fields differ
 from the last table's start a new table below it, so a script that changes its output never mixes columns.
-bench/RESULTS.md links every table, and the documentation site's benchmarks page includes them.
+bench/RESULTS.md names every table, and the documentation site's benchmarks page includes them.
 
     parser = argparse.ArgumentParser(); table.add_record_argument(parser); args = parser.parse_args()
     ...
@@ -46,12 +46,12 @@ def record(script: str | Path, rows: Iterable[dict[str, Any]], wanted: bool = Tr
     lead = {"date (UTC)": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"),
             "commit": code_commit(), "machine": machine(gpu)}
     text = path.read_text() if path.exists() else (
-        f"<!-- Written by bench/{Path(script).name} --record (bench/table.py); one row per measured line. -->\n")
+        f"<!-- Written by bench/{Path(script).name} --record (bench/table.py); one row per measured line. -->\n\n")
     header = last_header(text)
     for row in rows:
         columns = [*LEAD, *row]
         if columns != header:
-            text += ("\n" if text.endswith("|\n") else "") + _line(columns) + _line(["---"] * len(columns))
+            text += ("" if text.endswith("\n\n") else "\n") + _line(columns) + _line(["---"] * len(columns))
             header = columns
         text += _line([*lead.values(), *(row[key] for key in row)])
     path.write_text(text)

@@ -11,7 +11,7 @@ excluded); the minimal loop is timed the same way (all steps, batch building inc
 method with seconds per step and sentences per second; the ratios of interest are printed
 at the end. `--compile both`: each method eager, then with the compiled step (`compile: on`, trainer.compiled):
 its steps' time beside the eager one's, and the compile's seconds (at set-up, outside the steps' time).
-Copy the lines into bench/RESULTS.md.
+`--record` adds them to bench/tables/train_step.md.
 """
 
 from __future__ import annotations

@@ -4,10 +4,10 @@
 # and pinned (torch==2.13.0, a CPU build, which pip finds on this machine's disk; uv does not look there
 # and would download a multi-GB CUDA build); on a GPU machine, install the torch build for your CUDA
 # first and this script keeps it. The rest is installed by uv, from PyPI: half pip's time on a fresh
-# machine (bench/RESULTS.md, "Set-up"); pip does it if uv cannot be installed. Both write the installed
+# machine (bench/LOG.md, "Set-up"); pip does it if uv cannot be installed. Both write the installed
 # modules' bytecode (uv only when asked: --compile-bytecode), so that no process compiles Ray, Tune or Optuna
 # from source at start-up where the environment sets PYTHONDONTWRITEBYTECODE: a sweep starts a driver, Ray's
-# helpers and a worker per trial, each importing them (bench/RESULTS.md, "Bytecode and workers").
+# helpers and a worker per trial, each importing them (bench/LOG.md, "Bytecode and workers").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 extras=""

@@ -34,7 +34,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("RAY_worker_niceness", "0")
 # The suite runs more processes than cores (pytest-xdist workers, each test's drivers and trials), and torch's
 # OpenMP threads, by default, spin on a core between parallel regions: CPU taken from the other tests' work.
-# PASSIVE makes them sleep instead; the thread counts, and so every result, stay the same (bench/RESULTS.md,
+# PASSIVE makes them sleep instead; the thread counts, and so every result, stay the same (bench/LOG.md,
 # "OpenMP's spinning threads"). libgomp reads it when torch first loads, so it is set here, before any test
 # imports torch; every process the tests start inherits it. Yours wins.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")

@@ -667,7 +667,7 @@ def test_unknown_pooler_is_a_user_error(tiny_models):
 # ---- 4. the embedded model's figures, pinned ---------------------------------------------------------
 # all-MiniLM-L6-v2 (the embedded model) with SimCSE's default unsupervised pooler, as SentEval prints them.
 # Checked once against bench/eval_speed.py's independent re-implementation of SentEval's procedure (every
-# figure equal; bench/RESULTS.md, "Seven-task STS evaluation"). As sentence-transformers pins the published
+# figure equal; bench/LOG.md, "Seven-task STS evaluation"). As sentence-transformers pins the published
 # scores of known models: a change to the data reading, the tokenising, the forward, the pooling or the
 # scoring that moves any figure fails here.
 EMBEDDED_CLS_BEFORE_POOLER = {"STS12": 75.06, "STS13": 76.46, "STS14": 71.51, "STS15": 75.30, "STS16": 73.55,
