@@ -1,9 +1,10 @@
 """Each bench script's own table of what it measured: bench/tables/<script>.md, one row per measured line.
 
-A script run with `--record` appends its rows there, each led by when (UTC), the code (the commit's first 12 hex
-digits, "+dirty" with uncommitted changes outside bench/tables/) and the machine (CPU model and cores, and the GPU
-when the script used one); the columns after those are the script's own JSON fields. Rows whose fields differ
-from the last table's start a new table below it, so a script that changes its output never mixes columns.
+A script run with `--record` appends its rows there, each led by when (UTC), the code the script started from
+(the commit's first 12 hex digits, "+dirty" with uncommitted changes outside bench/tables/) and the machine (CPU
+model and cores, and the GPU when the script used one); the columns after those are the script's own JSON fields.
+Rows whose fields differ from the last table's start a new table below it, so a script that changes its output
+never mixes columns.
 bench/RESULTS.md names every table, and the documentation site's benchmarks page includes them.
 
     parser = argparse.ArgumentParser(); table.add_record_argument(parser); args = parser.parse_args()
@@ -44,7 +45,7 @@ def record(script: str | Path, rows: Iterable[dict[str, Any]], wanted: bool = Tr
     path = table_path(script, tables)
     path.parent.mkdir(parents=True, exist_ok=True)
     lead = {"date (UTC)": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M"),
-            "commit": code_commit(), "machine": machine(gpu)}
+            "commit": COMMIT_AT_START, "machine": machine(gpu)}
     text = path.read_text() if path.exists() else (
         f"<!-- Written by bench/{Path(script).name} --record (bench/table.py); one row per measured line. -->\n\n")
     header = last_header(text)
@@ -103,3 +104,6 @@ def machine(gpu: str | None = None) -> str:
 
     text = f"{cpu_model()}, {os.cpu_count()} cores"
     return f"{text}, {gpu}" if gpu else text
+
+
+COMMIT_AT_START = code_commit()  # read when the script imports this module: the code it measures
