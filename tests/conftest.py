@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.deadlines import scaled
+from tests.helpers import write_tiny_bert
 
 # Each test's own limit, setup and teardown included (pytest-timeout): a hang fails that test with the stack
 # of every thread instead of stalling the run. Generous for the slowest end-to-end test on a loaded machine;
@@ -74,18 +75,4 @@ def embedded_model_dir() -> Path:
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory, embedded_model_dir) -> Path:
     """A tiny random BERT (2 layers x 32) with the embedded model's real WordPiece tokenizer."""
-    import torch
-    from transformers import AutoTokenizer, BertConfig, BertModel
-
-    path = tmp_path_factory.mktemp("tiny-bert")
-    torch.manual_seed(0)
-    config = BertConfig(
-        vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-        intermediate_size=64, max_position_embeddings=128,
-        # BERT's default 0.02 makes a random 32-dim model map every sentence to nearly the same [CLS]
-        # (mean pairwise cosine 0.99999 on STS-B dev), i.e. collapsed before training; 0.2 gives 0.79.
-        initializer_range=0.2,
-    )
-    BertModel(config).save_pretrained(path)
-    AutoTokenizer.from_pretrained(embedded_model_dir).save_pretrained(path)
-    return path
+    return write_tiny_bert(tmp_path_factory.mktemp("tiny-bert"), embedded_model_dir, layers=2)

@@ -50,6 +50,24 @@ def first_fast(*cases: Any) -> list[Any]:
             for i, case in enumerate(cases)]
 
 
+def write_tiny_bert(path: Path, tokenizer_dir: Path, layers: int) -> Path:
+    """A random BERT of `layers` layers x 32 units (seeded) with the tokenizer of `tokenizer_dir`, saved to `path`."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=30522, hidden_size=32, num_hidden_layers=layers, num_attention_heads=2,
+        intermediate_size=64, max_position_embeddings=128,
+        # BERT's default 0.02 makes a random 32-dim model map every sentence to nearly the same [CLS]
+        # (mean pairwise cosine 0.99999 on STS-B dev), i.e. collapsed before training; 0.2 gives 0.79.
+        initializer_range=0.2,
+    )
+    BertModel(config).save_pretrained(path)
+    AutoTokenizer.from_pretrained(tokenizer_dir).save_pretrained(path)
+    return path
+
+
 def study_file(folder: Path, content: dict[str, Any] | str, file_name: str | None = None) -> Path:
     """Write a study file into `folder` and return its path: a dict as YAML in the dict's own key order,
     as FOLDER/<its name>.yaml; a text as given (dedented), as FOLDER/study.yaml. `file_name` names the file."""

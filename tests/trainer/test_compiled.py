@@ -8,8 +8,10 @@ in a different order, and no closer bound is meaningful in 8 or 11 mantissa bits
 in its summary that it compiled, and how many graphs: one per call pattern of its encoders (the online encoder
 with gradients; MoCoSE's target without, or with them under `released.target_gradients`), however many batch
 widths its 20 steps saw. The whole matrix runs through dynamo's capture and AOTAutograd with the aot_eager
-backend (the same graphs, run op by op); inductor, which builds C++ kernels for tens of seconds per graph here,
-compiles each method once in fp32 and SimCSE in bf16 and fp16, and the embedded MiniLM. All in the slow tier.
+backend (the same graphs, run op by op) on a one-layer version of the tiny BERT: capture time grows with the
+layers, and one layer exercises the same compiled call; inductor, which builds C++ kernels for tens of seconds per
+graph here, compiles the two-layer tiny BERT for each method once in fp32 and SimCSE in bf16 and fp16, and the
+six-layer embedded MiniLM. All in the slow tier.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import pytest
 import torch
 
 import trainer.train as train_mod
+from tests.helpers import write_tiny_bert
 from trainer import compiled
 from trainer.compiled import AUTO_MIN_STEPS, CompileRule, layer_stack
 from trainer.config import RunConfig
@@ -56,6 +59,12 @@ def test_the_run_plan_reads_compile_from_the_config():
 def test_an_encoder_without_a_layer_stack_is_refused_with_the_fix():
     with pytest.raises(UserError, match="has none: set compile: off"):
         layer_stack(torch.nn.Linear(2, 2))
+
+
+@pytest.fixture(scope="module")
+def one_layer_model_dir(tmp_path_factory, embedded_model_dir):
+    """The tiny BERT with one layer: the aot_eager matrix's model."""
+    return write_tiny_bert(tmp_path_factory.mktemp("one-layer-bert"), embedded_model_dir, layers=1)
 
 
 @pytest.fixture
@@ -115,9 +124,9 @@ MATRIX = [(m, v, p) for m in METHODS for v in ("paper", "released") for p in ("f
 INDUCTOR = [(m, "paper", "fp32") for m in METHODS] + [("simcse", "paper", "bf16"), ("simcse", "paper", "fp16")]
 
 
-def check_compiled_run(run, method, variant, precision):
-    eager_summary, eager, eager_widths = run(method, variant, precision, "off")
-    summary, compiled, widths = run(method, variant, precision, "on")
+def check_compiled_run(run, method, variant, precision, model=None):
+    eager_summary, eager, eager_widths = run(method, variant, precision, "off", model=model)
+    summary, compiled, widths = run(method, variant, precision, "on", model=model)
     assert_same_losses(eager, compiled, precision)
     assert summary["precision"] == eager_summary["precision"] == precision
     block = summary["compile"]
@@ -130,10 +139,10 @@ def check_compiled_run(run, method, variant, precision):
 @pytest.mark.slow
 @pytest.mark.no_cover  # coverage's tracer slows dynamo's Python-level tracing several times over (CI's 1,919 s)
 @pytest.mark.parametrize("method, variant, precision", MATRIX)
-def test_a_compiled_run_equals_the_eager_run(run, method, variant, precision, monkeypatch):
+def test_a_compiled_run_equals_the_eager_run(run, method, variant, precision, one_layer_model_dir, monkeypatch):
     """Every method x variant x precision through dynamo's capture and AOTAutograd (the aot_eager backend)."""
     monkeypatch.setattr(compiled, "BACKEND", "aot_eager")
-    check_compiled_run(run, method, variant, precision)
+    check_compiled_run(run, method, variant, precision, model=one_layer_model_dir)
 
 
 @pytest.mark.slow
