@@ -34,34 +34,36 @@ MTD_KNOBS = (
 MIN_MTD_VALUES = 3  # distinct distances an MTD figure needs (a trend through fewer says nothing)
 
 
-def _distances(table: Any, *columns: str) -> Any:
-    """The traced trials (a maximum traceable distance) with a value in every one of `columns`."""
-    if any(column not in table.columns for column in columns):
-        return table.iloc[0:0]
-    traced = table[table["method"].isin(DISTANCE_METHODS) & table["mtd"].notna()]
+def _distances(trials: Any, *columns: str) -> Any:
+    """The trials with a maximum traceable distance and a value in every one of `columns`."""
+    if any(column not in trials.columns for column in columns):
+        return trials.iloc[0:0]
+    traced = trials[trials["mtd"].notna()]
     for column in columns:
         traced = traced[traced[column].notna()]
     return traced
 
 
-def _enough_distances(table: Any, score: str) -> bool:
-    return _distances(table, score)["mtd"].round(6).nunique() >= MIN_MTD_VALUES
+def _enough_distances(trials: Any, score: str) -> bool:
+    return _distances(trials, score)["mtd"].round(6).nunique() >= MIN_MTD_VALUES
 
 
-def _enough_distances_and_batches(table: Any, score: str) -> bool:
-    return _enough_distances(table, score) and _distances(table, score)["batch_size"].nunique() >= 2
+def _enough_distances_and_batches(trials: Any, score: str) -> bool:
+    traced = _distances(trials, score)
+    return traced["mtd"].round(6).nunique() >= MIN_MTD_VALUES and traced["batch_size"].nunique() >= 2
 
 
-def _enough_measures(table: Any, score: str) -> bool:
-    return _distances(table, "align", "uniform")["mtd"].round(6).nunique() >= MIN_MTD_VALUES
+def _enough_measures(trials: Any, score: str) -> bool:
+    return _distances(trials, "align", "uniform")["mtd"].round(6).nunique() >= MIN_MTD_VALUES
 
 
 @dataclass(frozen=True)
 class FigureEntry:
     """One figure. `knobs`: groups of config keys, every group of which the study must vary (one key of it);
     `methods`: the trials it draws (None: every trial); `present`: the methods one of which must have trials
-    for it to be drawn (default `methods`; None: none needed); `needs(table, score)`: what else the data must
-    hold; `draw`: "module.function" of the drawing function; `against_mtd`: its x is the traceable distance."""
+    for it to be drawn (default `methods`; None: none needed); `needs(trials, score)`: what else its trials
+    (`trials(table)`) must hold; `draw`: "module.function" of the drawing function; `against_mtd`: its x is the
+    traceable distance."""
 
     name: str
     source: str
@@ -85,7 +87,7 @@ class FigureEntry:
         present = self.present if self.present is not None else self.methods
         if present is not None and not table["method"].isin(present).any():
             return False
-        return self.needs is None or bool(self.needs(table, score))
+        return self.needs is None or bool(self.needs(self.trials(table), score))
 
     def function(self) -> Callable[..., Any]:
         module, name = self.draw.rsplit(".", 1)
