@@ -1,22 +1,16 @@
 """How every figure of analysis.figures looks and is laid out: one style, two widths, one palette.
 
-Style: DejaVu Sans (shipped with matplotlib, so a figure does not depend on the fonts installed) at 7-8 pt,
-legible at the printed size; PDF and PS embed their fonts as TrueType (Type 42); PNG at PNG_DPI.
-Widths: SIZES, a journal's single column (3.5 in) and double column (7.2 in); the height follows from the
-panels (each keeps PANEL_HEIGHT) and what sits around them. Several panels stand side by side at the double
-width and one above the other at the single width.
-Colours: PALETTE (Okabe & Ito's colour-blind-safe set) for every series, each series with its own marker
-too, so that the figure reads in grey; heat maps use SEQUENTIAL (cividis, made for colour-vision deficiency).
+Style (STYLE, rcParams): DejaVu Sans (shipped with matplotlib) at 7-8 pt; fonts embedded as TrueType in PDF and
+PS; number axes in plain decimals (no offset, no power of ten). Widths (SIZES): one journal column (3.5 in) or the
+page (7.2 in); several panels stand side by side at the double width and one above the other at the single
+width, and the height follows from the panels (PANEL_HEIGHT each). Colours: PALETTE (Okabe & Ito), each series
+with its own marker too so the figure reads in grey; heat maps in SEQUENTIAL (cividis).
 
-`finish(fig, axes, size)` lays a drawn figure out for print, after which:
-  - every text lies on the canvas: titles and axis labels wrapped to their panel, crowded categorical
-    tick labels broken into lines (or turned upright), legends wrapped and set in as many columns as fit;
-  - the legend (one per figure) sits in a strip kept free at the bottom of the canvas, outside every
-    panel, so it never covers a mark;
-  - number axes read plainly (`PlainFormatter`: no offset, no powers of ten, as many decimals as the
-    ticks need);
-  - each "n=k" label (gid N_LABEL) sits beside its point where it covers no mark and no other label;
-  - each heat-map cell text (gid CELL_TEXT) fits its cell.
+`finish(fig, axes, size)` lays a drawn figure out on matplotlib's constrained layout, after which every text lies
+on the canvas (titles and labels wrapped to their panel, crowded categorical ticks broken into lines or turned
+upright); the one legend sits in a strip under the panels (the layout's rect starts above it), so it covers no
+mark; each "n=k" label (gid N_LABEL) sits beside its point where it covers nothing; each heat-map cell text
+(gid CELL_TEXT) fits its cell.
 """
 
 from __future__ import annotations
@@ -26,9 +20,7 @@ import contextvars
 import functools
 import re
 import textwrap
-import warnings
-import weakref
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import matplotlib
 import numpy as np
@@ -37,8 +29,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.collections import LineCollection
 from matplotlib.figure import Figure
 from matplotlib.font_manager import FontProperties
-from matplotlib.legend import Legend
-from matplotlib.ticker import Formatter, LogFormatter, ScalarFormatter
+from matplotlib.path import Path
+from matplotlib.text import Text
 from matplotlib.transforms import Bbox
 
 # Okabe & Ito: blue, vermillion, bluish green, reddish purple, orange, sky blue, black, yellow (the palest last)
@@ -54,7 +46,6 @@ PANEL_HEIGHT = {"single": 1.9, "double": 2.5}  # the height (in) every panel kee
 PNG_DPI = 300
 N_LABEL = "n_label"
 CELL_TEXT = "cell_text"
-LEGEND_BELOW = "legend_below"
 STYLE = {
     "font.family": "DejaVu Sans",
     "font.size": 8,
@@ -77,6 +68,11 @@ STYLE = {
     "axes.spines.top": False,
     "axes.spines.right": False,
     "axes.formatter.useoffset": False,
+    "axes.formatter.limits": (-1000, 1000),  # never a power of ten
+    "figure.constrained_layout.w_pad": 2 / 72,
+    "figure.constrained_layout.h_pad": 2 / 72,
+    "figure.constrained_layout.wspace": 0.04,
+    "figure.constrained_layout.hspace": 0.04,
     "lines.linewidth": 1.0,
     "lines.markersize": 4.5,
     "errorbar.capsize": 2.0,
@@ -89,21 +85,15 @@ STYLE = {
     "savefig.dpi": PNG_DPI,
     "figure.dpi": 100,
 }
-_COLUMNS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # legend -> its number of columns
-_ORIGINAL_TEXT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # title or label -> its text unwrapped
-_ORIGINAL_SIZE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # heat-map cell text -> its font size
-_PANEL_HEIGHT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # figure -> its panels' height (in), if taller
-
-
-def panel_height(fig: Figure, inches: float) -> None:
-    """Keep `fig`'s panels at least `inches` high instead of PANEL_HEIGHT (a panel of many labelled rows)."""
-    _PANEL_HEIGHT[fig] = inches
 _PAD = 4.0  # px kept free at the canvas' edges and between a label and a mark (at 100 dpi)
 N_OFFSETS = (  # where an n label may go, in points from its point: (dx, dy, ha, va), first choice first
     (5, 0, "left", "center"), (-5, 0, "right", "center"), (4, 4, "left", "bottom"), (4, -4, "left", "top"),
     (-4, 4, "right", "bottom"), (-4, -4, "right", "top"), (0, 6, "center", "bottom"), (0, -6, "center", "top"),
     (9, 0, "left", "center"), (-9, 0, "right", "center"), (0, 11, "center", "bottom"), (0, -11, "center", "top"),
 )
+
+
+MAX_PASSES = 10  # layout passes before the figure is drawn as it stands
 
 
 def styled(function: Callable) -> Callable:
@@ -126,13 +116,10 @@ def check_size(size: str) -> str:
 def new_figure(size: str = DEFAULT_SIZE, panels: int = 1) -> tuple[Figure, list]:
     """A figure of `size`'s width with `panels` axes (side by side at "double", stacked at "single"), on an
     Agg canvas so savefig works with no pyplot and no display."""
-    width = SIZES[check_size(size)]
-    rows, cols = (panels, 1) if size == "single" else (1, panels)
-    fig = Figure(figsize=(width, PANEL_HEIGHT[size] * rows + 1.2), layout="constrained")
+    rows, cols = (panels, 1) if check_size(size) == "single" else (1, panels)
+    fig = Figure(figsize=(SIZES[size], PANEL_HEIGHT[size] * rows + 1.2), layout="constrained")
     FigureCanvasAgg(fig)
-    fig.get_layout_engine().set(w_pad=2 / 72, h_pad=2 / 72, wspace=0.04, hspace=0.04)
-    axes = fig.subplots(rows, cols, squeeze=False).ravel()
-    return fig, list(axes)
+    return fig, list(fig.subplots(rows, cols, squeeze=False).ravel())
 
 
 def series_style(i: int) -> dict[str, str]:
@@ -152,88 +139,7 @@ def save_figure(fig: Figure, path: Any, file_format: str, dpi: float = PNG_DPI) 
             fig.savefig(path, format=file_format, dpi=dpi)
 
 
-# ---- number axes --------------------------------------------------------------------------------
-class PlainFormatter(Formatter):
-    """Tick labels as plain decimals with the fewest decimals that write every tick exactly: no offset
-    ("+7.377e1") and no power of ten, whatever the axis' range."""
-
-    def __init__(self) -> None:
-        self.decimals = 0
-
-    def set_locs(self, locs: Sequence[float]) -> None:
-        super().set_locs(locs)
-        self.decimals = decimals_needed(locs)
-
-    def __call__(self, x: float, pos: int | None = None) -> str:
-        text = f"{x:.{self.decimals}f}"
-        if float(text) == 0.0:
-            text = text.lstrip("-")
-        elif text.startswith("-") and matplotlib.rcParams["axes.unicode_minus"]:
-            text = "\N{MINUS SIGN}" + text[1:]
-        return text
-
-    def get_offset(self) -> str:
-        return ""
-
-
-def decimals_needed(values: Iterable[float], most: int = 6) -> int:
-    """The fewest decimals (<= most) that write every finite value exactly.
-
-    >>> decimals_needed([73.770, 73.772, 73.774])
-    3
-    >>> decimals_needed([6, 8, 10, 15])
-    0
-    """
-    finite = [float(v) for v in values if np.isfinite(v)]
-    for decimals in range(most + 1):
-        if all(abs(round(v, decimals) - v) <= 1e-9 * max(1.0, abs(v)) for v in finite):
-            return decimals
-    return most
-
-
-def plain_number_axes(fig: Figure) -> None:
-    """PlainFormatter on every axis that shows numbers (not on categorical or log-minor ticks)."""
-    for ax in fig.axes:
-        for axis in (ax.xaxis, ax.yaxis):
-            if isinstance(axis.get_major_formatter(), (ScalarFormatter, LogFormatter)):
-                axis.set_major_formatter(PlainFormatter())
-
-
-# ---- legends ------------------------------------------------------------------------------------
-def legend_below(ax, handles: list | None = None, labels: list[str] | None = None, title: str | None = None):
-    """The figure's legend (one per figure), made on `ax`: `finish` sets it in a strip kept free under the
-    panels, from the canvas' left edge, so it covers no mark; its texts are wrapped to the canvas' width
-    and set in as many columns as fit."""
-    if handles is None:
-        handles, labels = ax.get_legend_handles_labels()
-    if _FOOTNOTE.get():
-        title = f"{title}\nwarning: {_FOOTNOTE.get()}" if title else f"warning: {_FOOTNOTE.get()}"
-    fig = ax.get_figure()
-    font = FontProperties(size=matplotlib.rcParams["legend.fontsize"])
-    title_font = FontProperties(size=matplotlib.rcParams["legend.title_fontsize"])
-    unit = font.get_size_in_points() * fig.dpi / 72  # one em in px
-    available = _legend_width(fig) - 2 * matplotlib.rcParams["legend.borderpad"] * unit  # inside the frame
-    handle = (matplotlib.rcParams["legend.handlelength"] + matplotlib.rcParams["legend.handletextpad"]) * unit
-    labels = [_wrap(label, available - handle, font, fig) for label in labels]
-    title = _wrap(title, available, title_font, fig) if title else None
-    widths = [_text_width(label, font, fig) + handle for label in labels]
-    spacing = matplotlib.rcParams["legend.columnspacing"] * unit
-    columns = 1
-    for count in range(min(len(labels), 4), 1, -1):
-        rows, large = divmod(len(labels), count)  # matplotlib's split: the first `large` columns hold one more
-        starts = np.cumsum([0] + [rows + 1] * large + [rows] * (count - large))
-        column_widths = [max(widths[a:b]) for a, b in zip(starts[:-1], starts[1:])]
-        if sum(column_widths) + spacing * (count - 1) <= available:
-            columns = count
-            break
-    legend = ax.legend(handles, labels, title=title, ncols=columns, loc="upper left", alignment="left",
-                       bbox_to_anchor=(0.0, 0.0), bbox_transform=fig.transFigure)
-    legend.set_gid(LEGEND_BELOW)
-    legend.set_in_layout(False)  # its room is the strip `finish` keeps free
-    _COLUMNS[legend] = columns
-    return legend
-
-
+# ---- the legend ---------------------------------------------------------------------------------
 _FOOTNOTE: contextvars.ContextVar[str | None] = contextvars.ContextVar("footnote", default=None)
 
 
@@ -247,24 +153,46 @@ def footnote(text: str | None) -> Iterator[None]:
         _FOOTNOTE.reset(token)
 
 
-def _legend_width(fig: Figure) -> float:
+def legend_below(ax, handles: list | None = None, labels: list[str] | None = None, title: str | None = None):
+    """The figure's legend (one per figure), made on `ax` and kept out of the layout: `finish` hangs it in a
+    strip under the panels from the canvas' left edge. Its texts are wrapped to the canvas' width and set in
+    as many columns (up to four) as fit."""
+    if handles is None:
+        handles, labels = ax.get_legend_handles_labels()
+    if _FOOTNOTE.get():
+        title = f"{title}\nwarning: {_FOOTNOTE.get()}" if title else f"warning: {_FOOTNOTE.get()}"
+    fig = ax.get_figure()
+    rc = matplotlib.rcParams
+    unit = rc["legend.fontsize"] * fig.dpi / 72  # one em in px
+    available = _strip_width(fig) - 2 * rc["legend.borderpad"] * unit  # inside the frame
+    handle = (rc["legend.handlelength"] + rc["legend.handletextpad"]) * unit
+    font, title_font = FontProperties(size=rc["legend.fontsize"]), FontProperties(size=rc["legend.title_fontsize"])
+    labels = [_wrap(label, available - handle, font, fig) for label in labels]
+    title = _wrap(title, available, title_font, fig) if title else None
+    widths = [_text_width(label, font, fig) + handle for label in labels]
+    columns = 1
+    for count in range(min(len(labels), 4), 1, -1):
+        rows, large = divmod(len(labels), count)  # matplotlib's split: the first `large` columns hold one more
+        starts = np.cumsum([0] + [rows + 1] * large + [rows] * (count - large))
+        column_widths = [max(widths[a:b]) for a, b in zip(starts[:-1], starts[1:])]
+        if sum(column_widths) + rc["legend.columnspacing"] * unit * (count - 1) <= available:
+            columns = count
+            break
+    legend = ax.legend(handles, labels, title=title, ncols=columns, loc="upper left", alignment="left",
+                       bbox_to_anchor=(0.0, 0.0), bbox_transform=fig.transFigure)
+    legend.set_in_layout(False)  # its room is the strip `finish` keeps free
+    return legend
+
+
+def _strip_width(fig: Figure) -> float:
     return fig.bbox.width - 2 * _PAD * fig.dpi / 100
 
 
-def _legends(fig: Figure) -> list[Legend]:
-    return [ax.get_legend() for ax in fig.axes
-            if ax.get_legend() is not None and ax.get_legend().get_gid() == LEGEND_BELOW]
-
-
 def _keep_legend_strip(fig: Figure, renderer) -> bool:
-    """Keep the bottom of the canvas free for the legend (the constrained layout's rect starts above it) and
-    hang the legend at its top; True when the strip changed."""
+    """Start the constrained layout's rect above the legends' strip and hang the legends at its top; True when the
+    strip changed."""
     pad = _PAD * fig.dpi / 100
-    legends = _legends(fig)
-    for legend in legends:
-        while legend.get_window_extent(renderer).width > _legend_width(fig) and _COLUMNS[legend] > 1:
-            _COLUMNS[legend] -= 1  # the estimate in legend_below was short: one column fewer
-            legend.set_ncols(_COLUMNS[legend])
+    legends = [ax.get_legend() for ax in fig.axes if ax.get_legend() is not None]
     strip = max((legend.get_window_extent(renderer).height + 2 * pad for legend in legends), default=0.0)
     bottom = strip / fig.bbox.height
     changed = abs(fig.get_layout_engine().get()["rect"][1] - bottom) > 0.5 / fig.bbox.height
@@ -317,28 +245,20 @@ def _wrap_line(line: str, width_px: float, font: FontProperties, fig: Figure) ->
         chars -= 1
 
 
-def _fit_text(text_artist, width_px: float) -> bool:
-    """Wrap a Text artist's text as first set to `width_px` (so a panel that grows back unwraps it); True
-    when its text changed."""
-    text = _ORIGINAL_TEXT.setdefault(text_artist, text_artist.get_text())
-    if not text:
-        return False
-    wrapped = _wrap(text, width_px, text_artist.get_fontproperties(), text_artist.get_figure())
-    if wrapped == text_artist.get_text():
-        return False
-    text_artist.set_text(wrapped)
-    return True
-
-
-def _fit_labels(fig: Figure, axes: Sequence) -> bool:
-    changed = False
-    for text in fig.texts:  # the suptitle
-        changed |= _fit_text(text, fig.bbox.width - 2 * _PAD * fig.dpi / 100)
+def _fit_labels(fig: Figure, axes: Sequence, unwrapped: dict[Text, str]) -> bool:
+    """Wrap the suptitle, the panels' titles and the axis labels to their room, each from its text as first set
+    (`unwrapped`), so that a panel that grows back unwraps it; True when a text changed."""
+    room = [(text, fig.bbox.width - 2 * _PAD * fig.dpi / 100) for text in fig.texts]
     for ax in fig.axes:
-        if ax in axes:
-            changed |= _fit_text(ax.title, max(ax.bbox.width, 40.0))
-        changed |= _fit_text(ax.xaxis.label, max(ax.bbox.width, 40.0))
-        changed |= _fit_text(ax.yaxis.label, max(ax.bbox.height, 40.0))
+        room += [(ax.title, max(ax.bbox.width, 40.0))] if ax in axes else []
+        room += [(ax.xaxis.label, max(ax.bbox.width, 40.0)), (ax.yaxis.label, max(ax.bbox.height, 40.0))]
+    changed = False
+    for text, width in room:
+        original = unwrapped.setdefault(text, text.get_text())
+        wrapped = _wrap(original, width, text.get_fontproperties(), fig) if original else original
+        if wrapped != text.get_text():
+            text.set_text(wrapped)
+            changed = True
     return changed
 
 
@@ -366,11 +286,9 @@ def _crowded(labels: Sequence, renderer) -> bool:
     return any(a.x1 + 2 > b.x0 for a, b in zip(boxes, boxes[1:]))
 
 
-def _keep_panel_height(fig: Figure, axes: Sequence, size: str) -> bool:
-    """Make the figure as tall as it takes for its shortest panel to be PANEL_HEIGHT high (or what panel_height
-    asked for)."""
+def _keep_panel_height(fig: Figure, axes: Sequence, wanted: float) -> bool:
+    """Make the figure as tall as it takes for its shortest panel to be `wanted` inches high."""
     rows = max(ax.get_subplotspec().get_gridspec().nrows for ax in axes)
-    wanted = max(PANEL_HEIGHT[size], _PANEL_HEIGHT.get(fig, 0.0))
     missing = wanted - min(ax.bbox.height for ax in axes) / fig.dpi
     if abs(missing) <= 0.05:
         return False
@@ -379,36 +297,29 @@ def _keep_panel_height(fig: Figure, axes: Sequence, size: str) -> bool:
     return True
 
 
-def _laid_out(fig: Figure) -> bool:
-    """Draw `fig`; False when the constrained layout found no room for the panels (the figure too short
-    for what surrounds them), after making the figure taller."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+def finish(fig: Figure, axes: Sequence, size: str, panel_height: float | None = None) -> Figure:
+    """Lay `fig` out for print (see the module doc); `axes` are its plotting panels (not colour bars), each kept
+    PANEL_HEIGHT[size] high, or `panel_height` inches where that is more (a panel of many labelled rows).
+
+    Wrapping a label moves the panels, and moving them changes the room a label has: the passes repeat until
+    nothing changes (MAX_PASSES at most). The figure starts tall enough for its panels above the legend strip."""
+    wanted = max(PANEL_HEIGHT[size], panel_height or 0.0)
+    renderer = fig.canvas.get_renderer()
+    _keep_legend_strip(fig, renderer)
+    rows = max(ax.get_subplotspec().get_gridspec().nrows for ax in axes)
+    width, height = fig.get_size_inches()
+    strip = fig.get_layout_engine().get()["rect"][1] * height
+    if height - strip < rows * wanted:  # a legend taller than the room left for titles and labels
+        fig.set_size_inches(width, strip + rows * wanted + 1.2)
+        _keep_legend_strip(fig, renderer)
+    unwrapped: dict[Text, str] = {}
+    for _ in range(MAX_PASSES):
         fig.draw_without_rendering()
-    if any("collapsed" in str(w.message) for w in caught):
-        width, height = fig.get_size_inches()
-        fig.set_size_inches(width, height + 1.0)
-        return False
-    return True
-
-
-def finish(fig: Figure, axes: Sequence, size: str) -> Figure:
-    """Lay `fig` out for print (see the module doc); `axes` are its plotting panels (not colour bars)."""
-    plain_number_axes(fig)
-    _keep_legend_strip(fig, fig.canvas.get_renderer())
-    settled = False
-    for _ in range(10):
-        if not _laid_out(fig):
-            continue
         renderer = fig.canvas.get_renderer()
-        changed = _fit_labels(fig, axes)
-        changed |= _fit_ticks(axes, renderer)
-        changed |= _keep_panel_height(fig, axes, size)
-        changed |= _keep_legend_strip(fig, renderer)
-        if not changed:
-            settled = True
+        changed = _fit_labels(fig, axes, unwrapped) | _fit_ticks(axes, renderer)
+        if not (changed | _keep_panel_height(fig, axes, wanted) | _keep_legend_strip(fig, renderer)):
             break
-    if not settled:
+    else:
         fig.draw_without_rendering()
     renderer = fig.canvas.get_renderer()
     for ax in axes:
@@ -444,15 +355,6 @@ def mark_boxes(ax, renderer) -> tuple[list[Bbox], list[np.ndarray]]:
     return boxes, lines
 
 
-def _crosses(box: Bbox, line: np.ndarray) -> bool:
-    for (x0, y0), (x1, y1) in zip(line[:-1], line[1:]):
-        t = np.linspace(0.0, 1.0, 24)
-        xs, ys = x0 + (x1 - x0) * t, y0 + (y1 - y0) * t
-        if np.any((xs >= box.x0) & (xs <= box.x1) & (ys >= box.y0) & (ys <= box.y1)):
-            return True
-    return False
-
-
 def _place_n_labels(ax, renderer) -> None:
     notes = [t for t in ax.texts if t.get_gid() == N_LABEL]
     if not notes:
@@ -467,7 +369,7 @@ def _place_n_labels(ax, renderer) -> None:
             note.xyann = (dx, dy)
             box = note.get_window_extent(renderer).padded(1.0)
             cost = (100 * sum(box.overlaps(b) for b in boxes + taken) + 100 * (not _contains(inside, box))
-                    + 10 * sum(_crosses(box, line) for line in lines) + rank * 0.1)
+                    + 10 * sum(Path(line).intersects_bbox(box, filled=False) for line in lines) + rank * 0.1)
             scored.append((cost, rank))
         _, best = min(scored)
         dx, dy, ha, va = N_OFFSETS[best]
@@ -481,10 +383,8 @@ def _contains(outer: Bbox, inner: Bbox) -> bool:
 
 
 def _fit_cells(ax, renderer) -> None:
-    """Shrink each heat-map cell text (data coordinates = cell centre, cells 1 wide) from its first size
-    until it fits its cell."""
+    """Shrink each heat-map cell text (data coordinates = cell centre, cells 1 wide) until it fits its cell."""
     for text in (t for t in ax.texts if t.get_gid() == CELL_TEXT):
-        text.set_fontsize(_ORIGINAL_SIZE.setdefault(text, text.get_fontsize()))
         x, y = text.get_position()
         corners = ax.transData.transform([(x - 0.5, y - 0.5), (x + 0.5, y + 0.5)])
         cell = Bbox.from_extents(*corners.min(axis=0), *corners.max(axis=0)).padded(-1.5)

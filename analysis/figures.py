@@ -69,13 +69,13 @@ from analysis.stats import seed_summary
 from trainer.vocabulary import MOCOSE
 
 COLUMNS = ["series", "x", "x_label", "mean", "std", "n"]
+Keys = Sequence[str] | None  # the parameters that set series apart (None: inferred)
+Drawn = tuple[Figure, pd.DataFrame]
 
 
 # ---- MoCoSE ablation tables as charts -----------------------------------------------------------
 @styled
-def figure_queue_slices(
-    table: pd.DataFrame, score: str = "avg", by: Sequence[str] | None = None, size: str = DEFAULT_SIZE,
-) -> tuple[Figure, pd.DataFrame]:
+def figure_queue_slices(table: pd.DataFrame, score: str = "avg", by: Keys = None, size: str = DEFAULT_SIZE) -> Drawn:
     """MoCoSE Table 8: which age-ordered queue positions the loss uses, as a dot plot (the slices have no order
     to draw a line along)."""
     trials = FIGURE["queue_slices"].trials(table)
@@ -90,9 +90,7 @@ def figure_queue_slices(
 
 
 @styled
-def figure_ema_decay(
-    table: pd.DataFrame, score: str = "avg", by: Sequence[str] | None = None, size: str = DEFAULT_SIZE,
-) -> tuple[Figure, pd.DataFrame]:
+def figure_ema_decay(table: pd.DataFrame, score: str = "avg", by: Keys = None, size: str = DEFAULT_SIZE) -> Drawn:
     """MoCoSE Table 3 / Fig. 8: EMA decay eta (constant schedule; eta0 under a cosine schedule)."""
     trials = FIGURE["ema_decay"].trials(table)
     constant = "ema.schedule" not in trials.columns or (trials["ema.schedule"] == "constant").all()
@@ -106,9 +104,7 @@ def figure_ema_decay(
 
 
 @styled
-def figure_queue_heatmap(
-    table: pd.DataFrame, score: str = "avg", by: Sequence[str] | None = None, size: str = DEFAULT_SIZE,
-) -> tuple[Figure, pd.DataFrame]:
+def figure_queue_heatmap(table: pd.DataFrame, score: str = "avg", by: Keys = None, size: str = DEFAULT_SIZE) -> Drawn:
     """MoCoSE Table 7 / Fig. 12: queue size K x initial queue size K0, cells = mean ± std over seeds.
 
     Rows are K0 as a fraction of K (the paper's w.o. / K/4 / K/2 / all) when that gives fewer rows
@@ -178,9 +174,7 @@ def figure_queue_heatmap(
 
 
 @styled
-def figure_head_depth(
-    table: pd.DataFrame, score: str = "avg", by: Sequence[str] | None = None, size: str = DEFAULT_SIZE,
-) -> tuple[Figure, pd.DataFrame]:
+def figure_head_depth(table: pd.DataFrame, score: str = "avg", by: Keys = None, size: str = DEFAULT_SIZE) -> Drawn:
     """MoCoSE Table 4: projection layers P / predictor layers Q."""
     trials = FIGURE["head_depth"].trials(table).copy()
     trials["heads.depth"] = [
@@ -198,9 +192,7 @@ def figure_head_depth(
 
 
 @styled
-def figure_predictor_width(
-    table: pd.DataFrame, score: str = "avg", by: Sequence[str] | None = None, size: str = DEFAULT_SIZE,
-) -> tuple[Figure, pd.DataFrame]:
+def figure_predictor_width(table: pd.DataFrame, score: str = "avg", by: Keys = None, size: str = DEFAULT_SIZE) -> Drawn:
     """MoCoSE Table 6a: the "predictor dimension", the width of the embedding the loss sees
     (heads.embedding_dim: projection output, predictor layers, queue; null = the encoder's hidden size)."""
     trials = FIGURE["predictor_width"].trials(table)
@@ -213,9 +205,7 @@ def figure_predictor_width(
 
 
 @styled
-def figure_batch_size(
-    table: pd.DataFrame, score: str = "avg", by: Sequence[str] | None = None, size: str = DEFAULT_SIZE,
-) -> tuple[Figure, pd.DataFrame]:
+def figure_batch_size(table: pd.DataFrame, score: str = "avg", by: Keys = None, size: str = DEFAULT_SIZE) -> Drawn:
     """MoCoSE Table 6b: batch size N (the paper keeps K = 512, so MTD changes with N)."""
     all_mocose = (table["method"] == MOCOSE).all()
     return _ablation_figure(
@@ -227,9 +217,7 @@ def figure_batch_size(
 
 
 @styled
-def figure_fgsm_eps(
-    table: pd.DataFrame, score: str = "avg", by: Sequence[str] | None = None, size: str = DEFAULT_SIZE,
-) -> tuple[Figure, pd.DataFrame]:
+def figure_fgsm_eps(table: pd.DataFrame, score: str = "avg", by: Keys = None, size: str = DEFAULT_SIZE) -> Drawn:
     """MoCoSE Table 9: FGSM epsilon on the word embeddings (0 = no FGSM)."""
     all_mocose = (table["method"] == MOCOSE).all()
     return _ablation_figure(
@@ -242,9 +230,7 @@ def figure_fgsm_eps(
 
 # ---- GS-InfoNCE and MixCSE -----------------------------------------------------------------------
 @styled
-def figure_gaussian_m(
-    table: pd.DataFrame, score: str = "avg", by: Sequence[str] | None = None, size: str = DEFAULT_SIZE,
-) -> tuple[Figure, pd.DataFrame]:
+def figure_gaussian_m(table: pd.DataFrame, score: str = "avg", by: Keys = None, size: str = DEFAULT_SIZE) -> Drawn:
     """GS-InfoNCE Table 3: number of Gaussian negatives M as a multiple of the batch size (0 = SimCSE)."""
     trials = FIGURE["gaussian_m"].trials(table)
     return _ablation_figure(
@@ -256,9 +242,7 @@ def figure_gaussian_m(
 
 
 @styled
-def figure_mix_lambda(
-    table: pd.DataFrame, score: str = "avg", by: Sequence[str] | None = None, size: str = DEFAULT_SIZE,
-) -> tuple[Figure, pd.DataFrame]:
+def figure_mix_lambda(table: pd.DataFrame, score: str = "avg", by: Keys = None, size: str = DEFAULT_SIZE) -> Drawn:
     """MixCSE: the mixing coefficient lambda (share of the anchor's own positive in the mixed negative)."""
     trials = FIGURE["mix_lambda"].trials(table)
     return _ablation_figure(

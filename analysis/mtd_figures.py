@@ -17,7 +17,7 @@ from typing import Any, Sequence
 
 import pandas as pd
 from matplotlib.figure import Figure
-from matplotlib.ticker import FixedLocator, NullFormatter
+from matplotlib.ticker import FixedLocator, NullFormatter, ScalarFormatter
 
 from analysis import paper_values
 from analysis.figure_marks import (
@@ -33,7 +33,6 @@ from analysis.figure_marks import (
 from analysis.figure_style import (
     DEFAULT_SIZE,
     REFERENCE_GREY,
-    PlainFormatter,
     finish,
     legend_below,
     new_figure,
@@ -237,7 +236,7 @@ def _finish_mtd_axes(ax, score: str | None, log_x: bool, mtd_source: str, note: 
         ax.set_xscale("log")
         low, high = ax.get_xlim()
         ax.xaxis.set_major_locator(FixedLocator(_log_ticks(low, high)))
-        ax.xaxis.set_major_formatter(PlainFormatter())
+        ax.xaxis.set_major_formatter(ScalarFormatter())  # plain decimals under STYLE
         ax.xaxis.set_minor_formatter(NullFormatter())
     if legend:
         notes = [note, None if score is None or paper_comparable(score) else PAPER_LEFT_OUT]

@@ -268,14 +268,13 @@ def figure_paired_differences(table: pd.DataFrame, by: Sequence[str], reference:
     """Each configuration's mean paired difference to the reference with its 95% bootstrap interval (a point alone
     where n = 2), a zero line, the reference named in the title; (figure, its data)."""
     from analysis.figure_marks import score_label
-    from analysis.figure_style import finish, legend_below, new_figure, panel_height, series_style
+    from analysis.figure_style import finish, legend_below, new_figure, series_style
 
     differences, left_out = paired_differences(table, by, reference, score, n_boot, seed)
     if not differences:
         raise ValueError("no configuration shares two seeds with the reference")
     data = paired_frame(differences, by)
     fig, (ax,) = new_figure(size)
-    panel_height(fig, 0.3 + 0.2 * len(differences))  # a row per configuration, its label readable
     labels = [_values(d.configuration, by) for d in differences]
     ys = np.arange(len(differences))[::-1]
     style = series_style(0)
@@ -301,4 +300,4 @@ def figure_paired_differences(table: pd.DataFrame, by: Sequence[str], reference:
     if left_out:
         title += f"; not compared (under {MIN_PAIRED} shared seeds): {len(left_out)}"
     legend_below(ax, title=title)
-    return finish(fig, [ax], size), data
+    return finish(fig, [ax], size, panel_height=0.3 + 0.2 * len(differences)), data  # a row per configuration

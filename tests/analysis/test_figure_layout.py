@@ -377,3 +377,22 @@ def test_the_inspection_finds_what_it_looks_for(tmp_path):
     ax.bar([0], [76.0], bottom=70.0, color=figure_style.PALETTE[1])
     ax.set_ylim(70, 77)
     assert any("bars do not start at zero" in p for p in layout_problems(fig))
+
+
+@pytest.mark.parametrize("size", ["single", "double"])
+def test_a_legend_taller_than_the_figure_makes_the_figure_taller(size):
+    """Forty series: the legend strip alone is taller than the figure as first made; the figure grows so that
+    the panel keeps its height above it, and the layout holds."""
+    import matplotlib
+
+    with matplotlib.rc_context(figure_style.STYLE):
+        fig, (ax,) = figure_style.new_figure(size)
+        for i in range(40):
+            ax.plot([0, 1], [i, i + 1], label=f"configuration {i} with a long name", **figure_style.series_style(i))
+        ax.set_title("Forty series")
+        figure_style.legend_below(ax, title="mean over seeds")
+        first_height = float(fig.get_size_inches()[1])
+        figure_style.finish(fig, [ax], size)
+    assert fig.get_size_inches()[1] > first_height
+    assert ax.bbox.height / fig.dpi >= figure_style.PANEL_HEIGHT[size] - 0.05
+    assert layout_problems(fig) == []
