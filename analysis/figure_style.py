@@ -169,17 +169,11 @@ def legend_below(ax, handles: list | None = None, labels: list[str] | None = Non
     font, title_font = FontProperties(size=rc["legend.fontsize"]), FontProperties(size=rc["legend.title_fontsize"])
     labels = [_wrap(label, available - handle, font, fig) for label in labels]
     title = _wrap(title, available, title_font, fig) if title else None
-    widths = [_text_width(label, font, fig) + handle for label in labels]
-    columns = 1
-    for count in range(min(len(labels), 4), 1, -1):
-        rows, large = divmod(len(labels), count)  # matplotlib's split: the first `large` columns hold one more
-        starts = np.cumsum([0] + [rows + 1] * large + [rows] * (count - large))
-        column_widths = [max(widths[a:b]) for a, b in zip(starts[:-1], starts[1:])]
-        if sum(column_widths) + rc["legend.columnspacing"] * unit * (count - 1) <= available:
-            columns = count
+    for columns in range(max(1, min(len(labels), 4)), 0, -1):  # the most columns that fit the strip's width
+        legend = ax.legend(handles, labels, title=title, ncols=columns, loc="upper left", alignment="left",
+                           bbox_to_anchor=(0.0, 0.0), bbox_transform=fig.transFigure)
+        if legend.get_window_extent(fig.canvas.get_renderer()).width <= _strip_width(fig):
             break
-    legend = ax.legend(handles, labels, title=title, ncols=columns, loc="upper left", alignment="left",
-                       bbox_to_anchor=(0.0, 0.0), bbox_transform=fig.transFigure)
     legend.set_in_layout(False)  # its room is the strip `finish` keeps free
     return legend
 
