@@ -8,6 +8,9 @@ skips and says so. After a deliberate change to the figures, look at the new ima
 baselines with
 
     FIGURE_BASELINES=write python -m pytest -n 0 -p no:cacheprovider tests/analysis/test_figure_images.py
+
+These are seven figures; scripts/figure_regression.py renders every figure of every study before and after a
+change and names each one whose pixels moved.
 """
 
 from __future__ import annotations
