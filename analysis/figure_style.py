@@ -85,15 +85,13 @@ STYLE = {
     "savefig.dpi": PNG_DPI,
     "figure.dpi": 100,
 }
+MAX_PASSES = 10  # layout passes before the figure is drawn as it stands
 _PAD = 4.0  # px kept free at the canvas' edges and between a label and a mark (at 100 dpi)
 N_OFFSETS = (  # where an n label may go, in points from its point: (dx, dy, ha, va), first choice first
     (5, 0, "left", "center"), (-5, 0, "right", "center"), (4, 4, "left", "bottom"), (4, -4, "left", "top"),
     (-4, 4, "right", "bottom"), (-4, -4, "right", "top"), (0, 6, "center", "bottom"), (0, -6, "center", "top"),
     (9, 0, "left", "center"), (-9, 0, "right", "center"), (0, 11, "center", "bottom"), (0, -11, "center", "top"),
 )
-
-
-MAX_PASSES = 10  # layout passes before the figure is drawn as it stands
 
 
 def styled(function: Callable) -> Callable:
@@ -303,7 +301,7 @@ def finish(fig: Figure, axes: Sequence, size: str, panel_height: float | None = 
     rows = max(ax.get_subplotspec().get_gridspec().nrows for ax in axes)
     width, height = fig.get_size_inches()
     strip = fig.get_layout_engine().get()["rect"][1] * height
-    if height - strip < rows * wanted:  # a legend taller than the room left for titles and labels
+    if height - strip < rows * wanted:  # the legend strip would leave the panels less than their own height
         fig.set_size_inches(width, strip + rows * wanted + 1.2)
         _keep_legend_strip(fig, renderer)
     unwrapped: dict[Text, str] = {}
