@@ -161,10 +161,10 @@ def legend_below(ax, handles: list | None = None, labels: list[str] | None = Non
         title = f"{title}\nwarning: {_FOOTNOTE.get()}" if title else f"warning: {_FOOTNOTE.get()}"
     fig = ax.get_figure()
     rc = matplotlib.rcParams
-    unit = rc["legend.fontsize"] * fig.dpi / 72  # one em in px
+    font, title_font = FontProperties(size=rc["legend.fontsize"]), FontProperties(size=rc["legend.title_fontsize"])
+    unit = font.get_size_in_points() * fig.dpi / 72  # one em in px ("small" and the like read as points)
     available = _strip_width(fig) - 2 * rc["legend.borderpad"] * unit  # inside the frame
     handle = (rc["legend.handlelength"] + rc["legend.handletextpad"]) * unit
-    font, title_font = FontProperties(size=rc["legend.fontsize"]), FontProperties(size=rc["legend.title_fontsize"])
     labels = [_wrap(label, available - handle, font, fig) for label in labels]
     title = _wrap(title, available, title_font, fig) if title else None
     for columns in range(max(1, min(len(labels), 4)), 0, -1):  # the most columns that fit the strip's width
@@ -278,9 +278,8 @@ def _crowded(labels: Sequence, renderer) -> bool:
     return any(a.x1 + 2 > b.x0 for a, b in zip(boxes, boxes[1:]))
 
 
-def _keep_panel_height(fig: Figure, axes: Sequence, wanted: float) -> bool:
-    """Make the figure as tall as it takes for its shortest panel to be `wanted` inches high."""
-    rows = max(ax.get_subplotspec().get_gridspec().nrows for ax in axes)
+def _keep_panel_height(fig: Figure, axes: Sequence, wanted: float, rows: int) -> bool:
+    """Make the figure as tall as it takes for its shortest panel (of `rows` stacked) to be `wanted` inches high."""
     missing = wanted - min(ax.bbox.height for ax in axes) / fig.dpi
     if abs(missing) <= 0.05:
         return False
@@ -309,7 +308,7 @@ def finish(fig: Figure, axes: Sequence, size: str, panel_height: float | None = 
         fig.draw_without_rendering()
         renderer = fig.canvas.get_renderer()
         changed = _fit_labels(fig, axes, unwrapped) | _fit_ticks(axes, renderer)
-        if not (changed | _keep_panel_height(fig, axes, wanted) | _keep_legend_strip(fig, renderer)):
+        if not (changed | _keep_panel_height(fig, axes, wanted, rows) | _keep_legend_strip(fig, renderer)):
             break
     else:
         fig.draw_without_rendering()
