@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     import trainer.corpus as corpus_module
-    from sweep.commands.gpu_bench import BERT_BASE, bench_run_config, measure_run, write_encoder
+    from sweep.commands.gpu_bench import BERT_BASE, bench_run_config, measure_at_precision, write_encoder
     from trainer.data import data_dir
 
     started = time.monotonic()
@@ -87,11 +87,9 @@ def main(argv: list[str] | None = None) -> int:
                     run_started = time.monotonic()
                     config = bench_run_config(model, method, precision, args.steps, batch, device, root,
                                               Path(tmp) / "cache")
-                    if precision != "fp32" and method == "mocose":
-                        config["fgsm"] = {"eps": 0.0}  # 5e-9 is below half precision's resolution (refused)
                     widths.clear()
                     try:
-                        run = measure_run(config, cuda)
+                        run = measure_at_precision(config, cuda)  # MoCoSE's half-precision rows: no FGSM
                     except torch.OutOfMemoryError:
                         report["runs"].append({"method": method, "precision": precision, "batch": batch,
                                                "error": "out of memory"})

@@ -221,18 +221,15 @@ AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}  # a half prec
 
 def check_fgsm_precision(eps: float | None, precision: str, word_embeddings: Tensor) -> None:
     """Refuse an FGSM eps that half-precision autocast (`precision` bf16 or fp16) would round away before the
-    encoder sees it: a one-line UserError naming the floor and the two ways out."""
-    from trainer.errors import UserError
+    encoder sees it: a PrecisionFloorError (one line, naming the floor and the two ways out)."""
+    from trainer.errors import PrecisionFloorError
 
     dtype = AUTOCAST_DTYPES.get(precision)
     if dtype is None or not eps:
         return
     floor = half_precision_floor(word_embeddings, dtype)
     if eps < floor:
-        raise UserError(
-            f"config key 'fgsm.eps': {eps:g} is below what {precision} autocast can represent next to "
-            f"this model's word embeddings (~{floor:.1e}), so the perturbation would never reach the encoder; "
-            f"set precision: fp32 (the MoCoSE release runs in fp32) or fgsm.eps >= {floor:.1e}")
+        raise PrecisionFloorError(eps, precision, floor)
 
 
 def token_cutoff(

@@ -31,6 +31,19 @@ class ConfigError(UserError):
         self.key, self.detail = key, detail
 
 
+class PrecisionFloorError(ConfigError):
+    """An FGSM eps (`fgsm.eps`) below what half-precision autocast can represent next to the model's word
+    embeddings (`floor`): the perturbation would round away before the encoder sees it. A caller that can run
+    without FGSM (the GPU bench's half-precision rows) catches this class; the message is for the user."""
+
+    def __init__(self, eps: float, precision: str, floor: float):
+        super().__init__("fgsm.eps", f": {eps:g} is below what {precision} autocast can represent next to this "
+                                     f"model's word embeddings (~{floor:.1e}), so the perturbation would never reach "
+                                     f"the encoder; set precision: fp32 (the MoCoSE release runs in fp32) or "
+                                     f"fgsm.eps >= {floor:.1e}")
+        self.eps, self.precision, self.floor = eps, precision, floor
+
+
 # Error messages quote what the user wrote, but never all of it: a study value may be a 1 MB string or a list
 # of a million items, and a message is one line. reprlib stops early at these sizes, so the cost is bounded too.
 _EXCERPT = reprlib.Repr()

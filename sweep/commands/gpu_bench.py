@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from sweep.commands.bench_record import BenchRecord
-from trainer.errors import UserError
+from trainer.errors import PrecisionFloorError
 from trainer.vocabulary import METHODS, STS_BENCHMARK
 
 BENCH_BUDGET_S = 600.0  # the whole bench, sharing test included
@@ -130,6 +130,18 @@ def measure_run(config: dict[str, Any], cuda: bool, keep: Callable[[dict[str, An
         "peak_memory_mib": round(torch.cuda.max_memory_allocated() / 2**20, 1) if cuda else None,
         "loss": history[0].get("loss"), **run_timings(summary, batch, steady),
     }
+
+
+def measure_at_precision(config: dict[str, Any], cuda: bool) -> dict[str, Any]:
+    """measure_run; where the trainer refuses the config's FGSM eps at its precision (MoCoSE's 5e-9 in bf16 or
+    fp16: PrecisionFloorError), the same run without FGSM, `config` changed to match and the row's `note` saying
+    so. Any other refusal is raised."""
+    try:
+        return measure_run(config, cuda)
+    except PrecisionFloorError as refused:
+        config["fgsm"] = {**config.get("fgsm", {}), "eps": 0.0}
+        return {**measure_run(config, cuda),
+                "note": f"fgsm.eps 0 ({refused.eps:g} is refused in {refused.precision}: below its resolution)"}
 
 
 def run_timings(summary: Mapping[str, Any], batch: int, step_seconds: float | None = None) -> dict[str, float | None]:
@@ -349,17 +361,7 @@ def run_bench(tiny: bool = False, methods: tuple[str, ...] = METHODS, precisions
                     warm = True
                 config = bench_run_config(model, method, precision, steps, batch, device, root, cache)
                 say(f"bench: {method} {precision} ...")
-                run = {"method": method, "precision_asked": precision}
-                try:
-                    run.update(measure_run(config, cuda))
-                except UserError as exc:
-                    if "fgsm.eps" not in str(exc):
-                        raise
-                    # MoCoSE's FGSM eps (5e-9) is below half precision's resolution: the trainer refuses it
-                    # (README "Precision"); the half-precision rows run without FGSM, and say so
-                    config["fgsm"] = {"eps": 0.0}
-                    run["note"] = "fgsm.eps 0 (5e-9 is refused in half precision)"
-                    run.update(measure_run(config, cuda))
+                run = {"method": method, "precision_asked": precision, **measure_at_precision(config, cuda)}
                 if precision == "fp32":
                     fp32_loss = run["loss"]
                 elif fp32_loss is not None and run["loss"] is not None and fp32_loss:

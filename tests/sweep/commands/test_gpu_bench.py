@@ -206,3 +206,32 @@ def test_the_sync_verdict_comes_from_the_trainers_marked_read_not_from_source_te
     assert marked["sync_free"] is True and marked["at_step"] == 12, marked
     assert unmarked["sync_free"] is False and unmarked["at_step"] == 12, unmarked
     assert "mean_loss" in unmarked["first_sync"], unmarked  # the same line: only the mark differs
+
+
+def test_a_half_precision_row_runs_without_the_fgsm_its_precision_refuses_and_says_so(monkeypatch):
+    """The bench's fallback follows the trainer's typed refusal (PrecisionFloorError), not the words of a message:
+    another refusal that names fgsm.eps is raised, and the refused row reruns with eps 0 and a note."""
+    from sweep.commands import gpu_bench
+    from trainer.errors import ConfigError, PrecisionFloorError
+
+    runs = []
+
+    def refusing(config, cuda):
+        runs.append(dict(config["fgsm"]))
+        if config["fgsm"]["eps"] == 5e-9:
+            raise PrecisionFloorError(5e-9, "bf16", 2.4e-4)
+        return {"loss": 1.0}
+
+    monkeypatch.setattr(gpu_bench, "measure_run", refusing)
+    config = {"fgsm": {"eps": 5e-9, "mode": "lagged"}}
+    row = gpu_bench.measure_at_precision(config, cuda=False)
+    assert runs == [{"eps": 5e-9, "mode": "lagged"}, {"eps": 0.0, "mode": "lagged"}]
+    assert config["fgsm"] == {"eps": 0.0, "mode": "lagged"}  # what the row's sync check and compiled run reuse
+    assert row == {"loss": 1.0, "note": "fgsm.eps 0 (5e-09 is refused in bf16: below its resolution)"}
+
+    def other_refusal(config, cuda):
+        raise ConfigError("fgsm.eps", ": expected a number >= 0, got -1")
+
+    monkeypatch.setattr(gpu_bench, "measure_run", other_refusal)
+    with pytest.raises(ConfigError, match="fgsm.eps"):
+        gpu_bench.measure_at_precision({"fgsm": {"eps": -1}}, cuda=False)

@@ -16,7 +16,7 @@ import trainer.train as train_mod
 from tests.helpers import first_fast
 from trainer.augment import check_fgsm_precision
 from trainer.config import RunConfig
-from trainer.errors import UserError
+from trainer.errors import PrecisionFloorError, UserError
 from trainer.methods import GSInfoNCE, MixCSE, MoCoSE, SimCSE, method_class
 from trainer.methods.heads import build_predictor, build_projection
 from trainer.mtd import TraceableDistanceMeter
@@ -385,8 +385,11 @@ def test_precision_defaults_follow_each_release():
 def test_fgsm_below_half_precision_resolution_is_refused():
     config = RunConfig.from_dict({"method": "mocose"}).resolved()  # eps 5e-9
     embeddings = torch.full((100, 8), 0.04)
-    with pytest.raises(UserError, match="fgsm.eps.*precision: fp32"):
+    with pytest.raises(UserError, match="fgsm.eps.*precision: fp32") as refused:
         check_fgsm_precision(config.fgsm.eps, "bf16", embeddings)
+    # typed, so that a caller able to run without FGSM (the GPU bench) need not read the message
+    assert isinstance(refused.value, PrecisionFloorError) and refused.value.key == "fgsm.eps"
+    assert (refused.value.eps, refused.value.precision) == (5e-9, "bf16") and refused.value.floor > 5e-9
     with pytest.raises(UserError, match="fgsm.eps"):
         check_fgsm_precision(config.fgsm.eps, "fp16", embeddings)
     check_fgsm_precision(config.fgsm.eps, "fp32", embeddings)  # fp32: no refusal
