@@ -32,8 +32,11 @@ def _device(value: str) -> str:
 
 
 def _final_tasks(tasks: list[str]) -> list[str]:
-    """The final evaluation's tasks are SentEval's names (or `transfer`, the seven transfer tasks): a study
-    naming another is refused before anything runs, by the dry run and the run alike."""
+    """The final evaluation's tasks are SentEval's names (or `transfer`, the seven transfer tasks), at least one: a
+    study naming another, or none, is refused before anything runs, by the dry run and the run alike."""
+    if not tasks:  # not "no final evaluation": every run ends with one, and the analysis reads its scores
+        raise ValueError("an empty list names no task: leave eval.final_tasks out for the seven STS tasks, or name "
+                         "the tasks to score, e.g. [STSBenchmark]")
     unknown = [task for task in tasks if task not in (*STS_TASKS, *TRANSFER_TASKS, "transfer")]
     if unknown:  # the words of trainer.evaluation.sts.split_tasks, which `sweep eval --tasks` goes through
         raise ValueError(f"unknown task {excerpt(unknown[0])}: choose from {', '.join(STS_TASKS)}, "

@@ -193,6 +193,7 @@ def test_override_without_equals_sign():
     ({"queue": {"size": 512, "slices": ["0-600"]}}, "queue.slices"),
     ({"gaussian": {"count": 3, "count_per_batch": 1.0}}, "gaussian"),
     ({"data": {"max_sentences": 10}, "batch_size": 64}, "data.max_sentences"),
+    ({"eval": {"final_tasks": []}}, "eval.final_tasks"),  # not "no final evaluation": refused, with the fix
 ])
 def test_bad_dicts_raise_user_error_naming_the_key(data, key):
     with pytest.raises(UserError) as info:

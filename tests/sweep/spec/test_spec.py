@@ -73,6 +73,8 @@ BAD = {
     "unknown_base_key.yaml": (5, "key 'base.queue.sizes' is unknown"),
     "wrong_value_type.yaml": (7, "expected a number, got 'high'"),
     "unknown_final_task.yaml": (5, "key 'base.eval.final_tasks': unknown task 'embedded': choose from STS12"),
+    "empty_final_tasks.yaml": (5, "key 'base.eval.final_tasks': an empty list names no task: leave "
+                                  "eval.final_tasks out for the seven STS tasks"),
     "empty_grid.yaml": (5, "non-empty list"),
     "negative_queue_size.yaml": (5, "expected a number >= 0, got -128"),
     "bad_storage_url.yaml": (6, "key 'storage'"),
