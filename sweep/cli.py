@@ -125,10 +125,23 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse with one-line usage errors (exit 2), like every other user mistake."""
+    """argparse with one-line usage errors (exit 2), like every other user mistake, each pointing to the help of
+    the command it is about: an unknown option of `sweep run` to `sweep run --help`, not `sweep --help`."""
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+    def parse_known_args(self, args=None, namespace=None):
+        parsed, extras = super().parse_known_args(args, namespace)
+        if not hasattr(parsed, "command_parser"):  # the innermost command's parser, set first, is kept
+            parsed.command_parser = self
+        return parsed, extras
+
+    def parse_args(self, args=None, namespace=None):
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:  # argparse would name the top-level parser here, whose help lists commands, not options
+            parsed.command_parser.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed
 
 
 def build_parser() -> argparse.ArgumentParser:
