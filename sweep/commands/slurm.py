@@ -4,7 +4,8 @@
                   partition=None, account=None, margin=SIGNAL_MARGIN_S, dry_run=False) -> exit code
 
 writes results/<study>/slurm/sweep.sbatch and submits it with sbatch (prints the job id; --dry-run prints
-the script and submits nothing). The script, in each allocation:
+the script and submits nothing). A study whose estimate passes its `cost_limit` is refused before anything is
+submitted, as `sweep run` refuses it (sweep.commands.cost_limit). The script, in each allocation:
 
 1. starts Ray across the allocation as Ray's Slurm guide does: `ray start --head --block` on the first
    node and `ray start --address HEAD --block` on the others, each by `srun` (token authentication with a
@@ -64,6 +65,10 @@ def slurm_command(study: str, nodes: int = 1, gpus_per_node: int = 0, cpus_per_n
                         f"than a minute (Slurm may signal up to a minute early); use at least "
                         f"{SHORTEST_SENSIBLE_TIME_S // 60} minutes, e.g. --time 1:00:00")
     if not dry_run:
+        if spec.cost_limit is not None:  # refused here as the job's `sweep run` would refuse it, before a queue wait
+            from sweep.commands.cost_limit import check_cost_limit, study_estimate
+
+            check_cost_limit(spec, study_estimate(spec))
         _check_cluster(partition, gpus_per_node)
 
     folder = Path(spec.study_dir).resolve() / "slurm"

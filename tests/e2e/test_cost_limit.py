@@ -103,3 +103,20 @@ def test_a_limit_reached_midway_stops_the_study_resumably_and_a_raised_limit_fin
     assert f"{len(ran)} already ended (skipped)" in last.stdout
     assert_complete_study(study_dir, "midway", storage, 4)  # each key COMPLETE once: nothing lost or run twice
     assert {key: os.stat(study_dir / "trials" / key / "summary.json").st_mtime_ns for key in ran} == stamps
+
+
+def test_sweep_slurm_refuses_a_study_over_its_limit_before_it_submits(tmp_path, shared_data_dir, monkeypatch):
+    """The job's `sweep run` would refuse the study after its wait in the queue; `sweep slurm` refuses it first, with
+    the same words, before it looks for Slurm (none here: sbatch is not on PATH) or writes the job's script."""
+    from sweep.commands.slurm import slurm_command
+    from trainer.errors import UserError
+
+    write_record(tmp_path / "records", step=10.0, dev=5.0, final=5.0, setup=5.0)
+    path = fake_study(tmp_path, "limited", shared_data_dir, cost_limit=0.01)
+    for name, value in fake_env(SWEEP_BENCH_DIR=str(tmp_path / "records"), PATH=str(tmp_path / "no-bin")).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UserError, match="more than its cost_limit of 0.01 device-hours") as refused:
+        slurm_command(str(path))
+    assert f"raise cost_limit in {path} to " in str(refused.value)
+    assert not (tmp_path / "results").exists()
