@@ -144,6 +144,27 @@ class _Parser(argparse.ArgumentParser):
         return parsed
 
 
+class _Version(argparse.Action):
+    """`sweep --version`: the package's version and the git state of the code it runs (trainer.provenance, the
+    same record every run writes), read only when asked."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, **kwargs):
+        super().__init__(option_strings, dest=dest, default=argparse.SUPPRESS, nargs=0,
+                         help="print the version and the commit of the code, and exit")
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from trainer.provenance import code_state
+
+        code = code_state()
+        if code["commit"] is None:
+            where = code["source"]
+        else:
+            where = f"commit {code['commit'][:12]}, " + (
+                f"uncommitted changes with diff sha256 {code['diff_sha256'][:12]}" if code["dirty"] else "clean")
+        print(f"contrastive-sweep {code['version'] or 'unknown version'} ({where})")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     from trainer.vocabulary import STS_TASKS, TRANSFER_TASKS  # the trainer package: after the signal handlers
 
@@ -152,6 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Sweeps and ablations for unsupervised contrastive sentence embeddings "
         "(SimCSE, MoCoSE, GS-InfoNCE, MixCSE).",
     )
+    parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
 
     data = sub.add_parser("data", help="manage the evaluation data and training corpus")

@@ -35,3 +35,19 @@ def test_an_unknown_option_points_to_its_commands_help(argv, command, known_opti
 def test_the_parsed_arguments_of_a_good_command_are_unchanged(capsys):
     args = build_parser().parse_args(["run", "study.yaml", "--dry-run"])
     assert args.study == "study.yaml" and args.dry_run is True and args.command_parser.prog == "sweep run"
+
+
+def test_version_names_the_package_version_and_the_commit_of_the_code(capsys):
+    import subprocess
+    from importlib import metadata
+
+    from tests.helpers import REPO
+
+    code, out, _ = parse(["--version"], capsys)
+    commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True,
+                            check=True).stdout.strip()
+    dirty = bool(subprocess.run(["git", "-C", str(REPO), "diff", "HEAD"], capture_output=True, text=True,
+                                check=True).stdout)
+    state = "uncommitted changes with diff sha256 " if dirty else "clean)"
+    assert code == 0 and out.startswith(f"contrastive-sweep {metadata.version('contrastive-sweep')} "
+                                        f"(commit {commit[:12]}, {state}"), out
