@@ -4,20 +4,31 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from trainer.vocabulary import OK
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with a one-line usage error (exit 2), as every other user mistake here."""
+
+    def error(self, message: str):
+        self.exit(2, f"trainer: error: {message} (see `{self.prog} --help`)\n")
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m trainer", description="Train one model from a run config.")
+    parser = _Parser(prog="python -m trainer", description="Train one model from a run config.")
     parser.add_argument("config", help="YAML run config (keys of trainer.config.RunConfig); '-' for the defaults")
-    parser.add_argument("overrides", nargs="*", help="dotted overrides, e.g. queue.size=1024 ema.decay=0.9")
+    parser.add_argument("overrides", nargs="*", default=[], help="dotted overrides, e.g. queue.size=1024 ema.decay=0.9")
     args = parser.parse_args(argv)
     from trainer.config import RunConfig
     from trainer.errors import UserError
 
     try:
+        if "=" in args.config and not os.path.exists(args.config):
+            raise UserError(f"{args.config!r} is an override, not a run config: name the config first, or - for the "
+                            f"defaults: python -m trainer - {' '.join([args.config, *args.overrides])}")
         config = RunConfig() if args.config == "-" else RunConfig.from_yaml(args.config)
         config = config.override(args.overrides)
         from trainer.train import train

@@ -88,3 +88,22 @@ def test_unknown_key_in_the_yaml_exits_2(tmp_path):
     err = result.stderr.strip().splitlines()
     assert len(err) == 1 and "queue.sise" in err[0], result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("args, line", [
+    ([], "trainer: error: the following arguments are required: config (see `python -m trainer --help`)"),
+    (["-", "--bogus"], "trainer: error: unrecognized arguments: --bogus (see `python -m trainer --help`)"),
+    (["method=simcse", "max_steps=2"], "trainer: error: 'method=simcse' is an override, not a run config: name the "
+                                       "config first, or - for the defaults: python -m trainer - method=simcse "
+                                       "max_steps=2"),
+])
+def test_a_usage_mistake_is_one_line_and_exit_2(args, line, capsys):
+    """In process (argparse's and the config's errors come before torch is imported): the same lines as a
+    subprocess prints, which the cases above check end to end."""
+    from trainer.__main__ import main
+
+    try:
+        code = main(args)
+    except SystemExit as stopped:  # argparse's own exit
+        code = stopped.code
+    assert code == 2 and capsys.readouterr().err == line + "\n"
