@@ -30,6 +30,9 @@ class ConfigError(UserError):
         super().__init__(f"config key '{key}'{detail}")
         self.key, self.detail = key, detail
 
+    def __reduce__(self):  # rebuilt from its fields, not its message, when it crosses processes (pickle)
+        return type(self), (self.key, self.detail)
+
 
 class PrecisionFloorError(ConfigError):
     """An FGSM eps (`fgsm.eps`) below what half-precision autocast can represent next to the model's word
@@ -42,6 +45,9 @@ class PrecisionFloorError(ConfigError):
                                      f"the encoder; set precision: fp32 (the MoCoSE release runs in fp32) or "
                                      f"fgsm.eps >= {floor:.1e}")
         self.eps, self.precision, self.floor = eps, precision, floor
+
+    def __reduce__(self):
+        return type(self), (self.eps, self.precision, self.floor)
 
 
 # Error messages quote what the user wrote, but never all of it: a study value may be a 1 MB string or a list

@@ -5,6 +5,7 @@ model of the queue, never the trainer's own output."""
 from __future__ import annotations
 
 import math
+import pickle
 import sys
 
 import numpy as np
@@ -390,6 +391,8 @@ def test_fgsm_below_half_precision_resolution_is_refused():
     # typed, so that a caller able to run without FGSM (the GPU bench) need not read the message
     assert isinstance(refused.value, PrecisionFloorError) and refused.value.key == "fgsm.eps"
     assert (refused.value.eps, refused.value.precision) == (5e-9, "bf16") and refused.value.floor > 5e-9
+    crossed = pickle.loads(pickle.dumps(refused.value))  # as from a bench's child process
+    assert type(crossed) is PrecisionFloorError and str(crossed) == str(refused.value) and crossed.key == "fgsm.eps"
     with pytest.raises(UserError, match="fgsm.eps"):
         check_fgsm_precision(config.fgsm.eps, "fp16", embeddings)
     check_fgsm_precision(config.fgsm.eps, "fp32", embeddings)  # fp32: no refusal
