@@ -69,6 +69,8 @@ def hub_reachable() -> bool:
     if any(os.environ.get(name) for name in PROXY_VARIABLES) or _hf_offline():
         return True
     url = urlsplit(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    if not url.hostname:  # an endpoint that names no host: huggingface_hub's own error is the one to see
+        return True
     try:
         with socket.create_connection((url.hostname, url.port or (80 if url.scheme == "http" else 443)),
                                       timeout=HUB_PROBE_TIMEOUT_S):
@@ -88,9 +90,10 @@ def _hub_options(local: Path) -> dict[str, bool]:
     return {} if local.exists() or hub_reachable() else {"local_files_only": True}
 
 
-def _load_error(name: str, exc: Exception, cache_only: bool, advice: str) -> UserError:
-    """The one line for a model that did not load; where the hub could not be reached, that is the cause."""
-    if cache_only:
+def _load_error(name: str, path: str, exc: Exception, cache_only: bool, advice: str) -> UserError:
+    """The one line for a model that did not load; where the hub could not be reached and the HF cache has no
+    config.json for the id, that is the cause."""
+    if cache_only and not _in_hf_cache(path):
         from huggingface_hub.constants import HF_HUB_CACHE
 
         return UserError(f"cannot load model '{name}': the Hugging Face hub cannot be reached from this machine and "
@@ -98,6 +101,15 @@ def _load_error(name: str, exc: Exception, cache_only: bool, advice: str) -> Use
                          f"into that cache, or pass a local folder or 'embedded'")
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     return UserError(f"cannot load model '{name}': {first[:200]} ({advice})")
+
+
+def _in_hf_cache(repo_id: str) -> bool:
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
+    except Exception:  # an id huggingface_hub refuses to look up is in no cache
+        return False
 
 
 def check_model(name: str) -> None:
@@ -126,8 +138,8 @@ def check_model(name: str) -> None:
         AutoConfig.from_pretrained(path, **hub)
         AutoTokenizer.from_pretrained(path, **hub)
     except (OSError, ValueError) as exc:
-        raise _load_error(name, exc, bool(hub), "pass a local folder, 'embedded', or an HF id in the HF cache or "
-                                                "reachable from this machine") from None
+        raise _load_error(name, path, exc, bool(hub), "pass a local folder, 'embedded', or an HF id in the HF "
+                                                      "cache or reachable from this machine") from None
     if stamp is not None:
         _remember_check(path, stamp)
 
@@ -193,9 +205,9 @@ def load_encoder(name: str, dropout: float | None = None, output_hidden_states: 
         model = AutoModel.from_pretrained(path, config=config, add_pooling_layer=True, **hub) \
             if config.model_type in ("bert", "roberta") else AutoModel.from_pretrained(path, config=config, **hub)
     except (OSError, ValueError) as exc:
-        raise _load_error(name, exc, bool(hub), "pass a local folder, 'embedded', or an HF id reachable from this "
-                                                "machine; with no network, download the model elsewhere and pass "
-                                                "its folder") from None
+        raise _load_error(name, path, exc, bool(hub), "pass a local folder, 'embedded', or an HF id reachable "
+                                                      "from this machine; with no network, download the model "
+                                                      "elsewhere and pass its folder") from None
     model.config.output_hidden_states = output_hidden_states
     return model, tokenizer
 

@@ -51,10 +51,11 @@ out = {}
 check_model("acme/tiny")
 model, tokenizer = load_encoder("acme/tiny")
 out["loaded"] = type(model).__name__
-try:
-    load_encoder("acme/not-cached")
-except UserError as exc:
-    out["refused"] = str(exc)
+for name in ("acme/not-cached", "acme/broken"):
+    try:
+        load_encoder(name)
+    except UserError as exc:
+        out[name] = str(exc)
 print(json.dumps(out))
 """
 
@@ -69,6 +70,10 @@ def test_a_cached_model_loads_by_its_hf_id_without_the_hub_and_an_uncached_one_f
     shutil.copytree(tiny_model_dir, repo / "snapshots" / "0123abcd")
     (repo / "refs").mkdir()
     (repo / "refs" / "main").write_text("0123abcd")
+    broken = repo.with_name("models--acme--broken")  # in the cache, but its config.json is not JSON
+    shutil.copytree(tiny_model_dir, broken / "snapshots" / "0123abcd")
+    (broken / "snapshots" / "0123abcd" / "config.json").write_text("{")
+    shutil.copytree(repo / "refs", broken / "refs")
     env = {k: v for k, v in os.environ.items()
            if k not in (*models.PROXY_VARIABLES, "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
     env.update(HF_HOME=str(tmp_path / "hf"), HF_ENDPOINT=f"http://127.0.0.1:{free_port()}")
@@ -77,7 +82,10 @@ def test_a_cached_model_loads_by_its_hf_id_without_the_hub_and_an_uncached_one_f
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["loaded"] == "BertModel"
-    assert out["refused"] == ("cannot load model 'acme/not-cached': the Hugging Face hub cannot be reached from this "
-                              f"machine and the model is not in its HF cache ({tmp_path / 'hf' / 'hub'}): load it "
-                              "once on a machine with network into that cache, or pass a local folder or 'embedded'")
+    assert out["acme/not-cached"] == (
+        "cannot load model 'acme/not-cached': the Hugging Face hub cannot be reached from this machine and the model "
+        f"is not in its HF cache ({tmp_path / 'hf' / 'hub'}): load it once on a machine with network into that "
+        "cache, or pass a local folder or 'embedded'")
+    assert out["acme/broken"].startswith("cannot load model 'acme/broken': ")  # its own cause, not "not cached"
+    assert "not in its HF cache" not in out["acme/broken"], out["acme/broken"]
     assert "Retrying" not in done.stderr, done.stderr
