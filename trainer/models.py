@@ -66,9 +66,11 @@ def hub_reachable() -> bool:
     backoff, before it falls back to its cache; loads by HF id then ask the cache alone (`_hub_options`)."""
     from urllib.parse import urlsplit
 
-    if any(os.environ.get(name) for name in PROXY_VARIABLES) or _hf_offline():
+    from huggingface_hub import constants
+
+    if any(os.environ.get(name) for name in PROXY_VARIABLES) or constants.is_offline_mode():
         return True
-    url = urlsplit(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    url = urlsplit(constants.ENDPOINT)
     if not url.hostname:  # an endpoint that names no host: huggingface_hub's own error is the one to see
         return True
     try:
@@ -77,11 +79,6 @@ def hub_reachable() -> bool:
             return True
     except (OSError, ValueError):
         return False
-
-
-def _hf_offline() -> bool:
-    return any(os.environ.get(name, "").strip().lower() in ("1", "on", "true", "yes")
-               for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
 
 
 def _hub_options(local: Path) -> dict[str, bool]:

@@ -21,8 +21,9 @@ from trainer import models
 
 @pytest.fixture
 def probe(monkeypatch):
-    for name in (*models.PROXY_VARIABLES, "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+    for name in models.PROXY_VARIABLES:
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)  # read from the environment at import
     models.hub_reachable.cache_clear()
     yield lambda: (models.hub_reachable.cache_clear(), models.hub_reachable())[1]
     models.hub_reachable.cache_clear()
@@ -32,14 +33,14 @@ def test_the_probe_asks_the_endpoints_host_and_stands_aside_for_a_proxy_or_offli
     with socket.socket() as listening:
         listening.bind(("127.0.0.1", 0))
         listening.listen()
-        monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{listening.getsockname()[1]}")
+        monkeypatch.setattr("huggingface_hub.constants.ENDPOINT", f"http://127.0.0.1:{listening.getsockname()[1]}")
         assert probe() is True
-    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{free_port()}")  # nothing listens there
+    monkeypatch.setattr("huggingface_hub.constants.ENDPOINT", f"http://127.0.0.1:{free_port()}")  # nothing there
     assert probe() is False
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy.invalid:3128")  # the proxy decides: no probe
     assert probe() is True
     monkeypatch.delenv("HTTPS_PROXY")
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # huggingface_hub keeps to its cache already
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)  # huggingface_hub keeps to its cache
     assert probe() is True
 
 
