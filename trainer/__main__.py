@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 
 from trainer.vocabulary import OK
@@ -28,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if "=" in args.config and not os.path.exists(args.config):
             raise UserError(f"{args.config!r} is an override, not a run config: name the config first, or - for the "
-                            f"defaults: python -m trainer - {' '.join([args.config, *args.overrides])}")
+                            f"defaults: python -m trainer - {shlex.join([args.config, *args.overrides])}")
         config = RunConfig() if args.config == "-" else RunConfig.from_yaml(args.config)
         config = config.override(args.overrides)
         from trainer.train import train
