@@ -22,6 +22,10 @@ from tests.deadlines import scaled, wait_until
 from tests.helpers import REPO, fake_env, fake_study, rows
 
 START = REPO / "tests" / "slurm" / "start_local_slurm.sh"
+# A job in any other state is still on its way: besides PENDING and RUNNING, Slurm passes through transient
+# states such as CONFIGURING, SIGNALING (its time-limit signal being delivered), COMPLETING and REQUEUED.
+END_STATES = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE",
+              "PREEMPTED", "REVOKED")
 
 
 def sweep(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -123,7 +127,7 @@ def test_a_study_cut_by_the_time_limit_is_requeued_and_finished(tmp_path, shared
         deadline = time.monotonic() + scaled(300)
         while int(job(job_id).get("Restarts", 0)) < 1:
             info = job(job_id)
-            assert info.get("JobState") in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING"), (info, rows(study_dir))
+            assert info.get("JobState") not in END_STATES, (info, rows(study_dir))
             assert time.monotonic() < deadline, info
             time.sleep(0.5)
         # The second allocation may take its time: a longer limit, and no requeue hold. Slurm holds a requeued
@@ -137,7 +141,7 @@ def test_a_study_cut_by_the_time_limit_is_requeued_and_finished(tmp_path, shared
         time.sleep(3)
         subprocess.run(["scontrol", "update", f"JobId={job_id}", "TimeLimit=15", "StartTime=now"], check=False)
         deadline = time.monotonic() + scaled(300)
-        while job(job_id).get("JobState") not in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"):
+        while job(job_id).get("JobState") not in END_STATES:
             assert time.monotonic() < deadline, job(job_id)
             time.sleep(1)
     finally:
