@@ -10,6 +10,7 @@ imported (sweep.signal_latch): this module imports only the standard library and
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import signal
 import sys
@@ -128,10 +129,18 @@ class _Parser(argparse.ArgumentParser):
     """argparse with one-line usage errors (exit 2), like every other user mistake, each pointing to the help of
     the command it is about: an unknown option of `sweep run` to `sweep run --help`, not `sweep --help`."""
 
+    _stray_options: list[str] = []  # the unknown options before the command, from the last parse
+
     def error(self, message: str):
+        if self._stray_options and message.startswith("the following arguments are required"):
+            # `sweep --bogus`: argparse would report the missing command, not the option it could not read
+            message = f"unrecognized arguments: {' '.join(self._stray_options)}"
         self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
     def parse_known_args(self, args=None, namespace=None):
+        args = sys.argv[1:] if args is None else list(args)
+        leading = itertools.takewhile(lambda arg: arg.startswith("-"), args)
+        self._stray_options = [arg for arg in leading if arg.split("=")[0] not in self._option_string_actions]
         parsed, extras = super().parse_known_args(args, namespace)
         if not hasattr(parsed, "command_parser"):  # the innermost command's parser, set first, is kept
             parsed.command_parser = self
@@ -139,6 +148,9 @@ class _Parser(argparse.ArgumentParser):
 
     def parse_args(self, args=None, namespace=None):
         parsed, extras = self.parse_known_args(args, namespace)
+        before_command = [arg for arg in extras if arg in self._stray_options]
+        if before_command:  # `sweep --bogus run ...`: an option of no command, so the help that lists commands
+            self.error(f"unrecognized arguments: {' '.join(before_command)}")
         if extras:  # argparse would name the top-level parser here, whose help lists commands, not options
             parsed.command_parser.error(f"unrecognized arguments: {' '.join(extras)}")
         return parsed

@@ -51,3 +51,15 @@ def test_version_names_the_package_version_and_the_commit_of_the_code(capsys):
     state = "uncommitted changes with diff sha256 " if dirty else "clean)"
     assert code == 0 and out.startswith(f"contrastive-sweep {metadata.version('contrastive-sweep')} "
                                         f"(commit {commit[:12]}, {state}"), out
+
+
+@pytest.mark.parametrize("argv", [["--bogus"], ["--bogus=1", "--other"], ["--bogus", "run", "study.yaml"]])
+def test_an_unknown_option_before_any_command_is_named_not_the_missing_command(argv, capsys):
+    code, _, err = parse(argv, capsys)
+    unknown = " ".join(a for a in argv if a.startswith("--"))
+    assert code == 2 and err == f"sweep: error: unrecognized arguments: {unknown} (see `sweep --help`)\n"
+
+
+def test_a_missing_command_is_still_named_when_no_option_is_unknown(capsys):
+    code, _, err = parse([], capsys)
+    assert code == 2 and "the following arguments are required: COMMAND" in err
