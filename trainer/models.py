@@ -81,21 +81,23 @@ def hub_reachable() -> bool:
         return False
 
 
-def _hub_options(local: Path) -> dict[str, bool]:
-    """from_pretrained's options for a name that is not a local folder: the HF cache alone when the hub cannot
-    be reached."""
-    return {} if local.exists() or hub_reachable() else {"local_files_only": True}
-
-
-def _load_error(name: str, path: str, exc: Exception, cache_only: bool, advice: str) -> UserError:
-    """The one line for a model that did not load; where the hub could not be reached and the HF cache has no
-    config.json for the id, that is the cause."""
-    if cache_only and not _in_hf_cache(path):
+def _hub_options(name: str, path: str, local: Path) -> dict[str, bool]:
+    """from_pretrained's options for `path`: the HF cache alone when it is not a local folder and the hub cannot be
+    reached. An id that is then not in the cache either is refused here, before transformers and torch are
+    imported (seconds), with the cause."""
+    if local.exists() or hub_reachable():
+        return {}
+    if not _in_hf_cache(path):
         from huggingface_hub.constants import HF_HUB_CACHE
 
-        return UserError(f"cannot load model '{name}': the Hugging Face hub cannot be reached from this machine and "
-                         f"the model is not in its HF cache ({HF_HUB_CACHE}): load it once on a machine with network "
-                         f"into that cache, or pass a local folder or 'embedded'")
+        raise UserError(f"cannot load model '{name}': the Hugging Face hub cannot be reached from this machine and "
+                        f"the model is not in its HF cache ({HF_HUB_CACHE}): load it once on a machine with network "
+                        f"into that cache, or pass a local folder or 'embedded'")
+    return {"local_files_only": True}
+
+
+def _load_error(name: str, exc: Exception, advice: str) -> UserError:
+    """The one line for a model that did not load: the first line of the loader's own error."""
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     return UserError(f"cannot load model '{name}': {first[:200]} ({advice})")
 
@@ -128,15 +130,15 @@ def check_model(name: str) -> None:
     elif _looks_like_path(path):
         raise UserError(f"model folder {name} does not exist ({local.resolve()}): fix the path, or pass an HF id "
                         "or 'embedded'")
+    hub = _hub_options(name, path, local)
     from transformers import AutoConfig, AutoTokenizer
 
-    hub = _hub_options(local)
     try:
         AutoConfig.from_pretrained(path, **hub)
         AutoTokenizer.from_pretrained(path, **hub)
     except (OSError, ValueError) as exc:
-        raise _load_error(name, path, exc, bool(hub), "pass a local folder, 'embedded', or an HF id in the HF "
-                                                      "cache or reachable from this machine") from None
+        raise _load_error(name, exc, "pass a local folder, 'embedded', or an HF id in the HF cache or reachable "
+                                     "from this machine") from None
     if stamp is not None:
         _remember_check(path, stamp)
 
@@ -176,9 +178,6 @@ def _remember_check(folder: str, stamp: str) -> None:
 
 def load_encoder(name: str, dropout: float | None = None, output_hidden_states: bool = False):
     """(model, tokenizer) for `name`; `dropout` overrides hidden and attention dropout (SimCSE uses 0.1)."""
-    from transformers import AutoConfig, AutoModel, AutoTokenizer
-    from transformers.utils import logging as hf_logging
-
     path = resolve_model_path(name)
     local = Path(path).expanduser()
     if local.exists():
@@ -189,22 +188,24 @@ def load_encoder(name: str, dropout: float | None = None, output_hidden_states: 
         raise UserError(f"model folder {name} does not exist ({local.resolve()}): pass an existing folder saved with "
                         "save_pretrained, "
                         "'embedded', or an HF id like 'bert-base-uncased'")
+    hub = _hub_options(name, path, local)
+    from transformers import AutoConfig, AutoModel, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
     hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     logging.getLogger("transformers").setLevel(logging.ERROR)
     overrides = {}
     if dropout is not None:
         overrides = {"hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout}
-    hub = _hub_options(local)
     try:
         config = AutoConfig.from_pretrained(path, **overrides, **hub)
         tokenizer = AutoTokenizer.from_pretrained(path, **hub)
         model = AutoModel.from_pretrained(path, config=config, add_pooling_layer=True, **hub) \
             if config.model_type in ("bert", "roberta") else AutoModel.from_pretrained(path, config=config, **hub)
     except (OSError, ValueError) as exc:
-        raise _load_error(name, path, exc, bool(hub), "pass a local folder, 'embedded', or an HF id reachable "
-                                                      "from this machine; with no network, download the model "
-                                                      "elsewhere and pass its folder") from None
+        raise _load_error(name, exc, "pass a local folder, 'embedded', or an HF id reachable from this machine; "
+                                     "with no network, download the model elsewhere and pass its folder") from None
     model.config.output_hidden_states = output_hidden_states
     return model, tokenizer
 

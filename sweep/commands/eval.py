@@ -37,12 +37,13 @@ def eval_command(model: str, pooler: str = "cls_before_pooler", data_dir: str | 
         load_task(root, STS_BENCHMARK, "dev")
     load_transfer_tasks(root, transfer_tasks)
 
-    from trainer.evaluation import transfer as transfer_eval
-    from trainer.evaluation.encoder import SentenceEncoder
     from trainer.models import load_encoder, pick_device
 
     torch_device = pick_device(device)
-    encoder_model, tokenizer = load_encoder(model)
+    encoder_model, tokenizer = load_encoder(model)  # a model that cannot load fails before the evaluator's imports
+    from trainer.evaluation import transfer as transfer_eval
+    from trainer.evaluation.encoder import SentenceEncoder
+
     encoder = SentenceEncoder(encoder_model.to(torch_device), tokenizer, pooler, torch_device, batch_size, fast=fast)
     forward = "fast" if encoder.uses_fast_forward() else "transformers"
     result = evaluate_sts(encoder.encode, root, sts_tasks) if sts_tasks else None

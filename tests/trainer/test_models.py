@@ -90,3 +90,34 @@ def test_a_cached_model_loads_by_its_hf_id_without_the_hub_and_an_uncached_one_f
     assert out["acme/broken"].startswith("cannot load model 'acme/broken': ")  # its own cause, not "not cached"
     assert "not in its HF cache" not in out["acme/broken"], out["acme/broken"]
     assert "Retrying" not in done.stderr, done.stderr
+
+
+REFUSE = """
+import json, sys
+from trainer import models
+from trainer.errors import UserError
+out = {}
+for load in (models.check_model, models.load_encoder):
+    try:
+        load("acme/not-cached")
+    except UserError as exc:
+        out[load.__name__] = str(exc)
+out["imported"] = sorted(name for name in ("transformers", "torch") if name in sys.modules)
+print(json.dumps(out))
+"""
+
+
+def test_an_id_neither_cached_nor_reachable_is_refused_before_transformers_and_torch_load(tmp_path):
+    """The refusal needs only huggingface_hub's cache lookup: the seconds of importing transformers and torch are
+    spent only on a model that can load."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in (*models.PROXY_VARIABLES, "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    env.update(HF_HOME=str(tmp_path / "hf"), HF_ENDPOINT=f"http://127.0.0.1:{free_port()}")
+    done = subprocess.run([sys.executable, "-c", REFUSE], capture_output=True, text=True, env=env, cwd=tmp_path,
+                          timeout=scaled(60))
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    for load in ("check_model", "load_encoder"):
+        assert out[load].startswith("cannot load model 'acme/not-cached': the Hugging Face hub cannot be reached "
+                                    "from this machine and the model is not in its HF cache"), out
+    assert out["imported"] == [], out
