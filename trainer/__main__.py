@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
             parts.append(f"{metrics['elapsed_s']:.0f} s")
             print("  ".join(parts), flush=True)
 
-        print(f"training {config.method} on {config.model} (batch {config.batch_size})", flush=True)
+        print(f"training {config.method} on {config.model} (batch {config.resolved().batch_size})", flush=True)
         summary = train(config, report=progress)
     except UserError as exc:
         print(f"trainer: error: {exc}", file=sys.stderr)

@@ -107,3 +107,15 @@ def test_a_usage_mistake_is_one_line_and_exit_2(args, line, capsys):
     except SystemExit as stopped:  # argparse's own exit
         code = stopped.code
     assert code == 2 and capsys.readouterr().err == line + "\n"
+
+
+@pytest.mark.parametrize("args, batch", [([], "64"), (["batch_size=16"], "16")])
+def test_the_first_line_names_the_batch_size_the_run_trains_with(args, batch, tmp_path, capsys):
+    """batch_size left null is the method's default for the model (trainer.method_rules), named as such, not
+    as null."""
+    from trainer.__main__ import main
+
+    code = main(["-", "method=simcse", f"model={tmp_path / 'no-model'}", f"data.data_dir={tmp_path / 'no-data'}",
+                 *args])
+    out = capsys.readouterr().out.splitlines()
+    assert code == 2 and out[0] == f"training simcse on {tmp_path / 'no-model'} (batch {batch})", out
