@@ -56,8 +56,10 @@ def test_a_trial_must_fit_on_one_node(nodes, cpu, gpu, fragment):
      "data directory /no/such/data does not exist"),
     ("{model: embedded, method: simcse, data: {corpus: /no/such/corpus.txt}}", "training corpus /no/such/corpus.txt"),
 ])
-def test_a_model_or_data_that_is_not_there_stops_the_study_before_any_trial(tmp_path, monkeypatch, base, fragment):
+def test_a_model_or_data_that_is_not_there_stops_the_study_before_any_trial(tmp_path, monkeypatch, shared_data_dir,
+                                                                           base, fragment):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # a hub id that is not in the cache cannot be fetched here
+    monkeypatch.setenv("SWEEP_DATA_DIR", str(shared_data_dir))  # the data is there unless the case says otherwise
     spec = load_study(write_study(tmp_path, base))
     with pytest.raises(UserError) as info:
         run_study(spec, _train_fn="unused:train")
