@@ -188,19 +188,29 @@ def _data_checks(explicit: str | None) -> list[Check]:
 
 
 def _model_checks() -> list[Check]:
+    """Whether the paper studies' model (bert-base-uncased) is in the HF cache, and where it is not, whether a trial
+    could download it: not under HF_HUB_OFFLINE, nor where the hub cannot be reached (trainer.models.hub_reachable,
+    the probe every load by HF id follows)."""
     checks = []
     try:
         from huggingface_hub import constants, try_to_load_from_cache
 
+        from trainer.models import hub_reachable
+
         cache = constants.HF_HUB_CACHE
-        offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("", "0", "false", "False")
+        if constants.is_offline_mode():
+            no_downloads = "HF_HUB_OFFLINE: no downloads"
+        elif not hub_reachable():
+            no_downloads = f"the hub at {constants.ENDPOINT} cannot be reached from this machine: no downloads"
+        else:
+            no_downloads = ""
         cached = try_to_load_from_cache("bert-base-uncased", "config.json")
-        where = f"model cache {cache}" + (" (HF_HUB_OFFLINE: no downloads)" if offline else "")
+        where = f"model cache {cache}" + (f" ({no_downloads})" if no_downloads else "")
         if isinstance(cached, str):
             checks.append(Check("ok", f"{where}: bert-base-uncased is cached"))
-        elif offline:
-            checks.append(Check("note", f"{where}: bert-base-uncased is not cached and downloads are off; the paper "
-                                        "studies need it: on a machine with network run `hf download "
+        elif no_downloads:
+            checks.append(Check("note", f"{where}: bert-base-uncased is not cached and cannot be downloaded here; "
+                                        "the paper studies need it: on a machine with network run `hf download "
                                         "bert-base-uncased --cache-dir hub-copy`, then copy the folder "
                                         f"hub-copy/models--bert-base-uncased into {cache} on this machine"))
         else:

@@ -204,3 +204,37 @@ def test_an_item_inside_the_step_fails_the_sync_verdict_and_the_doctor(tmp_path,
     failed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("FAILED")]
     assert code == 1 and len(failed) == 1 and failed[0].startswith(
         "FAILED sync: simcse fp32: the training step synchronised with the host at "), failed
+
+
+def test_the_model_check_says_when_the_paper_model_cannot_be_downloaded_here(tmp_path, monkeypatch):
+    """bert-base-uncased not cached: a trial would download it, unless HF_HUB_OFFLINE is set or the hub's host
+    cannot be reached (a compute node without network), where the checklist says so and how to bring it in."""
+    import socket
+
+    from sweep.commands.doctor import _model_checks
+    from tests.helpers import free_port
+    from trainer import models
+
+    for name in models.PROXY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
+
+    def model_line() -> str:
+        models.hub_reachable.cache_clear()
+        return next(check for check in _model_checks() if "bert-base-uncased" in check.what).line()
+
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        monkeypatch.setattr("huggingface_hub.constants.ENDPOINT", f"http://127.0.0.1:{listening.getsockname()[1]}")
+        assert "not cached yet (downloaded by the first trial" in model_line()
+    closed = f"http://127.0.0.1:{free_port()}"
+    monkeypatch.setattr("huggingface_hub.constants.ENDPOINT", closed)
+    line = model_line()
+    assert f"(the hub at {closed} cannot be reached from this machine: no downloads)" in line, line
+    assert "is not cached and cannot be downloaded here" in line and "hf download bert-base-uncased" in line, line
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
+    line = model_line()
+    assert "(HF_HUB_OFFLINE: no downloads)" in line and "cannot be downloaded here" in line, line
+    models.hub_reachable.cache_clear()
