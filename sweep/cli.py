@@ -192,7 +192,8 @@ def build_parser() -> argparse.ArgumentParser:
     data_sub = data.add_subparsers(dest="data_command", required=True, metavar="ACTION", parser_class=_Parser)
     fetch = data_sub.add_parser("fetch", help="install SentEval data and a training corpus into the data directory")
     fetch.add_argument("--from", dest="source", metavar="DIR",
-                       help="a local mirror laid out like shared/data (default: download the public archives)")
+                       help="a local mirror: a folder laid out as a data directory (senteval/, corpus/), such as "
+                       "another machine's data directory (default: download the public archives)")
     fetch.add_argument("--dest", metavar="DIR",
                        help="data directory (default: $SWEEP_DATA_DIR or ~/.cache/contrastive-sweep/data)")
     fetch.add_argument("--corpus", choices=["auto", "full", "sample", "none"], default="auto",

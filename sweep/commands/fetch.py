@@ -1,10 +1,11 @@
 """`sweep data fetch`: install the SentEval data and a training corpus into the data directory.
 
 Sources: the public archives SimCSE uses (`senteval.tar`, `wiki1m_for_simcse.txt`) or, with
-`--from DIR`, a local mirror laid out like shared/data. Every file in the project's manifest
-(trainer/data_manifest.tsv) is checked for size and sha256; a file is written under a temporary name
-and moved into place only once verified, so a half-written or corrupted file is never left where a
-reader would use it. Files already installed and verified are skipped (the command is idempotent).
+`--from DIR`, a local mirror laid out as a data directory is (senteval/, corpus/): another machine's data
+directory will do. Every file in the project's manifest (trainer/data_manifest.tsv) is checked for size and
+sha256; a file is written under a temporary name and moved into place only once verified, so a half-written or
+corrupted file is never left where a reader would use it. Files already installed and verified are skipped (the
+command is idempotent).
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ def fetch_data(source: str | None = None, dest: str | None = None, corpus: str =
     if source:
         mirror = Path(source).expanduser()
         if not (mirror / "senteval").is_dir():
-            raise UserError(f"--from {mirror}: no senteval/ folder there; pass a mirror laid out like shared/data")
+            raise UserError(f"--from {mirror}: no senteval/ folder there; pass a folder laid out as a data directory "
+                            "(senteval/, corpus/), such as another machine's data directory")
         for i, relative in enumerate(todo, 1):
             install_file(mirror / relative, root, relative)
             _progress(f"copied {i}/{len(todo)} files")
@@ -70,7 +72,8 @@ def fetch_data(source: str | None = None, dest: str | None = None, corpus: str =
         if corpus in ("auto", "full") and not (root / FULL_CORPUS).is_file():
             _download(WIKI1M_URL, root / FULL_CORPUS, verify=lambda path: _check_nonempty(path))
         if corpus == "sample" and file_problem(root / SAMPLE_CORPUS, SAMPLE_CORPUS) is not None:
-            raise UserError("--corpus sample comes from a mirror only: add `--from DIR` (e.g. ../shared/data)")
+            raise UserError("--corpus sample comes from a mirror only (corpus/wiki1m_sample.txt): add `--from DIR` "
+                            "with a mirror that holds it, or choose --corpus full")
 
     missing = [p for p in senteval_files if file_problem(root / p, p) is not None]
     if missing:  # pragma: no cover - every path above verifies what it installs

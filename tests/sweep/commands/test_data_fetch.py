@@ -240,3 +240,18 @@ def test_offline_corpus_download_fails_cleanly(tmp_path, installed):
     assert not (dest / "corpus" / "wiki1m_for_simcse.txt").exists()
     assert not part_files(dest)
     assert snapshot(dest) == before
+
+
+def test_a_folder_that_is_no_mirror_is_refused_and_a_data_directory_serves_as_one(tmp_path, installed):
+    """The refusal describes the layout in the user's own terms (a data directory), and following it literally
+    works: a data directory `sweep data fetch` wrote is itself a mirror for another machine."""
+    (tmp_path / "not-a-mirror").mkdir()
+    proc = run_sweep("data", "fetch", "--from", str(tmp_path / "not-a-mirror"), "--dest", str(tmp_path / "x"))
+    assert_one_line_error(proc, "no senteval/ folder there", "laid out as a data directory (senteval/, corpus/)",
+                          "another machine's data directory")
+    dest = tmp_path / "dest"
+    proc = run_sweep("data", "fetch", "--from", str(installed), "--dest", str(dest), "--corpus", "sample")
+    assert proc.returncode == 0, proc.stderr
+    assert_installed(dest)
+    assert (dest / "corpus" / "wiki1m_sample.txt").read_bytes() == (installed / "corpus" / "wiki1m_sample.txt"
+                                                                    ).read_bytes()
