@@ -40,40 +40,30 @@ _TASK_FOLDERS = ("STS", "SICK", "MR", "CR", "SUBJ", "MPQA", "SST", "TREC", "MRPC
 def fetch_data(source: str | None = None, dest: str | None = None, corpus: str = "auto") -> Path:
     """Install the evaluation data (and a corpus) into `dest`; returns the data directory."""
     root = data_dir(dest)
+    mirror = Path(source).expanduser() if source else None
+    corpus_files = {"auto": [SAMPLE_CORPUS, FULL_CORPUS], "sample": [SAMPLE_CORPUS], "full": [FULL_CORPUS],
+                    "none": []}[corpus]
+    _refuse_before_writing(root, mirror, corpus, corpus_files)
     root.mkdir(parents=True, exist_ok=True)
     senteval_files = sorted(p for p in manifest() if p.startswith("senteval/"))
     todo = [p for p in senteval_files if file_problem(root / p, p) is not None]
     if todo:
         _progress(f"installing {len(todo)} of {len(senteval_files)} SentEval files into {root}")
 
-    if source:
-        mirror = Path(source).expanduser()
-        if not (mirror / "senteval").is_dir():
-            raise UserError(f"--from {mirror}: no senteval/ folder there; pass a folder laid out as a data directory "
-                            "(senteval/, corpus/), such as another machine's data directory")
+    if mirror is not None:
         for i, relative in enumerate(todo, 1):
             install_file(mirror / relative, root, relative)
             _progress(f"copied {i}/{len(todo)} files")
         if todo:
             _log("")
-        corpus_files = {"auto": [SAMPLE_CORPUS, FULL_CORPUS], "sample": [SAMPLE_CORPUS],
-                        "full": [FULL_CORPUS], "none": []}[corpus]
-        installed_corpus = False
         for relative in corpus_files:
-            if (mirror / relative).is_file():
-                if file_problem(root / relative, relative) is not None:
-                    install_file(mirror / relative, root, relative)
-                installed_corpus = True
-        if corpus in ("sample", "full") and not installed_corpus:
-            raise UserError(f"--from {mirror}: no {corpus_files[0]} there; choose --corpus with one the mirror has")
+            if (mirror / relative).is_file() and file_problem(root / relative, relative) is not None:
+                install_file(mirror / relative, root, relative)
     else:
         if todo:
             _install_senteval_archive(root, todo)
         if corpus in ("auto", "full") and not (root / FULL_CORPUS).is_file():
             _download(WIKI1M_URL, root / FULL_CORPUS, verify=lambda path: _check_nonempty(path))
-        if corpus == "sample" and file_problem(root / SAMPLE_CORPUS, SAMPLE_CORPUS) is not None:
-            raise UserError("--corpus sample comes from a mirror only (corpus/wiki1m_sample.txt): add `--from DIR` "
-                            "with a mirror that holds it, or choose --corpus full")
 
     missing = [p for p in senteval_files if file_problem(root / p, p) is not None]
     if missing:  # pragma: no cover - every path above verifies what it installs
@@ -83,6 +73,18 @@ def fetch_data(source: str | None = None, dest: str | None = None, corpus: str =
         if (root / relative).is_file():
             _log(f"ok: corpus {root / relative} ({_count_lines(root / relative):,} sentences)")
     return root
+
+
+def _refuse_before_writing(root: Path, mirror: Path | None, corpus: str, corpus_files: list[str]) -> None:
+    """The mistakes found without copying or downloading anything, refused before the data directory is touched."""
+    if mirror is not None and not (mirror / "senteval").is_dir():
+        raise UserError(f"--from {mirror}: no senteval/ folder there; pass a folder laid out as a data directory "
+                        "(senteval/, corpus/), such as another machine's data directory")
+    if mirror is not None and corpus in ("sample", "full") and not (mirror / corpus_files[0]).is_file():
+        raise UserError(f"--from {mirror}: no {corpus_files[0]} there; choose --corpus with one the mirror has")
+    if mirror is None and corpus == "sample" and file_problem(root / SAMPLE_CORPUS, SAMPLE_CORPUS) is not None:
+        raise UserError("--corpus sample comes from a mirror only (corpus/wiki1m_sample.txt): add `--from DIR` "
+                        "with a mirror that holds it, or choose --corpus full")
 
 
 # ---- installing one file ----------------------------------------------------------------------

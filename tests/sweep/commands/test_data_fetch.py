@@ -249,9 +249,25 @@ def test_a_folder_that_is_no_mirror_is_refused_and_a_data_directory_serves_as_on
     proc = run_sweep("data", "fetch", "--from", str(tmp_path / "not-a-mirror"), "--dest", str(tmp_path / "x"))
     assert_one_line_error(proc, "no senteval/ folder there", "laid out as a data directory (senteval/, corpus/)",
                           "another machine's data directory")
+    assert not (tmp_path / "x").exists()  # nothing written: a later command still says the data is not there
     dest = tmp_path / "dest"
     proc = run_sweep("data", "fetch", "--from", str(installed), "--dest", str(dest), "--corpus", "sample")
     assert proc.returncode == 0, proc.stderr
     assert_installed(dest)
     assert (dest / "corpus" / "wiki1m_sample.txt").read_bytes() == (installed / "corpus" / "wiki1m_sample.txt"
                                                                     ).read_bytes()
+
+
+@pytest.mark.parametrize("from_mirror, corpus, fragment", [
+    (True, "full", "no corpus/wiki1m_for_simcse.txt there; choose --corpus with one the mirror has"),
+    (False, "sample", "--corpus sample comes from a mirror only (corpus/wiki1m_sample.txt)"),
+])
+def test_a_corpus_that_cannot_come_from_the_source_is_refused_before_anything_is_written(tmp_path, shared_data_dir,
+                                                                                        from_mirror, corpus,
+                                                                                        fragment):
+    """Before, the SentEval files were copied (or downloaded) first and the refusal came after them."""
+    source = ["--from", str(make_mirror(shared_data_dir, tmp_path / "mirror"))] if from_mirror else []
+    dest = tmp_path / "dest"
+    proc = run_sweep("data", "fetch", *source, "--dest", str(dest), "--corpus", corpus)
+    assert_one_line_error(proc, fragment)
+    assert not dest.exists()
