@@ -67,6 +67,8 @@ def export_trial(study: str | Path, dest: str | Path, trial_key: str | None = No
         raise UserError("give either --trial KEY or --best (exactly one)")
     location = locate_study(study)
     folder = location.folder
+    if not folder.path.is_dir():  # a study file whose study has not run: nothing to export yet
+        raise UserError(f"{folder.path}: no results yet for study '{location.name}'; run `sweep run {study}` first")
     dest = Path(dest)
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
         raise UserError(f"{dest} already exists and is not an empty folder; choose a new DEST or empty it")

@@ -134,6 +134,14 @@ def test_export_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path):
     assert (full / "x.txt").read_text() == "keep me"
 
 
+def test_export_of_a_study_that_has_not_run_says_so_and_what_runs_it(tmp_path, tiny_model_dir, shared_data_dir):
+    path = write_study(tmp_path, "notrun", tiny_model_dir, shared_data_dir)
+    result = run_sweep(["export", str(path), "--best", "out"], cwd=tmp_path, timeout=120)
+    one_line_exit_2(result)
+    assert f"results/notrun: no results yet for study 'notrun'; run `sweep run {path}` first" in result.stderr
+    assert not (tmp_path / "results").exists() and not (tmp_path / "out").exists()
+
+
 # ---- end to end: run, TensorBoard curves, export, SentenceTransformer reproduces the score (slow) ------
 @pytest.fixture(scope="module")
 def exported_study(tmp_path_factory, tiny_model_dir, shared_data_dir):
