@@ -83,7 +83,8 @@ def figure_queue_slices(table: pd.DataFrame, score: str = "avg", by: Keys = None
     setting = paper_values.MOCOSE_TABLE8_SETTING
     return _ablation_figure(
         trials, "queue.slices", score, by=by, size=size, ordered=False, sort_key=slice_sort_key, x_format=str,
-        title="Queue slices used by the loss (MoCoSE Table 8)", xlabel="queue positions used (0 = newest key)",
+        title=FIGURE["queue_slices"].title("Queue slices used by the loss"),
+        xlabel="queue positions used (0 = newest key)",
         paper=lambda label: paper.get(label),
         paper_label=f"paper (K={setting['queue.size']}, K0={setting['queue.initial_size']}, N={setting['batch_size']})",
     )
@@ -96,7 +97,7 @@ def figure_ema_decay(table: pd.DataFrame, score: str = "avg", by: Keys = None, s
     constant = "ema.schedule" not in trials.columns or (trials["ema.schedule"] == "constant").all()
     return _ablation_figure(
         trials, "ema.decay", score, by=by, size=size, x_format=format_number,
-        title="EMA decay (MoCoSE Table 3 / Fig. 8)",
+        title=FIGURE["ema_decay"].title("EMA decay"),
         xlabel="EMA decay eta" if constant else "EMA decay eta (eta0 for cosine schedules)",
         paper=numeric_lookup(paper_values.MOCOSE_TABLE3_EMA) if constant else None,
         paper_label="paper (fixed eta, K=512, B=64)",
@@ -165,7 +166,7 @@ def figure_queue_heatmap(table: pd.DataFrame, score: str = "avg", by: Keys = Non
     spread = spread_note(cells["n"]).replace("error bars", "± std")  # a cell has a ± line, not a bar
     note = "cells: " + spread + ("; [paper, Table 7]" if frame["paper"].notna().any() else "")
     legend_below(axes[-1], [], [], title=note + ("" if comparable else f"\n{PAPER_LEFT_OUT}"))
-    fig.suptitle("Queue size x initial queue size (MoCoSE Table 7 / Fig. 12)")
+    fig.suptitle(FIGURE["queue_heatmap"].title("Queue size x initial queue size"))
 
     frame = frame.rename(columns={"queue.size": "x", "_row": "y"})
     frame["x_label"] = frame["x"].map(lambda k: str(int(k)))
@@ -185,7 +186,8 @@ def figure_head_depth(table: pd.DataFrame, score: str = "avg", by: Keys = None, 
         trials, "heads.depth", score, by=by, size=size, ordered=False, x_format=str,
         exclude=("heads.projection_layers", "heads.predictor_layers"),
         sort_key=lambda label: tuple(int(v) for v in label.split("/")),
-        title="Projection / predictor depth (MoCoSE Table 4)", xlabel="projection layers P / predictor layers Q",
+        title=FIGURE["head_depth"].title("Projection / predictor depth"),
+        xlabel="projection layers P / predictor layers Q",
         paper=lambda label: paper_values.MOCOSE_TABLE4_DEPTH.get(tuple(int(v) for v in label.split("/"))),
         paper_label="paper (MoCoSE Table 4)",
     )
@@ -199,7 +201,8 @@ def figure_predictor_width(table: pd.DataFrame, score: str = "avg", by: Keys = N
     return _ablation_figure(
         trials, "heads.embedding_dim", score, by=by, size=size,
         x_format=lambda v: "hidden size" if pd.isna(v) else format_number(v),
-        title="Predictor dimension (MoCoSE Table 6a)", xlabel="predictor dimension heads.embedding_dim (units)",
+        title=FIGURE["predictor_width"].title("Predictor dimension"),
+        xlabel="predictor dimension heads.embedding_dim (units)",
         paper=numeric_lookup(paper_values.MOCOSE_TABLE6A_PREDICTOR_WIDTH), paper_label="paper (MoCoSE Table 6a)",
     )
 
@@ -210,7 +213,7 @@ def figure_batch_size(table: pd.DataFrame, score: str = "avg", by: Keys = None, 
     all_mocose = (table["method"] == MOCOSE).all()
     return _ablation_figure(
         table, "batch_size", score, by=by, size=size, x_format=format_number,
-        title="Batch size (MoCoSE Table 6b)", xlabel="batch size N (sentences)",
+        title=FIGURE["batch_size"].title("Batch size"), xlabel="batch size N (sentences)",
         paper=numeric_lookup(paper_values.MOCOSE_TABLE6B_BATCH_SIZE) if all_mocose else None,
         paper_label="paper (MoCoSE, K=512)",
     )
@@ -222,7 +225,7 @@ def figure_fgsm_eps(table: pd.DataFrame, score: str = "avg", by: Keys = None, si
     all_mocose = (table["method"] == MOCOSE).all()
     return _ablation_figure(
         table, "fgsm.eps", score, by=by, size=size, x_format=format_eps,
-        title="FGSM perturbation size (MoCoSE Table 9)", xlabel="FGSM epsilon (0 = none)",
+        title=FIGURE["fgsm_eps"].title("FGSM perturbation size"), xlabel="FGSM epsilon (0 = none)",
         paper=numeric_lookup(paper_values.MOCOSE_TABLE9_FGSM_EPS) if all_mocose else None,
         paper_label="paper (MoCoSE Table 9)",
     )
@@ -236,7 +239,8 @@ def figure_gaussian_m(table: pd.DataFrame, score: str = "avg", by: Keys = None, 
     return _ablation_figure(
         trials, "gaussian.m_per_batch", score, by=by, size=size, x_format=lambda v: f"{format_number(v)}x",
         exclude=("method", "gaussian.count", "gaussian.count_per_batch"),
-        title="Gaussian negatives (GS-InfoNCE Table 3)", xlabel="Gaussian negatives M (multiple of batch size N)",
+        title=FIGURE["gaussian_m"].title("Gaussian negatives"),
+        xlabel="Gaussian negatives M (multiple of batch size N)",
         paper=numeric_lookup(paper_values.GS_TABLE3_GAUSSIAN_M), paper_label="paper (N=64)",
     )
 
@@ -247,7 +251,7 @@ def figure_mix_lambda(table: pd.DataFrame, score: str = "avg", by: Keys = None, 
     trials = FIGURE["mix_lambda"].trials(table)
     return _ablation_figure(
         trials, "mix.lam", score, by=by, size=size, x_format=format_number,
-        title="Mixing coefficient (MixCSE; paper default 0.2)", xlabel="mixing lambda",
+        title=FIGURE["mix_lambda"].title("Mixing coefficient", "paper default 0.2"), xlabel="mixing lambda",
     )
 
 

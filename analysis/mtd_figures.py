@@ -39,6 +39,7 @@ from analysis.figure_style import (
     series_style,
     styled,
 )
+from analysis.registry import FIGURE
 from analysis.stats import PeakFit, fit_peak, seed_summary, spearman
 from trainer.method_rules import DISTANCE_METHODS
 
@@ -69,7 +70,7 @@ def figure_score_vs_mtd(
                                          keys=keys)
     data = [data, _draw_paper_mtd(ax, trials["mtd"], score, mtd_source)]
     rho = panel_stats.get("spearman_rho", math.nan)
-    ax.set_title(f"{score_label(score)} vs {name} (MoCoSE Fig. 2)\n"
+    ax.set_title(FIGURE["score_vs_mtd"].title(f"{score_label(score)} vs {name}") + "\n"
                  f"Spearman rho = {rho:.2f} over {len(trials)} trials")
     _finish_mtd_axes(ax, score, log_x, mtd_source)
     frame = pd.DataFrame(pd.concat(data, ignore_index=True), columns=MTD_COLUMNS + keys)
@@ -95,7 +96,7 @@ def figure_score_vs_mtd_by_batch(
         parts.append(part)
         stats["groups"][label] = group_stats
     parts.append(_draw_paper_mtd(ax, trials["mtd"], score, mtd_source, table3=False))
-    ax.set_title(f"{score_label(score)} vs {name} per batch size (MoCoSE Fig. 3)")
+    ax.set_title(FIGURE["score_vs_mtd_by_batch"].title(f"{score_label(score)} vs {name} per batch size"))
     kind = "log(MTD)" if log_x else "MTD"
     counts = pd.concat(parts).query("series == 'measured'")["n"]
     note = f"a point per configuration: {spread_note(counts)}"
@@ -131,7 +132,8 @@ def figure_align_uniform_vs_mtd(table: pd.DataFrame, log_x: bool = True, by: Seq
         _finish_mtd_axes(ax, None, log_x, mtd_source, legend=metric == "uniform")  # one legend, for both
         parts.append(points)
     split = split.removeprefix("stsb-") if split else split  # summaries say stsb-dev / stsb-test (older: dev)
-    fig.suptitle(f"Alignment and uniformity vs {name} (MoCoSE Fig. 4)" + (f", STS-B {split}" if split else ""))
+    fig.suptitle(FIGURE["align_uniform_vs_mtd"].title(f"Alignment and uniformity vs {name}")
+                 + (f", STS-B {split}" if split else ""))
     frame = pd.DataFrame(pd.concat(parts, ignore_index=True), columns=MTD_COLUMNS + keys)
     frame.attrs["stats"] = stats
     return finish(fig, axes, size), frame

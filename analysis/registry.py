@@ -74,6 +74,11 @@ class FigureEntry:
     needs: Callable[[Any, str], bool] | None = None
     against_mtd: bool = False
 
+    def title(self, what: str, note: str = "") -> str:
+        """The figure's title: what it shows, then its source in the papers (and a note), e.g.
+        "EMA decay (MoCoSE Table 3 / Fig. 8)"."""
+        return f"{what} ({self.source}{'; ' + note if note else ''})"
+
     def called_for(self, knobs: Iterable[str]) -> bool:
         knobs = set(knobs)
         return all(knobs & set(group) for group in self.knobs)
