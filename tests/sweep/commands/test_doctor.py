@@ -211,7 +211,7 @@ def test_the_model_check_says_when_the_paper_model_cannot_be_downloaded_here(tmp
     cannot be reached (a compute node without network), where the checklist says so and how to bring it in."""
     import socket
 
-    from sweep.commands.doctor import _model_checks
+    from sweep.commands.doctor import environment_checks
     from tests.helpers import free_port
     from trainer import models
 
@@ -222,7 +222,8 @@ def test_the_model_check_says_when_the_paper_model_cannot_be_downloaded_here(tmp
 
     def model_line() -> str:
         models.hub_reachable.cache_clear()
-        return next(check for check in _model_checks() if "bert-base-uncased" in check.what).line()
+        checks = environment_checks(str(tmp_path / "data"), ray_start=False)
+        return next(check for check in checks if "bert-base-uncased" in check.what).line()
 
     with socket.socket() as listening:
         listening.bind(("127.0.0.1", 0))
