@@ -44,6 +44,18 @@ def test_the_probe_asks_the_endpoints_host_and_stands_aside_for_a_proxy_or_offli
     assert probe() is True
 
 
+def run_without_hub(code: str, tmp_path, timeout: float) -> tuple[dict, str]:
+    """Run `code` in a fresh interpreter whose HF cache is TMP_PATH/hf and whose hub endpoint is a local port
+    nothing listens on (no proxy, offline mode off); its last stdout line parsed as JSON, and its stderr."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in (*models.PROXY_VARIABLES, "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    env.update(HF_HOME=str(tmp_path / "hf"), HF_ENDPOINT=f"http://127.0.0.1:{free_port()}")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path,
+                          timeout=timeout)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1]), done.stderr
+
+
 LOAD = """
 import json, sys
 from trainer.errors import UserError
@@ -75,13 +87,7 @@ def test_a_cached_model_loads_by_its_hf_id_without_the_hub_and_an_uncached_one_f
     shutil.copytree(tiny_model_dir, broken / "snapshots" / "0123abcd")
     (broken / "snapshots" / "0123abcd" / "config.json").write_text("{")
     shutil.copytree(repo / "refs", broken / "refs")
-    env = {k: v for k, v in os.environ.items()
-           if k not in (*models.PROXY_VARIABLES, "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
-    env.update(HF_HOME=str(tmp_path / "hf"), HF_ENDPOINT=f"http://127.0.0.1:{free_port()}")
-    done = subprocess.run([sys.executable, "-c", LOAD], capture_output=True, text=True, env=env, cwd=tmp_path,
-                          timeout=scaled(240))
-    assert done.returncode == 0, done.stderr
-    out = json.loads(done.stdout.strip().splitlines()[-1])
+    out, stderr = run_without_hub(LOAD, tmp_path, scaled(240))
     assert out["loaded"] == "BertModel"
     assert out["acme/not-cached"] == (
         "cannot load model 'acme/not-cached': the Hugging Face hub cannot be reached from this machine and the model "
@@ -89,7 +95,7 @@ def test_a_cached_model_loads_by_its_hf_id_without_the_hub_and_an_uncached_one_f
         "cache, or pass a local folder or 'embedded'")
     assert out["acme/broken"].startswith("cannot load model 'acme/broken': ")  # its own cause, not "not cached"
     assert "not in its HF cache" not in out["acme/broken"], out["acme/broken"]
-    assert "Retrying" not in done.stderr, done.stderr
+    assert "Retrying" not in stderr, stderr
 
 
 REFUSE = """
@@ -110,13 +116,7 @@ print(json.dumps(out))
 def test_an_id_neither_cached_nor_reachable_is_refused_before_transformers_and_torch_load(tmp_path):
     """The refusal needs only huggingface_hub's cache lookup: the seconds of importing transformers and torch are
     spent only on a model that can load."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in (*models.PROXY_VARIABLES, "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
-    env.update(HF_HOME=str(tmp_path / "hf"), HF_ENDPOINT=f"http://127.0.0.1:{free_port()}")
-    done = subprocess.run([sys.executable, "-c", REFUSE], capture_output=True, text=True, env=env, cwd=tmp_path,
-                          timeout=scaled(60))
-    assert done.returncode == 0, done.stderr
-    out = json.loads(done.stdout.strip().splitlines()[-1])
+    out, _ = run_without_hub(REFUSE, tmp_path, scaled(60))
     for load in ("check_model", "load_encoder"):
         assert out[load].startswith("cannot load model 'acme/not-cached': the Hugging Face hub cannot be reached "
                                     "from this machine and the model is not in its HF cache"), out
