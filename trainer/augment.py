@@ -190,7 +190,8 @@ def half_precision_floor(word_embeddings: Tensor, dtype: torch.dtype) -> float:
 def shuffle_token_positions(
     position_ids: Tensor, attention_mask: Tensor, generator: torch.Generator | None = None
 ) -> Tensor:
-    """Token shuffle (ConSERT): permute the position ids among the real tokens of each row.
+    """Token shuffle, the paper reading of MoCoSE's "position shuffle" (ConSERT's): permute the position ids among
+    the real tokens of each row, each row its own permutation.
 
     [CLS] (index 0) keeps position 0 and pads keep theirs. Assumes right padding (BERT's), i.e. the
     real tokens are the first `attention_mask.sum(1)` of each row. position_ids: (B, L), (1, L) or (L,);
@@ -211,8 +212,30 @@ def shuffle_token_positions(
     return position_ids.gather(1, order)
 
 
-def shuffled_positions(ids: Tensor, attention_mask: Tensor, generator: torch.Generator | None = None) -> Tensor:
-    """The position ids a token-shuffled forward of the (B, L) batch `ids` passes to the encoder."""
+def shuffle_all_positions(batch: int, length: int, generator: torch.Generator | None = None,
+                          device: torch.device | str | None = None) -> Tensor:
+    """Token shuffle as the released MoCoSE code does it: ONE random permutation of all `length` positions, [CLS]
+    and pads included, shared by the `batch` sentences. Returns (batch, length) position ids, every row the same:
+    the draw `takers = randperm(length)` gives position p to the token at index takers[p]. The generator must
+    live on `device`.
+
+    >>> ids = shuffle_all_positions(3, 5, torch.Generator().manual_seed(0))
+    >>> sorted(ids[0].tolist()), bool((ids == ids[0]).all())
+    ([0, 1, 2, 3, 4], True)
+    """
+    takers = torch.randperm(length, generator=generator, device=device)
+    positions = torch.empty_like(takers)
+    positions[takers] = torch.arange(length, device=takers.device)
+    return positions.expand(batch, length)
+
+
+def shuffled_positions(ids: Tensor, attention_mask: Tensor, generator: torch.Generator | None = None,
+                       whole_batch: bool = False) -> Tensor:
+    """The position ids a token-shuffled forward of the (B, L) batch `ids` passes to the encoder: each sentence
+    its own permutation of its real tokens (`shuffle_token_positions`), or, `whole_batch`, the released MoCoSE
+    code's one permutation of every position for the whole batch (`shuffle_all_positions`)."""
+    if whole_batch:
+        return shuffle_all_positions(ids.shape[0], ids.shape[1], generator, ids.device)
     return shuffle_token_positions(torch.arange(ids.shape[1], device=ids.device), attention_mask, generator)
 
 
@@ -355,20 +378,23 @@ class EvaluationAugments:
     """`released.eval_cutoff`: the training's cutoffs and token shuffle left on at every evaluation, as the
     released MoCoSE code evaluates (it calls its embeddings without `sent_emb`, so they act; under its
     no_grad and eval mode, FGSM and dropout do not). Two evaluations of one batch then differ: not
-    SentEval's protocol. The cutoffs are the run's (`released.cutoffs` says which form); the token shuffle
-    is the trainer's (the release's own permutes every position, [CLS] and pads included). The draws come
-    from a generator of their own, so the training draws the same numbers with the switch on or off."""
+    SentEval's protocol. The cutoffs and the shuffle are the run's (`released.cutoffs` and
+    `released.token_shuffle` say which form: `whole_batch_shuffle` is the latter). The draws come from a
+    generator of their own, so the training draws the same numbers with the switch on or off."""
 
     LABEL = ("cutoff and token shuffle act at every evaluation (dev and test), as the released MoCoSE code "
              "evaluates (released.eval_cutoff): scores vary between evaluations and are not SentEval's protocol")
 
-    def __init__(self, cutoff: EmbeddingCutoff, token_shuffle: bool, generator: torch.Generator):
+    def __init__(self, cutoff: EmbeddingCutoff, token_shuffle: bool, generator: torch.Generator,
+                 whole_batch_shuffle: bool = False):
         self.cutoff, self.token_shuffle, self.generator = cutoff, token_shuffle, generator
+        self.whole_batch_shuffle = whole_batch_shuffle
 
     @contextmanager
     def around(self, ids: Tensor, mask: Tensor) -> Iterator[Tensor | None]:
         """Around one evaluation batch's forward: the cutoffs act inside; yields the shuffled position ids
         to pass to the encoder (None without token shuffle)."""
-        positions = shuffled_positions(ids, mask, self.generator) if self.token_shuffle else None
+        positions = (shuffled_positions(ids, mask, self.generator, self.whole_batch_shuffle)
+                     if self.token_shuffle else None)
         with self.cutoff.on(mask, generator=self.generator):
             yield positions

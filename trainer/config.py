@@ -173,18 +173,23 @@ class MixConfig(Section):
 
     enabled: Bool | None = None  # null: the method's default (trainer.method_rules)
     lam: Float = Field(0.2, ge=0, le=1)
+    # both: a mixed negative for h_i and one for h'_i; single (MixCSE_single, Table 3): none for h'_i, all else
+    # kept (under anchors symmetric h'_i keeps its own loss; one_loss with single is h_i's loss alone)
     directions: Literal["both", "single"] = "both"
     stop_grad: Bool = True
     hard_negative_weight: Float = 0.0  # released code: a logit offset on the mixed negatives (default 0)
-    # with directions both, in the paper's layout: symmetric = h'_i is the anchor of a second InfoNCE (over the
-    # h_j, with its mix of the h_j), the two averaged; one_loss = its mixed negative is one more column of h_i's
-    # row (the release's single loss cut to its diagonals). null: symmetric, or one_loss with
-    # released.mix_negatives (whose N x 3N layout is one loss)
+    # in the paper's layout: symmetric = h'_i is the anchor of a second InfoNCE (over the h_j, with its mix of the
+    # h_j unless directions single); one_loss = h'_i's mixed negative is one more column of h_i's row (the
+    # release's single loss cut to its diagonals). null: symmetric, or one_loss with released.mix_negatives (whose
+    # N x 3N layout is one loss)
     anchors: Literal["symmetric", "one_loss"] | None = None
+    # anchors symmetric: the two anchors' losses averaged (mean) or added (sum); the paper gives no rule. Adam's
+    # step is blind to the loss's scale but for its eps; clipping at optim.grad_clip is not
+    anchor_losses: Literal["mean", "sum"] = "mean"
 
 
 class AugmentConfig(Section):
-    token_shuffle: Bool = False
+    token_shuffle: Bool = False  # the position ids permuted; how: released.token_shuffle (MoCoSE)
     token_cutoff: Float = Field(0.0, ge=0, lt=1)
     feature_cutoff: Float = Field(0.0, ge=0, lt=1)
     # MoCoSE: the branches the token shuffle and the paper-reading cutoffs act on. both: each view its own draw
@@ -213,6 +218,10 @@ class ReleasedConfig(Section):
     target_gradients: Bool | None = None  # MoCoSE: target output not detached; target projection trained
     heads_init: Bool | None = None  # MoCoSE: heads normal(0, 0.02), zero bias, LayerNorm eps 1e-12
     cutoffs: Bool | None = None  # MoCoSE: cutoffs on both branches' word embeddings, a fixed count, after FGSM
+    # MoCoSE: the token shuffle permutes all L positions of the padded batch, [CLS] and pads included, with one
+    # permutation for every sentence of the batch (each view its own draw); off: each sentence its own
+    # permutation of its real tokens, [CLS] first and pads last
+    token_shuffle: Bool | None = None
     test_selected: Bool | None = None  # MoCoSE: also report the checkpoint with the best test average
     fgsm_gradient: Bool | None = None  # MoCoSE: FGSM takes the sign of the previous step's gradient (fgsm.mode null)
     dropout: Bool | None = None  # GS-InfoNCE: dropout 0.2 for BERT, 0.1 for RoBERTa (run.sh)

@@ -23,7 +23,9 @@ from trainer.vocabulary import GS_INFONCE, MIXCSE, MOCOSE, SIMCSE
 #    views augmented, Adam, eq. 1's exact FGSM gradient; MixCSE's mix of normalised features and its two anchors;
 #    SimCSE's STS-B dev every 250 steps under the paper reading of SimCSE, GS-InfoNCE and MixCSE; each paper's
 #    learning rate and batch size per model.
-READING = 2
+# 3: MixCSE_single drops only h'_i's mixed negative (under `mix.anchors: symmetric` h'_i keeps its own loss); the
+#    released MoCoSE token shuffle is the release's, one permutation of every position for the whole batch.
+READING = 3
 
 
 def summary_reading(summary: Mapping[str, Any]) -> int:
@@ -40,6 +42,8 @@ def reading_changes(config: dict[str, Any], reading: int) -> list[str]:
     changes: list[str] = []
     if reading < 2:
         changes += _since_reading_1(config)
+    if reading < 3:
+        changes += _since_reading_2(config)
     return changes
 
 
@@ -70,4 +74,20 @@ def _since_reading_1(config: dict[str, Any]) -> list[str]:
         if (optim.get("lr"), config.get("batch_size")) == (3e-5, 64) != (settings.lr, settings.batch_size):
             changes.append(f"{config['model']} trains with lr {settings.lr:g} and batch {settings.batch_size} "
                            f"({settings.source}), not bert-base's")
+    return changes
+
+
+def _since_reading_2(config: dict[str, Any]) -> list[str]:
+    method, released = config.get("method"), config.get("released") or {}
+    mix = config.get("mix") or {}
+    changes = []
+    # a config stored before `mix.anchors` existed resolves it to symmetric now (the paper layout's default)
+    if (method in (SIMCSE, GS_INFONCE, MIXCSE) and mix.get("enabled") and mix.get("directions") == "single"
+            and not released.get("mix_negatives") and mix.get("anchors") in (None, "symmetric")):
+        changes.append("MixCSE_single keeps h'_i's own loss and drops only its mixed negative")
+    # a config stored before `released.token_shuffle` existed resolves it from the variant now
+    whole_batch_shuffle = released.get("token_shuffle", config.get("variant") == "released")
+    if method == MOCOSE and (config.get("augment") or {}).get("token_shuffle") and whole_batch_shuffle:
+        changes.append("MoCoSE's released token shuffle permutes every position, [CLS] and pads included, with one "
+                       "permutation for the whole batch")
     return changes

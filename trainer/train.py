@@ -28,7 +28,7 @@ import torch
 from scipy.stats import spearmanr
 
 from trainer import compiled
-from trainer.augment import AUTOCAST_DTYPES, FGSM, EvaluationAugments, check_fgsm_precision, shuffled_positions
+from trainer.augment import AUTOCAST_DTYPES, FGSM, EvaluationAugments, check_fgsm_precision
 from trainer.config import RunConfig
 from trainer.corpus import load_corpus
 from trainer.data import corpus_path, data_dir
@@ -317,7 +317,8 @@ def _reset_process_state() -> None:
 
 
 def _step_loss(run: _Run, ids: torch.Tensor, mask: torch.Tensor):
-    position_ids = shuffled_positions(ids, mask, run.device_generator) if run.config.augment.token_shuffle else None
+    shuffle = run.config.augment.token_shuffle
+    position_ids = run.method.token_positions(ids, mask, run.device_generator) if shuffle else None
     with run.autocast:
         return run.method.loss(ids, mask, position_ids)
 

@@ -9,7 +9,14 @@ import pytest
 import torch
 from torch import nn
 
-from trainer.augment import FGSM, EmbeddingCutoff, feature_cutoff, shuffle_token_positions, token_cutoff
+from trainer.augment import (
+    FGSM,
+    EmbeddingCutoff,
+    feature_cutoff,
+    shuffle_token_positions,
+    shuffled_positions,
+    token_cutoff,
+)
 
 EPS = 2.0**-6  # a power of two: with weights on a 2^-8 grid, x + eps*sign and its difference are exact
 
@@ -261,6 +268,52 @@ def test_shuffle_actually_shuffles_and_is_reproducible():
     again = shuffle_token_positions(positions, mask, torch.Generator().manual_seed(5))
     assert torch.equal(first, again)
     assert not torch.equal(first, positions)
+
+
+def release_position_ids_shuffle(position_ids, generator):
+    """The released MoCoSE code's `position_ids_shuffle` (xbdxwyh/mocose, mocose.py#L153-L159) restated, with the
+    generator its global `torch.randperm` draws from made explicit: for each row, draw a permutation of the row's
+    length, then write the row's k-th position id at index perm[k]."""
+    shuffled = torch.zeros_like(position_ids)
+    for row in range(position_ids.shape[0]):
+        perm = torch.randperm(position_ids[row].nelement(), generator=generator)
+        for k, index in enumerate(perm):
+            shuffled[row][index] = position_ids[row][k]
+    return shuffled
+
+
+@pytest.mark.parametrize("batch,length", [(1, 1), (3, 5), (16, 32)])
+@pytest.mark.parametrize("seed", [0, 7])
+def test_the_whole_batch_shuffle_is_the_releases_position_ids_shuffle(batch, length, seed):
+    """`released.token_shuffle`: what the release's embeddings pass to `position_ids_shuffle` by default is its
+    (1, L) buffer `arange(max_position_embeddings)[None, :L]`; one call permutes it once, and the (1, L, d)
+    position embeddings it selects are added to every sentence of the (B, L, d) batch. From the same generator
+    state, the project's positions are that permutation in every row, [CLS] and pads included."""
+    mask, _ = random_mask(batch, length, seed=seed + length)
+    ids = torch.randint(1000, 2000, (batch, length)) * mask
+    buffer = torch.arange(512).expand((1, -1))  # the release's registered position_ids buffer
+    expected = release_position_ids_shuffle(buffer[:, :length], torch.Generator().manual_seed(seed))
+    ours = shuffled_positions(ids, mask, torch.Generator().manual_seed(seed), whole_batch=True)
+    assert ours.shape == (batch, length)
+    assert torch.equal(ours, expected.expand(batch, length))
+
+
+def test_the_whole_batch_shuffle_moves_cls_and_pads_and_the_per_sentence_one_does_not():
+    """The two readings of MoCoSE's "position shuffle" on one padded batch, over many draws: the release's moves
+    [CLS] off position 0 and gives pads real tokens' positions; the per-sentence shuffle never does either."""
+    mask, lengths = random_mask(6, 12, seed=3)
+    ids = torch.ones(6, 12, dtype=torch.long)
+    generator = torch.Generator().manual_seed(1)
+    whole = torch.stack([shuffled_positions(ids, mask, generator, whole_batch=True) for _ in range(50)])
+    per_sentence = torch.stack([shuffled_positions(ids, mask, generator) for _ in range(50)])
+    assert (whole[:, :, 0] != 0).any()  # [CLS] moved
+    assert (per_sentence[:, :, 0] == 0).all()
+    short = int(np.argmin(lengths))  # a padded row: its pads take positions below its length in some draw
+    assert lengths[short] < 12
+    assert (whole[:, short, lengths[short]:] < lengths[short]).any()
+    assert (per_sentence[:, short, lengths[short]:] == torch.arange(lengths[short], 12)).all()
+    assert all(torch.equal(draw, draw[:1].expand_as(draw)) for draw in whole)  # one permutation per batch
+    assert any(not torch.equal(draw[0], draw[1]) for draw in per_sentence)  # one per sentence
 
 
 @pytest.mark.parametrize("batch,length,dim", [(2, 4, 3), (16, 32, 8)])

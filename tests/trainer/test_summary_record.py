@@ -15,7 +15,7 @@ from sweep.run.runner import StudyRun
 from sweep.run.trial_events import reported_metrics
 from sweep.spec import load_study
 from tests.helpers import study_file
-from trainer.readings import reading_changes
+from trainer.readings import READING, reading_changes
 from trainer.summary import (
     analysis_row,
     build_summary,
@@ -56,7 +56,7 @@ def full_summary(seed: int = 1) -> dict:
         "sentences_per_s": 410.5, "train_seconds": 39.0, "eval_seconds": 3.5, "final_eval_seconds": 20.1,
         "wall_time_s": 70.2, "device": "cpu", "corpus_sentences": 16000,
         "history": [{"step": 125, "loss": 1.2, "dev_stsb": 81.2345, "ema_age": 3.9}],
-        "config": config, "resources": {"host": "here", "cpu": 1.0, "gpu": 0.0}, "reading": 2,
+        "config": config, "resources": {"host": "here", "cpu": 1.0, "gpu": 0.0}, "reading": READING,
         "provenance": {"code": {"version": "0.1.0", "commit": "0" * 40, "dirty": True, "diff_sha256": "1" * 64,
                                 "source": "git checkout"},
                        "packages": {"python": "3.11.7", "torch": "2.13.0+cpu", "transformers": "5.24.0"},
@@ -182,7 +182,6 @@ def test_every_writers_record_goes_through_every_view(tiny_model_dir, shared_dat
     Each holds only SummaryFields' fields, carries this code's version and reading, and gives every view: the
     trials.csv row (the same columns for all), the analysis row, the Optuna attributes and back, the curve."""
     from trainer.config import RunConfig
-    from trainer.readings import READING
     from trainer.summary import SUMMARY_VERSION, SummaryFields, ended_summary
     from trainer.train import train
 

@@ -14,8 +14,13 @@ in the mix's direction is then lam * r / (lam * r + 1 - lam), r = ||z_i|| / ||z_
 Two anchors (the paper: "both h_i and h'_i may serve as the anchor ... So we also construct h~_{i,j} for h'_i
 by mixing h_i and h_j in the same way"). `mixcse_symmetric_loss`, the paper reading (`mix.anchors:
 symmetric`): h'_i is the anchor of a second InfoNCE, over the h_j with the mix m_{i,j}; the two losses are
-averaged. `mix.anchors: one_loss`: m_{i,j}'s logit cos(h'_i, m_{i,j}) is one more column of h_i's row in one
-loss (the release's single-loss layout cut to its diagonals: `layout="paper"`, directions both).
+averaged (`mix.anchor_losses: sum` adds them). `mix.anchors: one_loss`: m_{i,j}'s logit cos(h'_i, m_{i,j}) is
+one more column of h_i's row in one loss (the release's single-loss layout cut to its diagonals:
+`layout="paper"`, directions both).
+
+MixCSE_single (Table 3: "we only construct a hard negative for h_i"), `directions="single"`: h'_i gets no mixed
+negative and nothing else changes. Under `symmetric` h'_i keeps its own loss, without a mix; under `one_loss` h_i's
+row loses the column cos(h'_i, m_{i,j}), which leaves h_i's loss alone: h'_i neither an anchor nor mixed.
 
 Layout, following the authors' released code (j = the next sample of the shuffled batch, so
 mix(z)_k = normalize(lam*z_k + (1-lam)*z_{(k+1) mod N})), with m2 = mix(z2) and m1 = mix(z1):
@@ -38,13 +43,13 @@ mix(z)_k = normalize(lam*z_k + (1-lam)*z_{(k+1) mod N})), with m2 = mix(z2) and 
 
 Paper versus released code (docs/science/paper-vs-released.md#mixcse-negatives): the paper adds one mixed negative
 per anchor, the code adds all N mixes of the batch (the paper's one is the diagonal); the code does not remove the
-(1-lam)-self mix but sets its logit to 0 (so it still adds exp(0) = 1 to the denominator); the code's
-mixes are not normalised (irrelevant under cosine). The code adds `hard_negative_weight` (a logit offset,
-0 by default) to the diagonals of B and C, the paper's mixed negatives; it is applied to them in every
-layout here.
+(1-lam)-self mix but sets its logit to 0 (so it still adds exp(0) = 1 to the denominator); the code mixes the
+unnormalised rows, which moves the effective lam (above; `released.mix_raw_features`). The code adds
+`hard_negative_weight` (a logit offset, 0 by default) to the diagonals of B and C, the paper's mixed negatives; it
+is applied to them in every layout here.
 
 Inputs: z1, z2 (N, d) with gradient. Recommended (paper): lam 0.2, tau 0.05, N 64, both directions,
-stop-gradient on. Ablations (Table 3): single direction 76.43, without stop-gradient 75.74 (vs 77.66).
+stop-gradient on. Ablations (Table 3): MixCSE_single 76.43, without stop-gradient 75.74 (vs 77.66).
 """
 
 from __future__ import annotations
@@ -60,6 +65,7 @@ from trainer.losses.infonce import NORM_EPS, cosine_logits, info_nce, paired_cos
 Directions = Literal["both", "single"]
 Layout = Literal["released", "paper", "transposed"]
 LAYOUTS = ("released", "paper", "transposed")
+AnchorLosses = Literal["mean", "sum"]
 
 
 def mixed_negatives(z: Tensor, lam: float, stop_grad: bool = True, raw_features: bool = False) -> Tensor:
@@ -176,6 +182,21 @@ def mixed_negative_logits(anchor: Tensor, source: Tensor, lam: float, temperatur
                                 temperature) + hard_negative_weight
 
 
+def combined_anchor_losses(first: Tensor, second: Tensor, anchor_losses: AnchorLosses = "mean") -> Tensor:
+    """The two anchors' losses as one (`mix.anchor_losses`): their mean, or their sum.
+
+    >>> combined_anchor_losses(torch.tensor(1.0), torch.tensor(3.0)).item()
+    2.0
+    >>> combined_anchor_losses(torch.tensor(1.0), torch.tensor(3.0), "sum").item()
+    4.0
+    """
+    if anchor_losses == "mean":
+        return (first + second) / 2
+    if anchor_losses == "sum":
+        return first + second
+    raise ValueError(f"anchor_losses must be 'mean' or 'sum', got {anchor_losses!r}")
+
+
 def mixcse_symmetric_loss(
     z1: Tensor,
     z2: Tensor,
@@ -185,21 +206,28 @@ def mixcse_symmetric_loss(
     hard_negative_weight: float = 0.0,
     raw_features: bool = False,
     extra_logits: Sequence[Tensor] = (),
+    directions: Directions = "both",
+    anchor_losses: AnchorLosses = "mean",
 ) -> Tensor:
     """MixCSE with both anchors, the paper's reading (`mix.anchors: symmetric`):
 
         L = 1/2 [ InfoNCE(h -> h', extra | cos(h_i, m'_i)) + InfoNCE(h' -> h, cos(h'_i, m_i)) ]
 
-    with m' = mixes of the positives h' (z2), m = mixes of the anchors h (z1). `extra_logits` (Gaussian noise)
-    join the first loss, whose anchors are GS-InfoNCE's.
+    with m' = mixes of the positives h' (z2), m = mixes of the anchors h (z1). `directions="single"`
+    (MixCSE_single) leaves out the second loss's mix m_i, not the loss. `anchor_losses="sum"` adds the two
+    instead of averaging them. `extra_logits` (Gaussian noise) join the first loss, whose anchors are
+    GS-InfoNCE's.
 
     >>> z = torch.randn(6, 8)
     >>> first = mixcse_loss(z, z, directions="single", layout="paper")
     >>> torch.allclose(mixcse_symmetric_loss(z, z), first)  # one view: the two halves are the same loss
     True
     """
+    if directions not in ("both", "single"):
+        raise ValueError(f"directions must be 'both' or 'single', got {directions!r}")
     first = info_nce(z1, z2, temperature, [*extra_logits, mixed_negative_logits(
         z1, z2, lam, temperature, stop_grad, hard_negative_weight, raw_features)])
-    second = info_nce(z2, z1, temperature, [mixed_negative_logits(
-        z2, z1, lam, temperature, stop_grad, hard_negative_weight, raw_features)])
-    return (first + second) / 2
+    second_mix = [] if directions == "single" else [mixed_negative_logits(
+        z2, z1, lam, temperature, stop_grad, hard_negative_weight, raw_features)]
+    second = info_nce(z2, z1, temperature, second_mix)
+    return combined_anchor_losses(first, second, anchor_losses)

@@ -18,8 +18,9 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 from torch import Tensor, nn
 
+from trainer.augment import shuffled_positions
 from trainer.losses.gaussian import gaussian_logits, sample_gaussian_negatives
-from trainer.losses.mix import mix_logits, mixed_negative_logits
+from trainer.losses.mix import combined_anchor_losses, mix_logits, mixed_negative_logits
 from trainer.method_rules import MethodRules, method_rules
 
 if TYPE_CHECKING:  # types for annotations only
@@ -42,9 +43,10 @@ class NegativeBlocks:
     negatives (`mix.*`, `mix_logits`), in the paper's or the released layout. Every method gets the blocks
     its config turns on, in the order [Gaussian | mixed] after its own logits.
 
-    MixCSE's second anchor under `mix.anchors: symmetric` (both directions, the paper's layout) is a second
-    loss, not a block: a method that averages two directions (the SimCSE family) asks `second_anchor` for it
-    and calls with `two_losses=True`; MoCoSE, whose keys are never anchors, takes every mix in its one loss."""
+    MixCSE's second anchor under `mix.anchors: symmetric` (the paper's layout) is a second loss, not a block: a
+    method that combines two directions (the SimCSE family) asks `second_anchor` for that loss's blocks and calls
+    with `two_losses=True`; MoCoSE, whose keys are never anchors, takes every mix in its one loss. With
+    `mix.directions: single` (MixCSE_single) the second loss is still there, without a mixed negative."""
 
     def __init__(self, config: RunConfig, generator: torch.Generator):
         self.temperature = config.temperature
@@ -53,8 +55,7 @@ class NegativeBlocks:
         self.mix = config.mix if config.mix.enabled else None
         self.mix_layout = "released" if config.released.mix_negatives else "paper"
         self.raw_features = bool(config.released.mix_raw_features)
-        self.symmetric = (self.mix is not None and self.mix_layout == "paper" and self.mix.directions == "both"
-                          and self.mix.anchors == "symmetric")
+        self.symmetric = self.mix is not None and self.mix_layout == "paper" and self.mix.anchors == "symmetric"
         self.generator = generator
 
     def __call__(self, anchor: Tensor, positive: Tensor, two_losses: bool = False) -> list[Tensor]:
@@ -71,13 +72,20 @@ class NegativeBlocks:
         return blocks
 
     def second_anchor(self, anchor: Tensor, positive: Tensor) -> list[Tensor] | None:
-        """The blocks of the positive's own loss (`positive` as the anchor against every `anchor`): its one mixed
-        negative, a mix of the anchors (MixCSE, `mix.anchors: symmetric`); None when there is no second loss."""
+        """The blocks of the positive's own loss (`positive` as the anchor against every `anchor`; MixCSE,
+        `mix.anchors: symmetric`): its one mixed negative, a mix of the anchors, or none under `mix.directions:
+        single`; None when there is no second loss."""
         if not self.symmetric:
             return None
         mix = self.mix
+        if mix.directions == "single":
+            return []
         return [mixed_negative_logits(positive, anchor, mix.lam, self.temperature, mix.stop_grad,
                                       mix.hard_negative_weight, self.raw_features)]
+
+    def combined(self, first: Tensor, second: Tensor) -> Tensor:
+        """The anchor's loss and the positive's own (`second_anchor`) as one: `mix.anchor_losses`."""
+        return combined_anchor_losses(first, second, self.mix.anchor_losses)
 
     def noise(self, anchor: Tensor) -> Tensor:
         """M fresh Gaussian vectors of the anchor's size (GS-InfoNCE draws them every step)."""
@@ -125,6 +133,11 @@ class Method(nn.Module):
         out = encoder(input_ids=ids, attention_mask=prepared_attention_mask(encoder, mask),
                       token_type_ids=torch.zeros_like(ids), position_ids=position_ids, return_dict=True)
         return out.last_hidden_state[:, 0]
+
+    def token_positions(self, ids: Tensor, mask: Tensor, generator: torch.Generator) -> Tensor:
+        """The position ids of one token-shuffled forward of the (B, L) batch (`augment.token_shuffle`): each
+        sentence its own permutation of its real tokens, [CLS] first and pads last."""
+        return shuffled_positions(ids, mask, generator)
 
     def start(self, total_steps: int) -> None:
         """Called once before the first step with the run's length."""

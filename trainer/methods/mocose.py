@@ -9,8 +9,8 @@ the token shuffle and cutoffs when on, each view its own draw (`augment.branches
 online view). Loss (eq. 3): InfoNCE of each online query against the target key of its own sentence and the
 queue (`released.in_batch_negatives`: the other in-batch keys too). After every optimiser step: the EMA update
 (eq. 2), then the batch's target keys z_t enter the queue (Algorithm 1 line 9 writes "enqueue(Q, v_t)", the
-augmented input; the queue holds keys of the loss's space, as eq. 3's l and section 3's "update it using the
-output of target branch" say).
+augmented input; the queue holds keys of the loss's space, as eq. 3's l, section 1's "update it using the output
+of target branch" and section 3's queue that "stores the key vectors" say).
 
 Released-code behaviours (each its own `released.*` key):
 - in_batch_negatives: the other in-batch keys are negatives beside the queue (`InfoNCEWithQueue`).
@@ -26,6 +26,9 @@ Released-code behaviours (each its own `released.*` key):
 - heads_init: projection/predictor init normal(0, 0.02), zero bias, LayerNorm eps 1e-12.
 - cutoffs: token/feature cutoff on both branches' word embeddings, a fixed count (see EmbeddingCutoff),
   after FGSM's perturbation (the trainer attaches FGSM ahead of the cutoff hook).
+- token_shuffle: one permutation of all L positions of the padded batch, [CLS] and pads included, for every
+  sentence of the batch, each view its own draw (`shuffle_all_positions`); off, each sentence its own
+  permutation of its real tokens.
 - test_selected: the loop also reports the checkpoint with the best seven-task test average, labelled.
 - eval_cutoff (off unless set, not part of variant released): the cutoffs and token shuffle also act at
   every evaluation, as the release's evaluation forward leaves them on (`EvaluationAugments`).
@@ -126,11 +129,16 @@ class MoCoSE(Method):
                            extra_logits=self.negatives(q, k))
         return StepOutput(loss, keys=k.detach())
 
+    def token_positions(self, ids: Tensor, mask: Tensor, generator: torch.Generator) -> Tensor:
+        """One view's token shuffle: each sentence its own permutation of its real tokens (the paper reading), or
+        with `released.token_shuffle` the release's one permutation of every position for the whole batch."""
+        return shuffled_positions(ids, mask, generator, whole_batch=bool(self.config.released.token_shuffle))
+
     def target_positions(self, ids: Tensor, mask: Tensor, both_views: bool) -> Tensor | None:
         """The target view's own token shuffle (None without one, or when only the online view is shuffled)."""
         if not (self.config.augment.token_shuffle and both_views):
             return None
-        return shuffled_positions(ids, mask, self.device_generator)
+        return self.token_positions(ids, mask, self.device_generator)
 
     # ---- after the optimiser step: the traceable distance, the EMA update, the queue push ------------
     def _eta_at(self, step: int) -> float:
@@ -193,4 +201,5 @@ class MoCoSE(Method):
     def evaluation_augments(self, generator: torch.Generator) -> EvaluationAugments | None:
         if not self.config.released.eval_cutoff:
             return None
-        return EvaluationAugments(self.cutoff, self.config.augment.token_shuffle, generator)
+        return EvaluationAugments(self.cutoff, self.config.augment.token_shuffle, generator,
+                                  whole_batch_shuffle=bool(self.config.released.token_shuffle))

@@ -46,12 +46,13 @@ class SimCSE(Method):
 
     def loss(self, ids: Tensor, mask: Tensor, position_ids: Tensor | None = None) -> StepOutput:
         """One-direction InfoNCE of z1 against z2 with the extra blocks; with MixCSE's two anchors
-        (`mix.anchors: symmetric`) the mean of that loss and z2's own against z1 (`mixcse_symmetric_loss`)."""
+        (`mix.anchors: symmetric`) that loss and z2's own against z1 combined by `mix.anchor_losses`
+        (`mixcse_symmetric_loss`)."""
         z1, z2 = self.two_views(ids, mask, position_ids)
         second = self.negatives.second_anchor(z1, z2)
         loss = simcse_loss(z1, z2, self.config.temperature, self.negatives(z1, z2, two_losses=second is not None))
         if second is not None:
-            loss = (loss + simcse_loss(z2, z1, self.config.temperature, second)) / 2
+            loss = self.negatives.combined(loss, simcse_loss(z2, z1, self.config.temperature, second))
         return StepOutput(loss)
 
     def checkpoint_modules(self) -> dict[str, nn.Module]:

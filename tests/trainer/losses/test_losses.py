@@ -272,6 +272,10 @@ def test_mix_rejects_unknown_options():
         mix_logits(z, z, directions="three")
     with pytest.raises(ValueError):
         mix_logits(z, z, layout="other")
+    with pytest.raises(ValueError):
+        mixcse_symmetric_loss(z, z, directions="three")
+    with pytest.raises(ValueError):
+        mixcse_symmetric_loss(z, z, anchor_losses="max")
 
 
 # ---- MoCoSE -----------------------------------------------------------------------------------
@@ -385,6 +389,23 @@ def test_mixcse_symmetric_loss_matches_numpy(n, d, weight):
     z2 = z2 * np.linspace(0.5, 2.0, n)[:, None]  # rows of unequal norms
     loss = mixcse_symmetric_loss(t(z1), t(z2), 0.2, TAU, hard_negative_weight=weight)
     assert loss.item() == pytest.approx(np_symmetric_mix_loss(z1, z2, 0.2, TAU, weight), rel=1e-9)
+
+
+@pytest.mark.parametrize("n,d", SIZES)
+@pytest.mark.parametrize("directions", ["both", "single"])
+@pytest.mark.parametrize("anchor_losses", ["mean", "sum"])
+def test_mixcse_single_keeps_the_second_anchors_loss_without_its_mix(n, d, directions, anchor_losses):
+    """MixCSE_single ("we only construct a hard negative for h_i") under the two-anchor reading: h_i's InfoNCE
+    with its mixed negative and h'_i's own InfoNCE against the h_j, with the mix of h_i, h_{i+1} (both) or with
+    none (single); the two averaged (mean) or added (sum)."""
+    z1, z2 = random_pair(n, d, seed=n + 61)
+    z1 = z1 * np.linspace(2.0, 0.5, n)[:, None]  # rows of unequal norms
+    first = np_mix_infonce(z1, z2, np_mix(z2, 0.2), TAU)
+    second = (np_mix_infonce(z2, z1, np_mix(z1, 0.2), TAU) if directions == "both"
+              else np_cross_entropy(np_cos(z2, z1) / TAU))  # h'_i against every h_j, no mixed negative
+    expected = (first + second) / 2 if anchor_losses == "mean" else first + second
+    loss = mixcse_symmetric_loss(t(z1), t(z2), 0.2, TAU, directions=directions, anchor_losses=anchor_losses)
+    assert loss.item() == pytest.approx(expected, rel=1e-9)
 
 
 def test_the_symmetric_and_one_loss_readings_differ():

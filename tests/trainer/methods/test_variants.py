@@ -504,13 +504,19 @@ def np_paper_mix(z, lam, i):
     return mixed / np.linalg.norm(mixed)
 
 
-@pytest.mark.parametrize("anchors", ["symmetric", "one_loss"])
-def test_mixcse_step_is_the_papers_loss_with_either_reading_of_the_two_anchors(tiny_model_dir, monkeypatch, anchors):
+@pytest.mark.parametrize("anchors, directions, anchor_losses", [
+    ("symmetric", "both", "mean"), ("symmetric", "single", "mean"), ("one_loss", "both", "mean"),
+    ("one_loss", "single", "mean"), *first_fast(("symmetric", "single", "sum"), ("symmetric", "both", "sum"))])
+def test_mixcse_step_is_the_papers_loss_with_either_reading_of_the_two_anchors(tiny_model_dir, monkeypatch, anchors,
+                                                                              directions, anchor_losses):
     """The MixCSE method object's loss on a real batch against the paper's formulas written out on the two views it
-    encoded: symmetric (h'_i the anchor of its own loss, the two averaged; the paper reading's default) or one_loss
-    (h'_i's mixed negative one more column of h_i's row)."""
+    encoded: symmetric (h'_i the anchor of its own loss, the two averaged, or added with `anchor_losses: sum`; the
+    paper reading's default) or one_loss (h'_i's mixed negative one more column of h_i's row). MixCSE_single
+    (`directions: single`, "we only construct a hard negative for h_i") drops h'_i's mixed negative and nothing
+    else: under symmetric h'_i keeps its own loss."""
     config = RunConfig.from_dict({"model": str(tiny_model_dir), "method": "mix", "device": "cpu",
-                                  "mix": {"anchors": anchors}}).resolved()
+                                  "mix": {"anchors": anchors, "directions": directions,
+                                          "anchor_losses": anchor_losses}}).resolved()
     encoder, tokenizer = train_mod.load_encoder(config.model, dropout=config.dropout)
     method = MixCSE(encoder, config, torch.Generator(), torch.Generator())
     views = {}
@@ -527,17 +533,19 @@ def test_mixcse_step_is_the_papers_loss_with_either_reading_of_the_two_anchors(t
     n, lam = len(z1), config.mix.lam
     m2 = [np_paper_mix(z2, lam, i) for i in range(n)]  # mixes of the positives h'
     m1 = [np_paper_mix(z1, lam, i) for i in range(n)]  # mixes of the anchors h
+    second_mixes = [[m] for m in m1] if directions == "both" else [[] for _ in m1]  # h'_i's: none when single
     if anchors == "symmetric":
-        expected = (np_mix_row_loss(z1, z2, [[m] for m in m2], 0.05)
-                    + np_mix_row_loss(z2, z1, [[m] for m in m1], 0.05)) / 2
+        first = np_mix_row_loss(z1, z2, [[m] for m in m2], 0.05)
+        second = np_mix_row_loss(z2, z1, second_mixes, 0.05)
+        expected = (first + second) / 2 if anchor_losses == "mean" else first + second
     else:  # row i of h: its own mix and h'_i's, the latter compared with h'_i (its logit c(h'_i, m1_i)/tau)
         def cos(a, b):
             return float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))
 
         expected = 0.0
         for i in range(n):
-            terms = np.array([cos(z1[i], p) / 0.05 for p in z2]
-                             + [cos(z1[i], m2[i]) / 0.05, cos(z2[i], m1[i]) / 0.05])
+            terms = np.array([cos(z1[i], p) / 0.05 for p in z2] + [cos(z1[i], m2[i]) / 0.05]
+                             + [cos(z2[i], m) / 0.05 for m in second_mixes[i]])
             expected += (np.log(np.exp(terms - terms.max()).sum()) + terms.max() - terms[i]) / n
     assert loss == pytest.approx(expected, rel=1e-5)
 
@@ -658,3 +666,37 @@ def test_mocose_paper_reading_augments_both_views_each_its_own_draw(make_config,
     positions.clear()
     train_mod.train(make_config(max_steps=2, **{"augment.token_shuffle": True, "augment.branches": "online"}))
     assert [p is None for target, p in positions if target] == [True, True]
+
+
+@pytest.mark.parametrize("method, released", [("mocose", False), ("mocose", True), ("simcse", True)])
+def test_token_shuffle_is_per_sentence_or_the_releases_one_permutation_for_the_batch(make_config, monkeypatch,
+                                                                                      method, released):
+    """MoCoSE's paper reading: every encoder forward gets each sentence's own permutation of its real tokens, [CLS]
+    at 0 and pads in place. `released.token_shuffle` (MoCoSE's release): one permutation of every position for
+    the whole batch, [CLS] and pads included, each view its own draw. SimCSE's shuffle is per sentence whatever
+    the flag (the flag is MoCoSE's)."""
+    import trainer.methods.base as base
+
+    seen = []  # (position ids, mask) of every training forward
+    real_cls = base.Method.cls
+
+    def cls(self, encoder, ids, mask, position_ids=None):
+        seen.append((position_ids.clone(), mask.clone()))
+        return real_cls(self, encoder, ids, mask, position_ids)
+
+    monkeypatch.setattr(base.Method, "cls", cls)
+    train_mod.train(make_config(method, max_steps=2, **{"augment.token_shuffle": True,
+                                                        "released.token_shuffle": released}))
+    whole_batch = released and method == "mocose"
+    assert len(seen) == (4 if method == "mocose" else 2)  # MoCoSE: the online and the target view of each step
+    for positions, mask in seen:
+        length = positions.shape[1]
+        for row, real in zip(positions.tolist(), mask.sum(dim=1).tolist()):
+            assert sorted(row) == list(range(length))
+            if not whole_batch:
+                assert row[0] == 0 and sorted(row[:real]) == list(range(real))
+                assert row[real:] == list(range(real, length))
+        assert torch.equal(positions, positions[:1].expand_as(positions)) is whole_batch
+    if whole_batch:
+        assert any(int(positions[0, 0]) != 0 for positions, _ in seen)  # [CLS] moved in some forward
+        assert not torch.equal(seen[0][0], seen[1][0])  # the online and the target view: two draws
