@@ -90,6 +90,19 @@ def test_growth_from_initial_size_to_size(size, initial_size, batch):
     assert not np.isnan(queue.ages(100)).any()
 
 
+def test_initial_keys_are_uniform_on_the_sphere():
+    """Section 3's "randomly initialized" keys, read as the uniform distribution on the unit sphere (a standard normal,
+    normalised): unit norms, no mean direction, covariance I/d (what any direction-free distribution of unit vectors
+    has), and each coordinate's square Beta(1/2, (d-1)/2), of mean 1/d and variance 2(d-1)/(d^2 (d+2))."""
+    count, dim = 20000, 8
+    keys = NegativeQueue(count, dim, count, generator=torch.Generator().manual_seed(0)).get().double().numpy()
+    np.testing.assert_allclose(np.linalg.norm(keys, axis=1), 1.0, rtol=1e-6)
+    assert np.abs(keys.mean(axis=0)).max() < 4 / math.sqrt(count * dim)  # the mean's std is 1/sqrt(count d)
+    np.testing.assert_allclose(keys.T @ keys / count, np.eye(dim) / dim, atol=0.01)
+    squares = keys ** 2
+    assert squares.var(axis=0) == pytest.approx(2 * (dim - 1) / (dim ** 2 * (dim + 2)), rel=0.1)
+
+
 def test_slices_past_the_fill_return_fewer_rows():
     queue = NegativeQueue(size=10, dim=2)
     queue.push(torch.arange(8.0).view(4, 2), step=0)
