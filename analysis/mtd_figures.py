@@ -57,7 +57,7 @@ def mtd_name(mtd_source: str) -> str:
 
 @styled
 def figure_score_vs_mtd(
-    table: pd.DataFrame, score: str = "avg", log_x: bool = True, n_boot: int = 1000, seed: int = 0,
+    table: pd.DataFrame, score: str = "avg", log_x: bool = True,
     by: Sequence[str] | None = None, mtd_source: str = "formula", size: str = DEFAULT_SIZE,
 ) -> tuple[Figure, pd.DataFrame]:
     """MoCoSE Fig. 2: score vs MTD over all MoCoSE trials (one point per configuration of `by`), the
@@ -66,7 +66,7 @@ def figure_score_vs_mtd(
     trials = _mocose_with_mtd(table, score)
     keys = series_columns(trials, (), by)
     fig, (ax,) = new_figure(size)
-    data, panel_stats = _draw_mtd_series(ax, trials, score, "measured", 0, log_x, n_boot, seed, fit_label="trend",
+    data, panel_stats = _draw_mtd_series(ax, trials, score, "measured", 0, log_x, fit_label="trend",
                                          keys=keys)
     data = [data, _draw_paper_mtd(ax, trials["mtd"], score, mtd_source)]
     rho = panel_stats.get("spearman_rho", math.nan)
@@ -80,7 +80,7 @@ def figure_score_vs_mtd(
 
 @styled
 def figure_score_vs_mtd_by_batch(
-    table: pd.DataFrame, score: str = "avg", log_x: bool = True, n_boot: int = 1000, seed: int = 0,
+    table: pd.DataFrame, score: str = "avg", log_x: bool = True,
     by: Sequence[str] | None = None, mtd_source: str = "formula", size: str = DEFAULT_SIZE,
 ) -> tuple[Figure, pd.DataFrame]:
     """MoCoSE Fig. 3: score vs MTD, one series (and trend, where >= 3 MTD values) per batch size."""
@@ -91,7 +91,7 @@ def figure_score_vs_mtd_by_batch(
     parts, stats = [], {"score": score, "groups": {}}
     for i, (batch, group) in enumerate(trials.groupby("batch_size", sort=True)):
         label = f"B={int(batch)}"
-        part, group_stats = _draw_mtd_series(ax, group, score, label, i, log_x, n_boot, seed, fit_label=None,
+        part, group_stats = _draw_mtd_series(ax, group, score, label, i, log_x, fit_label=None,
                                              keys=keys)
         parts.append(part)
         stats["groups"][label] = group_stats
@@ -154,7 +154,7 @@ def _mtd_points(trials: pd.DataFrame, value: str, keys: Sequence[str] = ()) -> p
 
 
 def _draw_mtd_series(
-    ax, trials: pd.DataFrame, score: str, label: str, index: int, log_x: bool, n_boot: int, seed: int,
+    ax, trials: pd.DataFrame, score: str, label: str, index: int, log_x: bool,
     fit_label: str | None, keys: Sequence[str] = (),
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
     """One point per configuration (error bars where it has > 1 seed), and where there are >= 3 MTD
@@ -171,7 +171,7 @@ def _draw_mtd_series(
                              "n_trials": correlation.n}
     parts = [points]
     if points["x"].nunique() >= 3:
-        fit = fit_peak(trials["mtd"], trials[score], log_x=log_x, n_boot=n_boot, seed=seed)
+        fit = fit_peak(trials["mtd"], trials[score], log_x=log_x)
         parts += _draw_fit(ax, fit, style["color"], label, fit_label)
         points["steps_from_best"] = points["x"] - fit.best_x
         stats.update(_fit_stats(fit))
@@ -189,11 +189,18 @@ def _draw_fit(ax, fit: PeakFit, color: str, group: str, fit_label: str | None) -
     ax.errorbar([fit.best_x], [fit.best_y], xerr=[[max(low, 0.0)], [max(high, 0.0)]], fmt="*", color=color,
                 markersize=10, markerfacecolor="white", markeredgecolor=color, markeredgewidth=1.0, capsize=3,
                 elinewidth=1.2, zorder=3.8,
-                label=f"{best} {fit.best_x:.1f} ({fit.ci_level:.0%} bootstrap CI {fit.ci_low:.1f}-{fit.ci_high:.1f})")
+                label=f"{best} {fit.best_x:.1f} ({_interval_text(fit)})")
     curve = pd.DataFrame({"series": "fit", "group": group, "x": xs, "mean": ys})
     best = pd.DataFrame({"series": ["best MTD"], "group": [group], "x": [fit.best_x], "mean": [fit.best_y],
                          "n": [fit.n], "lo": [fit.ci_low], "hi": [fit.ci_high]})
     return [curve, best]
+
+
+def _interval_text(fit: PeakFit) -> str:
+    """The best MTD's interval as its legend says it: Fieller's, or that no peak was located."""
+    if not fit.located:
+        return f"not located: {fit.ci_level:.0%} Fieller CI the whole range"
+    return f"{fit.ci_level:.0%} Fieller CI {fit.ci_low:.1f}-{fit.ci_high:.1f}"
 
 
 def _fit_stats(fit: PeakFit) -> dict[str, Any]:
@@ -201,7 +208,8 @@ def _fit_stats(fit: PeakFit) -> dict[str, Any]:
         "fit": "quadratic in log(MTD)" if fit.log_x else "quadratic in MTD",
         "coefficients": list(fit.coefficients),
         "best_mtd": fit.best_x, "best_score": fit.best_y,
-        "ci_low": fit.ci_low, "ci_high": fit.ci_high, "ci_level": fit.ci_level, "n_boot": fit.n_boot,
+        "ci_low": fit.ci_low, "ci_high": fit.ci_high, "ci_level": fit.ci_level,
+        "ci_method": "Fieller, projected onto the MTD range", "peak_located": fit.located,
         "mtd_range": [fit.x_min, fit.x_max],
     }
 

@@ -5,16 +5,31 @@ C and the reference R, over the n seeds both ran with:
 
     d_s        = score_C(s) - score_R(s)                      (one seed's paired difference)
     mean       = (1/n) sum_s d_s
-    95% CI     = the 2.5th and 97.5th percentiles of the mean of d over B bootstrap resamples of the seeds
-                 (drawn with replacement, seeded); when the score is the seven-task STS average, a stratified
-                 bootstrap: each resample draws the seeds anew for each task, and its value is the mean over the
-                 tasks of each task's mean paired difference
-    P(C > R)   = (1/n) sum_s [d_s > 0] + 0.5 [d_s = 0]          (the probability of improvement over seed pairs)
-    IQM        = the mean of the middle half of the d_s (scipy.stats.trim_mean(d, 0.25)), with n >= 5
+
+The seed is the unit: one seed trains one model, which is scored on every task, so the seven-task STS average's
+difference is the per-seed average's d_s like any other score's (its tasks' differences are never resampled
+apart: they move together within a seed). The interval stated beside `mean` depends on how R was chosen:
+
+- R named by the study (`reference`): the paired t-interval, mean +- t_{n-1, 0.975} sd(d)/sqrt(n)
+  (scipy.stats.ttest_rel; it assumes roughly normal d_s). Its p is the paired t-test's; `p_adjusted` is that p
+  adjusted by Holm over the configurations of the table (statsmodels `multipletests`), the family-wise test of
+  which differences stand.
+- R the best mean (the study names none): Hsu's multiple comparisons with the best, built from a paired t per
+  pair of configurations with a one-sided Bonferroni level over the k - 1 comparisons each has (`mcb_bounds`,
+  which holds with unequal spreads). With probability >= 95%, for every configuration at once, its interval
+  holds theta_C = mu_C - max over the others mu_j; an interval ending at 0 shows C is not the best. `p_adjusted`
+  is the smallest family-wise level at which it is shown not to be the best. The per-comparison t-interval
+  stays in `t_low`/`t_high`.
+
+Beside them: `p_signflip`, the exact two-sided sign-flip permutation test of mean d = 0 (scipy.stats.
+permutation_test; no normality assumed, but at n seeds no p below 2/2^n exists); P(C > R) =
+(1/n) sum_s [d_s > 0] + 0.5 [d_s = 0], given only where the interval is; IQM = the mean of the middle half of
+the d_s (scipy.stats.trim_mean(d, 0.25)), with n >= 5; `resolvable`, the smallest true difference n seeds
+resolve (analysis.seeds), and a row whose |mean| is below it says "not resolved at n = k".
 
 With n = 2 the mean is given and no interval ("n = 2: no interval"); a configuration sharing fewer than two seeds
-with the reference is left out, said so. The reference is the study's `reference` (study.yaml), else the best
-configuration by mean score, said as such.
+with the reference is left out, said so. Per-task intervals (paired t, one per task) are in `task_frame`.
+Measured coverage of each interval: analysis.coverage.
 """
 
 from __future__ import annotations
@@ -28,13 +43,24 @@ import pandas as pd
 from scipy import stats as scipy_stats
 
 from analysis.figure_style import styled
+from analysis.intervals import holm, mcb_bounds, paired_t, sign_flip_p
+from analysis.seeds import Spread, default_spread, resolvable_difference, seed_lines, spread_of_differences
 from trainer.evaluation.sts_average import AVG
-from trainer.vocabulary import GS_INFONCE, MIXCSE, MOCOSE, STS_TASKS
+from trainer.vocabulary import GS_INFONCE, MIXCSE, MOCOSE, STS_TASK_LABELS, STS_TASKS
 
 MIN_PAIRED = 2  # seeds shared with the reference to state a difference at all
 MIN_INTERVAL = 3  # ... to give it an interval
 MIN_IQM = 5  # ... to give the interquartile mean
-CI_LEVEL = 0.95
+PAIRED_T, MCB = "paired t", "Hsu MCB"  # the procedures behind ci_low/ci_high (module docstring)
+
+
+@dataclass(frozen=True)
+class Reference:
+    """The configuration every other is stated against: the study's `reference` (`named`), or the best mean."""
+
+    configuration: dict[str, Any]
+    named: bool
+    how: str  # how it was chosen, as the tables say it
 
 
 @dataclass(frozen=True)
@@ -44,22 +70,47 @@ class PairedDifference:
     configuration: dict[str, Any]
     n: int
     mean: float
-    ci_low: float | None
+    ci_low: float | None  # the interval the tool stands behind: paired t, or MCB when the reference was chosen
     ci_high: float | None
-    p_improvement: float
+    t_low: float | None  # the per-comparison paired t-interval
+    t_high: float | None
+    p_value: float | None  # the paired t-test's, two-sided
+    p_adjusted: float | None  # Holm (named reference) or MCB (chosen reference)
+    p_signflip: float | None
+    p_improvement: float | None
     iqm: float | None
-    stratified: bool  # the interval resampled seeds within each STS task
+    resolvable: float | None
 
     @property
     def note(self) -> str:
-        return f"n = {self.n}: no interval" if self.ci_low is None else ""
+        if self.ci_low is None:
+            return f"n = {self.n}: no interval"
+        if self.resolvable is not None and abs(self.mean) < self.resolvable:
+            return f"not resolved at n = {self.n}"
+        return ""
 
 
+@dataclass(frozen=True)
+class PairedComparison:
+    """Every configuration of a table against its reference, and what made the numbers."""
+
+    rows: list[PairedDifference]
+    left_out: list[str]  # configurations sharing fewer than MIN_PAIRED seeds with the reference
+    reference: Reference
+    by: list[str]
+    score: str
+    procedure: str  # PAIRED_T or MCB
+    family: int  # configurations the adjustment covers
+    spread: Spread
+    target: float | None  # the study's analysis.target_difference
+
+
+# ---- on a results table ----------------------------------------------------------------------------------
 def reference_configuration(table: pd.DataFrame, by: Sequence[str], score: str,
-                            named: dict[str, Any] | None) -> tuple[dict[str, Any], str]:
-    """The reference configuration (values of `by`) and how it was chosen: the study's `reference`, or, when the
-    study names none, the configuration with the best mean score among those with MIN_PAIRED seeds or more. A
-    ValueError when the study's reference names a key it does not sweep or matches no finished trial."""
+                            named: dict[str, Any] | None) -> Reference:
+    """The reference: the study's `reference`, or, when the study names none, the configuration with the best
+    mean score among those with MIN_PAIRED seeds or more. A ValueError when the study's reference names a key it
+    does not sweep or matches no finished trial."""
     by = list(by)
     if named:
         unknown = [key for key in named if key not in by]
@@ -69,15 +120,14 @@ def reference_configuration(table: pd.DataFrame, by: Sequence[str], score: str,
         rows = _matching(table, configuration)
         if not rows.any():
             raise ValueError(f"no finished trial has the study's reference configuration {_text(configuration)}")
-        configuration = {key: table.loc[rows, key].iloc[0] for key in by}
-        return configuration, "the study's reference"
+        return Reference({key: table.loc[rows, key].iloc[0] for key in by}, True, "the study's reference")
     scored = table.dropna(subset=[score])
     counts = scored.groupby(by, dropna=False, sort=True)["seed"].nunique()
     means = scored.groupby(by, dropna=False, sort=True)[score].mean()
     candidates = means[counts >= MIN_PAIRED] if (counts >= MIN_PAIRED).any() else means  # one that can be paired
     best = candidates.idxmax()
     best = best if isinstance(best, tuple) else (best,)
-    return dict(zip(by, best)), f"the best mean {score}; the study names none"
+    return Reference(dict(zip(by, best)), False, f"the best mean {score}; the study names none")
 
 
 def has_pairs(table: pd.DataFrame, by: Sequence[str], score: str, reference: dict[str, Any] | None = None) -> bool:
@@ -101,78 +151,127 @@ def _scored_seeds(table: pd.DataFrame, by: Sequence[str], score: str) -> list[tu
             for key, group in scored.groupby(by, dropna=False, sort=True)]
 
 
-def paired_differences(table: pd.DataFrame, by: Sequence[str], reference: dict[str, Any], score: str = AVG,
-                       n_boot: int = 2000, seed: int = 0) -> tuple[list[PairedDifference], list[str]]:
-    """Each configuration of `by` against `reference` over their shared seeds (module docstring), in the
-    configurations' sorted order; and the configurations left out for sharing fewer than MIN_PAIRED seeds."""
-    by = list(by)
+def _configurations(table: pd.DataFrame, by: Sequence[str], score: str) -> list[tuple[dict[str, Any], pd.Series]]:
+    """(configuration, its scores indexed by seed) for each configuration of `by` with a score, in sorted order
+    (one score per seed: a repeated seed keeps its mean)."""
     scored = table.dropna(subset=[score])
-    reference_rows = scored[_matching(scored, reference)].set_index("seed")
-    stratified = score == AVG and _avg_is_task_mean(scored)
-    rng = np.random.default_rng(seed)
-    out, left_out = [], []
-    for key, group in scored.groupby(by, dropna=False, sort=True):
-        configuration = dict(zip(by, key if isinstance(key, tuple) else (key,)))
-        if _same(configuration, reference):
+    return [(dict(zip(by, key if isinstance(key, tuple) else (key,))), group.groupby("seed")[score].mean())
+            for key, group in scored.groupby(list(by), dropna=False, sort=True)]
+
+
+def paired_differences(table: pd.DataFrame, by: Sequence[str], reference: Reference, score: str = AVG,
+                       given_spread: float | None = None, target: float | None = None) -> PairedComparison:
+    """Each configuration of `by` against `reference` over their shared seeds (module docstring), in the
+    configurations' sorted order. `given_spread`: the study's analysis.seed_spread, the per-seed difference
+    spread used for `resolvable` where these trials' own differences give none; `target`: its
+    analysis.target_difference, carried to the table's note."""
+    by = list(by)
+    configurations = _configurations(table, by, score)
+    at = next((i for i, (c, _) in enumerate(configurations) if _same(c, reference.configuration)), None)
+    if at is None:
+        raise ValueError(f"no scored trial has the reference configuration {_text(reference.configuration)}")
+    reference_scores = configurations[at][1]
+    mcb = None
+    if not reference.named and len(configurations) >= 2:  # the reference was chosen from these very scores
+        seeds = sorted(set().union(*(s.index for _, s in configurations)))
+        matrix = np.array([s.reindex(seeds).to_numpy(float) for _, s in configurations])
+        mcb = mcb_bounds(matrix)
+    rows, left_out, spreads = [], [], []
+    for i, (configuration, scores) in enumerate(configurations):
+        if i == at:
             continue
-        group = group.set_index("seed")
-        seeds = sorted(set(group.index) & set(reference_rows.index))
+        seeds = sorted(set(scores.index) & set(reference_scores.index))
         if len(seeds) < MIN_PAIRED:
             left_out.append(f"{_text(configuration)} (n = {len(seeds)})")
             continue
-        d = group.loc[seeds, score].to_numpy(float) - reference_rows.loc[seeds, score].to_numpy(float)
-        low = high = None
+        c, r = scores.loc[seeds].to_numpy(float), reference_scores.loc[seeds].to_numpy(float)
+        d = c - r
+        spreads.append(d)
+        fields: dict[str, Any] = dict.fromkeys(("ci_low", "ci_high", "t_low", "t_high", "p_value", "p_adjusted",
+                                                "p_signflip", "p_improvement"))
         if len(seeds) >= MIN_INTERVAL:
-            if stratified:
-                per_task = (group.loc[seeds, list(STS_TASKS)].to_numpy(float)
-                            - reference_rows.loc[seeds, list(STS_TASKS)].to_numpy(float))  # (seeds, tasks)
-                boot = stratified_bootstrap_means(per_task, n_boot, rng)
+            t_low, t_high, p_value = paired_t(c, r)
+            fields.update(t_low=t_low, t_high=t_high, p_value=p_value, p_signflip=sign_flip_p(d),
+                          p_improvement=float(np.mean((d > 0) + 0.5 * (d == 0))))
+            if mcb is None:
+                fields.update(ci_low=t_low, ci_high=t_high)
             else:
-                boot = bootstrap_means(d, n_boot, rng)
-            tail = (1.0 - CI_LEVEL) / 2.0 * 100.0
-            low, high = (float(v) for v in np.percentile(boot, [tail, 100.0 - tail]))
-        out.append(PairedDifference(
-            configuration=configuration, n=len(seeds), mean=float(d.mean()), ci_low=low, ci_high=high,
-            p_improvement=float(np.mean((d > 0) + 0.5 * (d == 0))),
-            iqm=float(scipy_stats.trim_mean(d, 0.25)) if len(seeds) >= MIN_IQM else None,
-            stratified=stratified and low is not None))
-    return out, left_out
+                fields.update(ci_low=float(mcb[0][i]), ci_high=float(mcb[1][i]), p_adjusted=float(mcb[2][i]))
+        rows.append(dict(configuration=configuration, n=len(seeds), mean=float(d.mean()),
+                         iqm=float(scipy_stats.trim_mean(d, 0.25)) if len(seeds) >= MIN_IQM else None, **fields))
+    if mcb is None:  # Holm over the rows that have a test
+        tested = [row for row in rows if row["p_value"] is not None]
+        for row, adjusted in zip(tested, holm([row["p_value"] for row in tested])):
+            row["p_adjusted"] = adjusted
+    spread = (spread_of_differences(spreads)
+              or (Spread(given_spread, "the study's analysis.seed_spread") if given_spread else default_spread(score)))
+    differences = [PairedDifference(**row, resolvable=resolvable_difference(spread.sd, row["n"])) for row in rows]
+    return PairedComparison(rows=differences, left_out=left_out, reference=reference, by=by, score=score,
+                            procedure=PAIRED_T if mcb is None else MCB,
+                            family=len(configurations) if mcb is not None else len(
+                                [d for d in differences if d.p_value is not None]),
+                            spread=spread, target=target)
 
 
-def _avg_is_task_mean(scored: pd.DataFrame) -> bool:
-    """Whether each row's seven-task average is the mean of its seven task scores (to 0.01): what the stratified
-    bootstrap, which resamples the tasks' differences, needs to be an interval of the average's difference."""
-    if not all(task in scored.columns for task in STS_TASKS):
-        return False
-    tasks = scored[list(STS_TASKS)].to_numpy(float)
-    return bool(np.isfinite(tasks).all() and np.allclose(tasks.mean(axis=1), scored[AVG].to_numpy(float), atol=0.01))
+def task_frame(table: pd.DataFrame, by: Sequence[str], reference: Reference) -> pd.DataFrame:
+    """Per STS task, each configuration against the reference: n, the mean paired difference and its paired
+    t-interval (per comparison, unadjusted), over the seeds both have that task's score for (MIN_INTERVAL or
+    more)."""
+    by = list(by)
+    rows = []
+    for task in (t for t in STS_TASKS if t in table.columns and table[t].notna().any()):
+        configurations = _configurations(table, by, task)
+        reference_scores = next((s for c, s in configurations if _same(c, reference.configuration)), None)
+        if reference_scores is None:
+            continue
+        for configuration, scores in configurations:
+            seeds = sorted(set(scores.index) & set(reference_scores.index))
+            if _same(configuration, reference.configuration) or len(seeds) < MIN_INTERVAL:
+                continue
+            c, r = scores.loc[seeds].to_numpy(float), reference_scores.loc[seeds].to_numpy(float)
+            low, high, p = paired_t(c, r)
+            rows.append({**configuration, "task": task, "n": len(seeds), "mean_difference": float((c - r).mean()),
+                         "t_low": low, "t_high": high, "p_value": p})
+    return pd.DataFrame(rows, columns=[*by, "task", "n", "mean_difference", "t_low", "t_high", "p_value"])
 
 
-def bootstrap_means(d: np.ndarray, n_boot: int, rng: np.random.Generator) -> np.ndarray:
-    """The mean of `d` over `n_boot` resamples of its entries (with replacement)."""
-    picks = rng.integers(0, len(d), size=(n_boot, len(d)))
-    return d[picks].mean(axis=1)
+def task_markdown(frame: pd.DataFrame, by: Sequence[str], reference: Reference) -> str:
+    """The per-task table: one row per configuration, one column per task, "mean [low, high]"."""
+    tasks = list(dict.fromkeys(frame["task"]))
+    header = [*by, *(STS_TASK_LABELS[t] for t in tasks), "n"]
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    for key, group in frame.groupby(list(by), dropna=False, sort=True):
+        key = key if isinstance(key, tuple) else (key,)
+        cells = {row.task: f"{row.mean_difference:+.2f} [{row.t_low:+.2f}, {row.t_high:+.2f}]"
+                 for row in group.itertuples()}
+        ns = sorted(set(group["n"]))
+        lines.append("| " + " | ".join([*(str(v) for v in key), *(cells.get(t, "-") for t in tasks),
+                                        "/".join(map(str, ns))]) + " |")
+    return ("\n".join(lines) + f"\n\nPer task, paired against the reference {_text(reference.configuration)} "
+            f"({reference.how}): mean difference [95% paired t-interval, per comparison and per task, not adjusted "
+            "for the tasks or configurations]. The seven tasks of one seed come from one model, so these are "
+            "not seven independent findings.\n")
 
 
-def stratified_bootstrap_means(per_task: np.ndarray, n_boot: int, rng: np.random.Generator) -> np.ndarray:
-    """`per_task`: (seeds, tasks) paired differences. Each resample draws the seeds anew within each task (the
-    stratum) and averages the tasks' means: the seven-task average's difference."""
-    seeds, tasks = per_task.shape
-    picks = rng.integers(0, seeds, size=(n_boot, seeds, tasks))
-    return np.take_along_axis(per_task[None, :, :].repeat(n_boot, axis=0), picks, axis=1).mean(axis=(1, 2))
-
-
-def paired_frame(differences: list[PairedDifference], by: Sequence[str]) -> pd.DataFrame:
-    """The table's numbers: the configuration's keys, then n, mean, ci_low, ci_high, p_improvement, iqm."""
+def paired_frame(comparison: PairedComparison) -> pd.DataFrame:
+    """The table's numbers: the configuration's keys, then n, mean_difference, the interval the tool stands
+    behind (ci_low, ci_high) and its procedure, the per-comparison t-interval, the p-values, P(C > R), IQM, the
+    resolvable difference and the note."""
+    by = comparison.by
+    columns = ["n", "mean_difference", "ci_low", "ci_high", "interval", "t_low", "t_high", "p_value", "p_adjusted",
+               "p_signflip", "p_improvement", "iqm", "resolvable", "note"]
     rows = [{**{key: d.configuration[key] for key in by}, "n": d.n, "mean_difference": d.mean, "ci_low": d.ci_low,
-             "ci_high": d.ci_high, "p_improvement": d.p_improvement, "iqm": d.iqm, "note": d.note}
-            for d in differences]
-    return pd.DataFrame(rows, columns=[*by, "n", "mean_difference", "ci_low", "ci_high", "p_improvement", "iqm",
-                                       "note"])
+             "ci_high": d.ci_high, "interval": comparison.procedure if d.ci_low is not None else "",
+             "t_low": d.t_low, "t_high": d.t_high, "p_value": d.p_value, "p_adjusted": d.p_adjusted,
+             "p_signflip": d.p_signflip, "p_improvement": d.p_improvement, "iqm": d.iqm,
+             "resolvable": d.resolvable, "note": d.note}
+            for d in comparison.rows]
+    return pd.DataFrame(rows, columns=[*by, *columns])
 
 
 def _latex(text: str) -> str:
-    return text.replace("_", "\\_").replace("%", "\\%").replace(">=", "$\\geq$")
+    return (text.replace("_", "\\_").replace("%", "\\%").replace(">=", "$\\geq$").replace("\u2265", "$\\geq$")
+            .replace("\u2212", "-").replace("\u03b1", "$\\alpha$").replace("\u03b8", "$\\theta$"))
 
 
 def _matching(table: pd.DataFrame, configuration: dict[str, Any]) -> pd.Series:
@@ -218,37 +317,79 @@ PAPER_VS_SIMCSE = {MOCOSE: (77.27 - 76.25, "MoCoSE Table 1"), GS_INFONCE: (77.63
                    MIXCSE: (77.66 - 74.83, "MixCSE Table 1")}
 
 
-def _paper_column(differences: list[PairedDifference], reference: dict[str, Any], score: str) -> list[str] | None:
+def _paper_column(comparison: PairedComparison) -> list[str] | None:
     """The papers' own difference to SimCSE beside each method's row, when the reference is SimCSE and the score is
     the seven-task average the papers report; None otherwise."""
-    if score != AVG or reference.get("method") != "simcse":
+    if comparison.score != AVG or comparison.reference.configuration.get("method") != "simcse":
         return None
     return [f"{PAPER_VS_SIMCSE[d.configuration.get('method')][0]:+.2f}"
-            if d.configuration.get("method") in PAPER_VS_SIMCSE else "" for d in differences]
+            if d.configuration.get("method") in PAPER_VS_SIMCSE else "" for d in comparison.rows]
 
 
-def paired_markdown(differences: list[PairedDifference], by: Sequence[str], reference: dict[str, Any], chosen: str,
-                    score: str, left_out: list[str], latex: bool = False) -> str:
-    """The paired table (Markdown, or LaTeX with `latex`), its reference and formulas named under it."""
-    paper = _paper_column(differences, reference, score)
-    header = [*by, f"{score} difference", "95% CI", "P(better)", "IQM", "n"] + (["paper"] if paper else [])
+def interval_label(comparison: PairedComparison) -> str:
+    """The interval column's name, which says its procedure."""
+    return "95% CI (paired t)" if comparison.procedure == PAIRED_T else "simultaneous 95% CI (MCB)"
+
+
+def procedure_note(comparison: PairedComparison) -> str:
+    """Which procedure made each column, and what it assumes (the note under the table)."""
+    score, n_rows = comparison.score, comparison.family
+    text = (f"Paired against the reference {_text(comparison.reference.configuration)} ({comparison.reference.how}): "
+            f"per seed, the configuration's {score} minus the reference's, then averaged; the seed is the unit "
+            "(one seed's tasks come from one model). ")
+    if comparison.procedure == PAIRED_T:
+        text += ("95% CI: the paired t-interval over the shared seeds, per row (it assumes roughly normal "
+                 f"per-seed differences); p (Holm): the paired t-test's p adjusted by Holm over the {n_rows} "
+                 "comparisons of this table, * where the difference stands for the family at 0.05. ")
+    else:
+        text += ("The reference was chosen for its best mean, which makes every other configuration look worse, so "
+                 "the intervals account for that choice: Hsu's multiple comparisons with the best over the "
+                 f"{n_rows} configurations (a paired t per pair, Bonferroni over the {n_rows - 1} comparisons each "
+                 "has). With 95% probability, for all rows at once, a row's interval holds its configuration's true "
+                 f"{score} minus the best true {score} among the others; an interval ending at 0 shows the "
+                 "configuration is not the best, not by how much it is worse. p (MCB): the smallest family-wise "
+                 "level at which it is shown not to be the best, * below 0.05. The per-comparison t-intervals, "
+                 "which ignore the choice, are t_low and t_high in paired.csv. ")
+    text += ("sign-flip p: the exact permutation test of a zero mean difference over the seeds' sign patterns (no "
+             "normality assumed; at n seeds it cannot go below 2/2^n). P(better): the share of shared seeds where "
+             "the configuration scores higher (ties count half). IQM: the mean of the middle half of the "
+             "differences (n >= 5). ")
+    text += " ".join(line[0].upper() + line[1:] + "." for line in _seed_note(comparison))
+    text += (" A row whose |difference| is below the difference its n resolves says \"not resolved at n = k\": its "
+             "seeds find a true difference of that size less than 80% of the time, so even where its interval "
+             "excludes 0 its size is likely overstated.")
+    return text
+
+
+def _seed_note(comparison: PairedComparison) -> list[str]:
+    ns = sorted({d.n for d in comparison.rows})
+    return seed_lines(comparison.spread, ns[-1] if ns else 0, comparison.score, comparison.target)
+
+
+def paired_markdown(comparison: PairedComparison, latex: bool = False) -> str:
+    """The paired table (Markdown, or LaTeX with `latex`), its reference and procedures named under it."""
+    by, paper = comparison.by, _paper_column(comparison)
+    adjusted = "p (Holm)" if comparison.procedure == PAIRED_T else "p (MCB)"
+    header = [*by, f"{comparison.score} difference", interval_label(comparison), adjusted, "sign-flip p",
+              "P(better)", "IQM", "n"] + (["paper"] if paper else [])
     rows = []
-    for i, d in enumerate(differences):
-        interval = f"[{d.ci_low:+.2f}, {d.ci_high:+.2f}]" if d.ci_low is not None else d.note
-        rows.append([*(str(d.configuration[key]) for key in by), f"{d.mean:+.2f}", interval,
-                     f"{d.p_improvement:.2f}", "-" if d.iqm is None else f"{d.iqm:+.2f}", str(d.n)]
-                    + ([paper[i]] if paper else []))
-    stratified = any(d.stratified for d in differences)
-    note = (f"Paired against the reference {_text(reference)} ({chosen}): per seed, the configuration's {score} "
-            "minus the reference's, then averaged; 95% CI: percentile bootstrap over the shared seeds"
-            + (", stratified over the seven STS tasks" if stratified else "")
-            + "; P(better): the share of shared seeds where the configuration scores higher (ties count half); "
-            "IQM: the mean of the middle half of the differences (n >= 5).")
+    for i, d in enumerate(comparison.rows):
+        if d.ci_low is None:
+            interval = p_text = flip = better = "-"
+        else:
+            interval = f"[{_signed(d.ci_low)}, {_signed(d.ci_high)}]"
+            p_text = _p(d.p_adjusted) + ("*" if d.p_adjusted < 0.05 else "")
+            flip, better = _p(d.p_signflip), f"{d.p_improvement:.2f}"
+        mean = f"{d.mean:+.2f}" + (f" ({d.note})" if d.note else "")
+        rows.append([*(str(d.configuration[key]) for key in by), mean, interval, p_text, flip, better,
+                     "-" if d.iqm is None else f"{d.iqm:+.2f}", str(d.n)] + ([paper[i]] if paper else []))
+    note = procedure_note(comparison)
     if paper:
         note += (" paper: the paper's own difference to the SimCSE figure it reports (MoCoSE, GS-InfoNCE: 76.25; "
                  "MixCSE: its re-run, 74.83).")
-    if left_out:
-        note += f" Not compared (fewer than {MIN_PAIRED} seeds shared with the reference): {'; '.join(left_out)}."
+    if comparison.left_out:
+        note += (f" Not compared (fewer than {MIN_PAIRED} seeds shared with the reference): "
+                 f"{'; '.join(comparison.left_out)}.")
     if latex:
         align = "l" * len(by) + "r" * (len(header) - len(by))
         lines = ["\\begin{table}[t]", "\\centering", "\\small", f"\\begin{{tabular}}{{{align}}}",
@@ -262,18 +403,27 @@ def paired_markdown(differences: list[PairedDifference], by: Sequence[str], refe
     return "\n".join(out) + "\n\n" + note + "\n"
 
 
+def _p(value: float) -> str:
+    return "<0.001" if value < 0.001 else f"{value:.3f}"
+
+
+def _signed(value: float) -> str:
+    return "-inf" if value == -np.inf else "+inf" if value == np.inf else f"{value:+.2f}"
+
+
 @styled
-def figure_paired_differences(table: pd.DataFrame, by: Sequence[str], reference: dict[str, Any], chosen: str,
-                              score: str = AVG, n_boot: int = 2000, seed: int = 0, size: str = "single"):
-    """Each configuration's mean paired difference to the reference with its 95% bootstrap interval (a point alone
-    where n = 2), a zero line, the reference named in the title; (figure, its data)."""
+def figure_paired_differences(table: pd.DataFrame, by: Sequence[str], reference: Reference, score: str = AVG,
+                              size: str = "single"):
+    """Each configuration's mean paired difference to the reference with the interval of the paired table (a
+    point alone where n = 2), a zero line, the reference named in the legend; (figure, its data)."""
     from analysis.figure_marks import score_label
     from analysis.figure_style import finish, legend_below, new_figure, series_style
 
-    differences, left_out = paired_differences(table, by, reference, score, n_boot, seed)
+    comparison = paired_differences(table, by, reference, score)
+    differences = comparison.rows
     if not differences:
         raise ValueError("no configuration shares two seeds with the reference")
-    data = paired_frame(differences, by)
+    data = paired_frame(comparison)
     fig, (ax,) = new_figure(size)
     labels = [_values(d.configuration, by) for d in differences]
     ys = np.arange(len(differences))[::-1]
@@ -281,10 +431,15 @@ def figure_paired_differences(table: pd.DataFrame, by: Sequence[str], reference:
     with_ci = [i for i, d in enumerate(differences) if d.ci_low is not None]
     without = [i for i, d in enumerate(differences) if d.ci_low is None]
     if with_ci:
+        finite = [v for i in with_ci for v in (differences[i].mean, differences[i].ci_low, differences[i].ci_high)
+                  if np.isfinite(v)]
+        ends = [(max(differences[i].ci_low, min(finite) - 1.0), min(differences[i].ci_high, max(finite) + 1.0))
+                for i in with_ci]  # an unbounded end is drawn one point past the bounded ones
         ax.errorbar([differences[i].mean for i in with_ci], ys[with_ci],
-                    xerr=[[max(0.0, differences[i].mean - differences[i].ci_low) for i in with_ci],
-                          [max(0.0, differences[i].ci_high - differences[i].mean) for i in with_ci]],
-                    fmt="o", capsize=3, color=style["color"], label="mean difference, 95% bootstrap CI")
+                    xerr=[[max(0.0, differences[i].mean - low) for i, (low, _) in zip(with_ci, ends)],
+                          [max(0.0, high - differences[i].mean) for i, (_, high) in zip(with_ci, ends)]],
+                    fmt="o", capsize=3, color=style["color"],
+                    label=f"mean difference, {interval_label(comparison)}")
     if without:
         ax.plot([differences[i].mean for i in without], ys[without], "s", color=series_style(1)["color"],
                 label="mean difference, n = 2: no interval")
@@ -295,9 +450,11 @@ def figure_paired_differences(table: pd.DataFrame, by: Sequence[str], reference:
     ax.set_title("Paired difference to the reference")
     ns = sorted({d.n for d in differences})
     seeds = f"{ns[0]} shared seeds" if len(ns) == 1 else f"{ns[0]}-{ns[-1]} shared seeds (n per row in the csv)"
-    title = (f"rows: {' / '.join(by)}; reference: {_values(reference, by)} ({chosen}); "
+    title = (f"rows: {' / '.join(by)}; reference: {_values(reference.configuration, by)} ({reference.how}); "
              f"\u0394 = row - reference over {seeds}")
-    if left_out:
-        title += f"; not compared (under {MIN_PAIRED} shared seeds): {len(left_out)}"
+    if comparison.procedure == MCB:
+        title += "; intervals: row - best of the others, all rows at once"
+    if comparison.left_out:
+        title += f"; not compared (under {MIN_PAIRED} shared seeds): {len(comparison.left_out)}"
     legend_below(ax, title=title)
     return finish(fig, [ax], size, panel_height=0.3 + 0.2 * len(differences)), data  # a row per configuration

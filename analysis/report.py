@@ -11,7 +11,7 @@ study.yaml (a trials.csv copied by hand) falls back to the keys that vary among 
 
 Each figure is written as <name>.png (300 dpi), <name>.pdf (fonts embedded as TrueType, Type 42) and
 <name>.csv (the plotted data), or in the `formats` asked for (png, pdf, svg) with its .csv; MTD figures add
-<name>.json (Spearman, fit, best MTD and its bootstrap interval). Figures are one journal column wide
+<name>.json (Spearman, fit, best MTD and its Fieller interval). Figures are one journal column wide
 (`size="single"`, 3.5 in) or two (`"double"`, 7.2 in), in one colour-blind-safe palette
 (analysis.figure_style). Against the measured distance (`mtd_source="measured"`) the MTD figures are named
 <name>_measured (score_vs_mtd_measured.png, ...) and say "measured MTD" in their title and on their x axis, so
@@ -27,6 +27,7 @@ import functools
 import inspect
 import json
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -45,8 +46,24 @@ from analysis.load import (
     read_study_spec,
 )
 from analysis.registry import FIGURES, MTD_FIGURES, figures_called_for
+from analysis.seeds import Spread
 from trainer.evaluation.sts_average import AVG
 from trainer.vocabulary import STS_BENCHMARK, STS_TASKS
+
+
+@dataclass(frozen=True)
+class SeedSettings:
+    """The study's `analysis.seed_spread` and `analysis.target_difference` (analysis.seeds): the spread used
+    where the trials give none, and the difference whose seed count the paired table states."""
+
+    spread: float | None = None
+    target: float | None = None
+
+    @classmethod
+    def of(cls, spec: dict[str, Any]) -> SeedSettings:
+        section = spec.get("analysis") or {}
+        return cls(section.get("seed_spread"), section.get("target_difference"))
+
 
 # the files a figure may be written as, and those written unless `formats` says otherwise
 FIGURE_FORMATS = ("png", "pdf", "svg")
@@ -59,8 +76,6 @@ def analyze(
     eta_choice: str = "mean",
     k_choice: str = "oldest",
     score: str = "avg",
-    n_boot: int = 1000,
-    seed: int = 0,
     mtd_source: str = "formula",
     size: str = DEFAULT_SIZE,
     notes: list[str] | None = None,
@@ -74,7 +89,7 @@ def analyze(
     `mtd_source="measured"` plots against the distance the trainer measured instead
     (docs/science/traceable-distance.md). `score` is the y of the figures ("avg" = the seven-task STS test
     average; trials that did not evaluate all seven have none, and the figures plot `fallback_score`
-    instead, under its own name). `n_boot` and `seed`: the bootstrap of the intervals over seeds. `size`:
+    instead, under its own name). `size`:
     "single" (one journal column) or "double" (the page's width). `formats`: the files each figure is written as
     (FIGURE_FORMATS). Trials that may not be compared are analysed
     apart (analysis.load.comparable_groups): those of an older reading of the papers in <out_dir>/older_reading/,
@@ -95,22 +110,24 @@ def analyze(
     out_dir = Path(out_dir)
     table = load_results(study_dir, eta_choice=eta_choice, k_choice=k_choice, mtd_source=mtd_source)
     params, knobs = study_knobs(study_dir, table)
-    reference = read_study_spec(study_dir).get("reference") or None
+    spec = read_study_spec(study_dir)
+    reference = spec.get("reference") or None
+    seeds = SeedSettings.of(spec)
     written: list[Path] = []
     for group in comparable_groups(table):
         if notes is not None:
             notes += [line for line in (group.note, group.warning and f"{group.folder or 'figures'}: {group.warning}")
                       if line]
         with footnote(group.warning):
-            written += _analyze_part(group.table, study_dir, out_dir / group.folder, params, knobs, score, n_boot,
-                                     seed, mtd_source, size, group.warning, reference, formats)
+            written += _analyze_part(group.table, study_dir, out_dir / group.folder, params, knobs, score,
+                                     mtd_source, size, group.warning, reference, formats, seeds)
     return written
 
 
 def _analyze_part(table: pd.DataFrame, study_dir: Path, out_dir: Path, params: list[str], knobs: list[str],
-                  score: str, n_boot: int, seed: int, mtd_source: str, size: str, warning: str | None,
-                  reference: dict[str, Any] | None = None,
-                  formats: tuple[str, ...] = DEFAULT_FORMATS) -> list[Path]:
+                  score: str, mtd_source: str, size: str, warning: str | None,
+                  reference: dict[str, Any] | None = None, formats: tuple[str, ...] = DEFAULT_FORMATS,
+                  seeds: SeedSettings | None = None) -> list[Path]:
     """`analyze` for one set of trials that may be pooled: its figures and tables into `out_dir`; `warning` (what
     differs among them that is not the protocol) ends each table's note; `reference`: the study's reference
     configuration for the paired table (analysis.paired)."""
@@ -121,8 +138,8 @@ def _analyze_part(table: pd.DataFrame, study_dir: Path, out_dir: Path, params: l
         score = fallback
     out_dir.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
-    plans = applicable_figures(table, params, score, n_boot=n_boot, seed=seed, knobs=knobs, mtd_source=mtd_source,
-                               size=size, reference=reference)
+    plans = applicable_figures(table, params, score, knobs=knobs, mtd_source=mtd_source, size=size,
+                               reference=reference)
     for name, draw in plans:
         try:
             fig, data = draw()
@@ -141,7 +158,7 @@ def _analyze_part(table: pd.DataFrame, study_dir: Path, out_dir: Path, params: l
                                          + _warning_line(warning, "% ")))
         written.append(write_text_atomic(out_dir / "scores.csv", numbers.to_csv(index=False)))
     if paired.has_pairs(table, params, score):
-        written += _write_paired(table, out_dir, params, score, n_boot, seed, reference, warning)
+        written += _write_paired(table, out_dir, params, score, reference, warning, seeds or SeedSettings())
     if any(_has_values(table, column) for column in TRANSFER_SCORES):
         numbers = tables.score_table(table, by=params, scores=TRANSFER_SCORES)
         written.append(write_text_atomic(out_dir / "transfer.md", tables.transfer_markdown_table(table, by=params)
@@ -152,35 +169,65 @@ def _analyze_part(table: pd.DataFrame, study_dir: Path, out_dir: Path, params: l
     return written
 
 
-def _write_paired(table: pd.DataFrame, out_dir: Path, params: list[str], score: str, n_boot: int, seed: int,
-                  named: dict[str, Any] | None, warning: str | None) -> list[Path]:
-    """paired.md, paired.tex and paired.csv: each configuration against the reference (analysis.paired)."""
+def _write_paired(table: pd.DataFrame, out_dir: Path, params: list[str], score: str, named: dict[str, Any] | None,
+                  warning: str | None, seeds: SeedSettings) -> list[Path]:
+    """paired.md, paired.tex and paired.csv: each configuration against the reference (analysis.paired); with
+    per-task scores, paired_tasks.md and paired_tasks.csv, each task's own paired intervals."""
     from trainer.files import write_text_atomic  # here: importing analysis stays light
 
-    reference, chosen = _reference(table, params, score, named)
+    reference = _reference(table, params, score, named)
     if reference is None:
         return []
-    differences, left_out = paired.paired_differences(table, params, reference, score, n_boot, seed)
-    if not differences:
+    comparison = paired.paired_differences(table, params, reference, score, seeds.spread, seeds.target)
+    if not comparison.rows:
         return []
-    frame = paired.paired_frame(differences, params)
-    return [write_text_atomic(out_dir / "paired.md", paired.paired_markdown(differences, params, reference, chosen,
-                                                                             score, left_out) + _warning_line(warning)),
-            write_text_atomic(out_dir / "paired.tex", paired.paired_markdown(differences, params, reference, chosen,
-                                                                              score, left_out, latex=True)
-                              + _warning_line(warning, "% ")),
-            write_text_atomic(out_dir / "paired.csv", frame.to_csv(index=False))]
+    written = [write_text_atomic(out_dir / "paired.md", paired.paired_markdown(comparison) + _warning_line(warning)),
+               write_text_atomic(out_dir / "paired.tex", paired.paired_markdown(comparison, latex=True)
+                                 + _warning_line(warning, "% ")),
+               write_text_atomic(out_dir / "paired.csv", paired.paired_frame(comparison).to_csv(index=False))]
+    tasks = paired.task_frame(table, params, reference)
+    if len(tasks):
+        written += [write_text_atomic(out_dir / "paired_tasks.md", paired.task_markdown(tasks, params, reference)
+                                      + _warning_line(warning)),
+                    write_text_atomic(out_dir / "paired_tasks.csv", tasks.to_csv(index=False))]
+    return written
 
 
 def _reference(table: pd.DataFrame, params: list[str], score: str, named: dict[str, Any] | None
-               ) -> tuple[dict[str, Any] | None, str]:
-    """The paired comparisons' reference (analysis.paired.reference_configuration); (None, why) with a warning
-    when the study's reference has no finished trial among these."""
+               ) -> paired.Reference | None:
+    """The paired comparisons' reference (analysis.paired.reference_configuration); None with a warning when the
+    study's reference has no finished trial among these."""
     try:
         return paired.reference_configuration(table, params, score, named)
     except ValueError as exc:
         warnings.warn(f"paired differences skipped: {exc}", stacklevel=3)
-        return None, str(exc)
+        return None
+
+
+def finished_spread(study_dir: str | Path, score: str) -> Spread | None:
+    """The per-seed difference spread of a study's finished trials (their paired differences against the
+    reference, analysis.paired, pooled), for the seeds a difference needs; None when no two configurations of
+    its current trials share two seeds with a `score`."""
+    study_dir = Path(study_dir)
+    if not (study_dir / "trials").is_dir():
+        return None
+    try:
+        table = load_results(study_dir)
+    except ResultsError:
+        return None
+    table = comparable_groups(table)[0].table
+    if score not in table.columns:
+        return None
+    params, _ = study_knobs(study_dir, table)
+    if not paired.has_pairs(table, params, score):
+        return None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        reference = _reference(table, params, score, read_study_spec(study_dir).get("reference") or None)
+    if reference is None or not paired.has_pairs(table, params, score, reference.configuration):
+        return None
+    spread = paired.paired_differences(table, params, reference, score).spread
+    return spread if spread.measured else None
 
 
 def _warning_line(warning: str | None, prefix: str = "") -> str:
@@ -221,7 +268,7 @@ def figure_file_name(name: str, mtd_source: str = "formula") -> str:
 
 
 def applicable_figures(
-    table: pd.DataFrame, params: list[str], score: str = "avg", n_boot: int = 1000, seed: int = 0,
+    table: pd.DataFrame, params: list[str], score: str = "avg",
     knobs: list[str] | None = None, mtd_source: str = "formula", size: str = DEFAULT_SIZE,
     reference: dict[str, Any] | None = None,
 ) -> list[tuple[str, Callable[[], tuple[Any, pd.DataFrame]]]]:
@@ -232,7 +279,7 @@ def applicable_figures(
     figure is drawn at `size`.
     """
     called = set(figures_called_for(params if knobs is None else knobs))
-    arguments = {"score": score, "n_boot": n_boot, "seed": seed, "by": params, "mtd_source": mtd_source, "size": size}
+    arguments = {"score": score, "by": params, "mtd_source": mtd_source, "size": size}
     plans: list[tuple[str, Callable]] = []
     for entry in FIGURES:
         if entry.name in called and entry.applies(table, score):
@@ -241,10 +288,10 @@ def applicable_figures(
             plans.append((entry.name, functools.partial(
                 function, table, **{name: value for name, value in arguments.items() if name in accepted})))
     if paired.has_pairs(table, params, score):  # configurations that share seeds: their paired differences
-        chosen_reference, chosen = _reference(table, params, score, reference)
-        if chosen_reference is not None and paired.has_pairs(table, params, score, chosen_reference):
+        chosen = _reference(table, params, score, reference)
+        if chosen is not None and paired.has_pairs(table, params, score, chosen.configuration):
             plans.append(("paired_differences", lambda: paired.figure_paired_differences(
-                table, params, chosen_reference, chosen, score, n_boot, seed, size)))
+                table, params, chosen, score, size)))
     return plans
 
 

@@ -7,14 +7,20 @@ which a parabola in log(MTD) has and a parabola in MTD has not. `log_x=False` fi
 
 The best MTD is the argmax of the fitted curve *within the observed MTD range* (a parabola that
 opens upwards, or a vertex outside the data, puts it at an end of the range: the data say nothing
-beyond). Its confidence interval is a percentile bootstrap over trials (resampled with replacement,
-seeded, `n_boot` resamples; resamples with fewer than 3 distinct MTD values are skipped).
+beyond). Its confidence interval is Fieller's for the vertex u* = -b / (2a): the values u0 where the fitted
+slope b + 2 a u0 is not significantly different from 0 (a t-test on the least-squares coefficients with the
+residual df, N - 3), which holds the true vertex with the stated probability when the scores scatter
+normally around a parabola in u; it is projected onto the observed range, so it holds the in-range argmax
+at least as often. Where the set is unbounded (the curvature is not shown to be negative) or the fit opens
+upwards, the interval is the whole observed range: no peak located. Coverage at the studies' sizes:
+analysis.coverage.
 
 Spreads over seeds are the sample standard deviation (ddof=1); a group with one trial has std NaN.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -44,7 +50,7 @@ class PeakFit:
     ci_high: float
     ci_level: float
     n: int  # trials fitted
-    n_boot: int  # bootstrap resamples that could be fitted
+    located: bool  # Fieller's interval is narrower than the observed range
 
     def predict(self, x: np.ndarray | Sequence[float] | float) -> np.ndarray:
         u = _to_u(np.asarray(x, dtype=float), self.log_x)
@@ -70,15 +76,9 @@ def spearman(x: Sequence[float], y: Sequence[float]) -> Correlation:
     return Correlation(float(result.statistic), float(result.pvalue), int(len(x)))
 
 
-def fit_peak(
-    x: Sequence[float],
-    y: Sequence[float],
-    log_x: bool = True,
-    n_boot: int = 1000,
-    seed: int = 0,
-    ci_level: float = 0.95,
-) -> PeakFit:
-    """Fit the quadratic trend, locate its argmax in the observed range, bootstrap that argmax."""
+def fit_peak(x: Sequence[float], y: Sequence[float], log_x: bool = True, ci_level: float = 0.95) -> PeakFit:
+    """Fit the quadratic trend, locate its argmax in the observed range, and give that argmax Fieller's
+    interval (module docstring)."""
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
     keep = ~(np.isnan(x) | np.isnan(y))
     x, y = x[keep], y[keep]
@@ -90,21 +90,11 @@ def fit_peak(
     u_min, u_max = float(u.min()), float(u.max())
     coefficients = np.polyfit(u, y, 2)
     best_u = _argmax_in_range(coefficients, u_min, u_max)
-
-    rng = np.random.default_rng(seed)
-    boot_best = []
-    for _ in range(n_boot):
-        pick = rng.integers(0, len(u), len(u))
-        if len(np.unique(u[pick])) < 3:
-            continue
-        boot_coefficients = np.polyfit(u[pick], y[pick], 2)
-        boot_best.append(_argmax_in_range(boot_coefficients, u_min, u_max))
-    tail = (1.0 - ci_level) / 2.0 * 100.0
-    if boot_best:
-        low_u, high_u = np.percentile(boot_best, [tail, 100.0 - tail])
-    else:
-        low_u = high_u = float("nan")
-
+    low_u, high_u = u_min, u_max
+    if len(u) > 3:  # a residual degree of freedom: the coefficients' covariance, and Fieller's set
+        residual = y - np.polyval(coefficients, u)
+        covariance = covariance_of_fit(u, float(residual @ residual) / (len(u) - 3))
+        low_u, high_u = fieller_vertex(coefficients, covariance, len(u) - 3, ci_level, u_min, u_max)
     return PeakFit(
         coefficients=tuple(float(c) for c in coefficients),
         log_x=log_x,
@@ -116,8 +106,33 @@ def fit_peak(
         ci_high=float(_from_u(high_u, log_x)),
         ci_level=ci_level,
         n=int(len(x)),
-        n_boot=len(boot_best),
+        located=(low_u, high_u) != (u_min, u_max),
     )
+
+
+def covariance_of_fit(u: np.ndarray, residual_variance: float) -> np.ndarray:
+    """The least-squares coefficients' covariance, s^2 (X'X)^-1, for the design [u^2, u, 1]."""
+    design = np.column_stack([u ** 2, u, np.ones_like(u)])
+    return residual_variance * np.linalg.inv(design.T @ design)
+
+
+def fieller_vertex(coefficients: Sequence[float], covariance: np.ndarray, df: int, level: float, u_min: float,
+                   u_max: float) -> tuple[float, float]:
+    """Fieller's interval for the vertex of y = a u^2 + b u + c, projected onto [u_min, u_max]: the u0 with
+    (b + 2 a u0)^2 <= t^2 Var(b + 2 a u0), t the two-sided t quantile at `level` with `df` degrees of freedom.
+    The whole range where that set is not one bounded interval or the parabola opens upwards."""
+    a, b, _ = coefficients
+    t2 = scipy_stats.t.ppf(0.5 + level / 2.0, df) ** 2
+    # (b + 2 a u)^2 - t2 (v_bb + 4 u v_ab + 4 u^2 v_aa) <= 0, a quadratic q2 u^2 + q1 u + q0 <= 0
+    q2 = 4.0 * (a * a - t2 * covariance[0, 0])
+    q1 = 4.0 * (a * b - t2 * covariance[0, 1])
+    q0 = b * b - t2 * covariance[1, 1]
+    discriminant = q1 * q1 - 4.0 * q2 * q0
+    if a >= 0 or q2 <= 0 or discriminant < 0:
+        return u_min, u_max
+    root = math.sqrt(discriminant)
+    low, high = (-q1 - root) / (2.0 * q2), (-q1 + root) / (2.0 * q2)
+    return min(max(low, u_min), u_max), max(min(high, u_max), u_min)
 
 
 def distance_from_best(x: Sequence[float] | pd.Series, best_x: float, log_x: bool = True) -> np.ndarray:

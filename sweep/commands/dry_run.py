@@ -120,6 +120,8 @@ def _dry_run_text(spec: StudySpec) -> str:
         line("training", text)
     for text in compile_lines(spec, configs):
         line("compile", text)
+    for text in seed_count_lines(spec, configs):
+        line("seeds", text)
     if spec.method == "tpe":
         line("trials", f"up to {spec.budget} per seed x {plural(len(spec.seeds), 'seed')} = "
                        f"{spec.budget * len(spec.seeds)}, chosen by TPE during the run")
@@ -171,6 +173,39 @@ def _dry_run_text(spec: StudySpec) -> str:
     out.append("")
     out.append(format_trial_table(spec, trials, states, costs))
     return "\n".join(out)
+
+
+def seed_count_lines(spec: StudySpec, configs: list[dict[str, Any]]) -> list[str]:
+    """The smallest paired difference the study's seeds resolve in the score its final evaluation gives (the
+    seven-task average, else its first STS task), and the seeds `analysis.target_difference` needs
+    (analysis.seeds): with the spread of the study's finished trials where it has some, else the study's
+    analysis.seed_spread, else the sourced default."""
+    from analysis.seeds import Spread, default_spread, seed_lines
+
+    score = paired_score(configs)
+    if score is None:
+        return ["no STS test score in the final evaluation: no paired difference to size"]
+    spread = None
+    if Path(spec.study_dir, "trials").is_dir():
+        from analysis.report import finished_spread
+
+        spread = finished_spread(spec.study_dir, score)
+    if spread is None and spec.analysis.seed_spread is not None:
+        spread = Spread(spec.analysis.seed_spread, "the study's analysis.seed_spread")
+    return seed_lines(spread or default_spread(score), len(spec.seeds), score, spec.analysis.target_difference)
+
+
+def paired_score(configs: list[dict[str, Any]]) -> str | None:
+    """The score `sweep analyze` pairs the trials on: the seven-task average where every trial's final
+    evaluation scores all seven STS tasks, else the first STS task they all score; None without one."""
+    from trainer.evaluation.sts_average import AVG
+
+    shared = set(STS_TASKS)
+    for config in configs:
+        shared &= set(RunPlan.of(config).final_sts)
+    if shared == set(STS_TASKS):
+        return AVG
+    return next((task for task in (STS_BENCHMARK, *STS_TASKS) if task in shared), None)
 
 
 def compile_lines(spec: StudySpec, configs: list[dict[str, Any]]) -> list[str]:

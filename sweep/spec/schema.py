@@ -156,9 +156,15 @@ def _analysis_knobs(value: list[str]) -> list[str]:
 class Analysis(_Section):
     """What `sweep analyze` draws besides the figures the swept `parameters` call for (analysis/registry.py):
     `knobs` names keys (or `mtd`) whose figures to draw although the study does not sweep them directly,
-    e.g. `knobs: [mtd]` for a study that moves the traceable distance through a key of its own."""
+    e.g. `knobs: [mtd]` for a study that moves the traceable distance through a key of its own.
+    `seed_spread`: the standard deviation over seeds of a paired difference (score points), for the seeds a
+    difference needs before any trial has finished (analysis.seeds; default: sourced from MixCSE Table 1);
+    `target_difference`: the difference the study means to resolve, whose seed count the dry run and the
+    paired table state."""
 
     knobs: Annotated[list[Annotated[str, Strict()]], AfterValidator(_analysis_knobs)] = []
+    seed_spread: Annotated[Number, Field(gt=0)] | None = None
+    target_difference: Annotated[Number, Field(gt=0)] | None = None
 
 
 class Scheduler(_Section):

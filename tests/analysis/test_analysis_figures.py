@@ -124,9 +124,9 @@ def test_slices_label_accepts_every_spelling():
 # ---- statistics ---------------------------------------------------------------------------------
 def test_fit_peak_finds_a_known_vertex_and_clips_to_the_range():
     x = np.array([5.0, 8.0, 12.0, 20.0, 30.0, 50.0])
-    fit = fit_peak(x, [fx.mtd_score(v) for v in x], n_boot=50)
+    fit = fit_peak(x, [fx.mtd_score(v) for v in x])
     assert fit.best_x == pytest.approx(fx.PEAK_MTD, rel=1e-6)
-    rising = fit_peak([1.0, 2.0, 3.0, 4.0], [1.0, 2.0, 3.0, 4.5], log_x=False, n_boot=50)
+    rising = fit_peak([1.0, 2.0, 3.0, 4.0], [1.0, 2.0, 3.0, 4.5], log_x=False)
     assert rising.best_x == 4.0  # no interior optimum: the end of the observed range
     with pytest.raises(ValueError):
         fit_peak([1.0, 1.0, 2.0], [1.0, 2.0, 3.0])
@@ -134,7 +134,7 @@ def test_fit_peak_finds_a_known_vertex_and_clips_to_the_range():
 
 # ---- MoCoSE Fig. 2 ------------------------------------------------------------------------------
 def test_score_vs_mtd_points_fit_and_paper_overlay(mtd_table):
-    fig, data = mtd_figures.figure_score_vs_mtd(mtd_table, n_boot=300)
+    fig, data = mtd_figures.figure_score_vs_mtd(mtd_table)
     assert fig.axes[0].get_xlabel().startswith("MTD (steps)")
     measured = data[data["series"] == "measured"].sort_values("x")
     # one point per distinct MTD; mean and error bar (sample std) recomputed with numpy
@@ -176,7 +176,7 @@ def test_score_vs_mtd_per_batch_size(tmp_path):
             config = fx.base_config(batch_size=batch, ema={"decay": eta})
             trials += [fx.make_trial(config, seed, fx.mtd_score(mtd) + 0.01 * seed) for seed in (0, 1)]
     table = load_results(fx.write_results(tmp_path / "batch", trials, ["ema.decay", "batch_size"]))
-    _, data = mtd_figures.figure_score_vs_mtd_by_batch(table, n_boot=100)
+    _, data = mtd_figures.figure_score_vs_mtd_by_batch(table)
     assert set(data.loc[data["series"] == "measured", "group"]) == {"B=64", "B=128"}
     assert set(data.loc[data["series"] == "best MTD", "group"]) == {"B=64", "B=128"}
     b128 = data[(data["series"] == "measured") & (data["group"] == "B=128")]
@@ -295,7 +295,7 @@ def test_paper_values_match_the_science_pages():
 
 # ---- the report ---------------------------------------------------------------------------------
 def test_analyze_writes_applicable_figures_only(tmp_path, mtd_dir):
-    written = analyze(mtd_dir, out_dir=tmp_path / "mtd_figures", n_boot=100, formats=["png"])
+    written = analyze(mtd_dir, out_dir=tmp_path / "mtd_figures", formats=["png"])
     names = {p.name for p in written}
     for figure in ("score_vs_mtd", "align_uniform_vs_mtd", "ema_decay"):
         assert {f"{figure}.png", f"{figure}.csv"} <= names and f"{figure}.pdf" not in names
@@ -308,7 +308,7 @@ def test_analyze_writes_applicable_figures_only(tmp_path, mtd_dir):
     width = int.from_bytes(png[16:20], "big")
     assert width >= SIZES[DEFAULT_SIZE] * 150  # at least 150 dpi
 
-    gs_written = {p.name for p in analyze(fx.gaussian_study(tmp_path / "gs"), n_boot=10)}
+    gs_written = {p.name for p in analyze(fx.gaussian_study(tmp_path / "gs"))}
     assert {"gaussian_m.png", "gaussian_m.pdf"} <= gs_written  # both, unless told otherwise
     assert (tmp_path / "gs" / "figures" / "gaussian_m.pdf").read_bytes().startswith(b"%PDF")
     assert not any(name.startswith(("score_vs_mtd", "align_uniform", "queue_", "ema_")) for name in gs_written)
@@ -383,7 +383,7 @@ def test_one_parameter_ablation_charts(tmp_path, name):
         assert row["mean"] == pytest.approx(scores.mean()) and row["std"] == pytest.approx(np.std(scores, ddof=1))
     got = data[data["series"] == "paper"]
     assert dict(zip(got["x_label"], got["mean"])) == paper
-    names = {p.name for p in analyze(folder, n_boot=10, formats=["png"])}
+    names = {p.name for p in analyze(folder, formats=["png"])}
     assert f"{name}.png" in names and f"{name}.pdf" not in names  # only the formats asked for
 
 
@@ -397,7 +397,7 @@ def test_head_depth_chart(tmp_path):
     assert list(data.loc[data["series"] == "this study", "x_label"]) == ["0/2", "1/1", "1/2", "2/2"]
     paper = data[data["series"] == "paper"]
     assert dict(zip(paper["x_label"], paper["mean"])) == {"0/2": 62.67, "1/1": 76.74, "1/2": 76.89, "2/2": 66.29}
-    assert "head_depth.png" in {p.name for p in analyze(folder, n_boot=10, formats=["png"])}
+    assert "head_depth.png" in {p.name for p in analyze(folder, formats=["png"])}
 
 
 def test_analysis_imports_no_runtime_packages():

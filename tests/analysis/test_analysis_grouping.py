@@ -49,7 +49,7 @@ def methods_study(folder, seeds=SEEDS):
 
 def test_methods_table_has_one_row_per_method_and_variant_with_n_5(tmp_path):
     folder, trials = methods_study(tmp_path / "methods")
-    written = {p.name for p in analyze(folder, n_boot=10, formats=["png"])}
+    written = {p.name for p in analyze(folder, formats=["png"])}
     for name, column, summary_key in (("scores.csv", "avg", "test"), ("transfer.csv", "transfer_avg", "transfer")):
         rows = pd.read_csv(folder / "figures" / name)
         assert list(rows.columns[:2]) == ["method", "variant"]
@@ -75,7 +75,7 @@ def test_a_derived_value_is_never_a_grouping_of_its_own(tmp_path):
         config = fx.base_config(method=method, fgsm={"eps": eps})
         trials += [fx.make_trial(config, seed, 75.0 + seed) for seed in (0, 1)]
     folder = fx.write_results(tmp_path / "m", trials, ["method"])
-    written = {p.name for p in analyze(folder, n_boot=10, formats=["png"])}
+    written = {p.name for p in analyze(folder, formats=["png"])}
     rows = pd.read_csv(folder / "figures" / "scores.csv")
     assert list(rows.columns[:1]) == ["method"] and "fgsm.eps" not in rows.columns
     assert sorted(rows["method"]) == ["gs", "mocose"] and (rows["n"] == 2).all()
@@ -86,7 +86,7 @@ def test_a_knob_the_study_names_for_analysis_is_drawn(tmp_path):
     folder = fx.mtd_study(tmp_path / "mtd")
     (folder / "study.yaml").write_text("name: mtd\nparameters: {optim.lr: {expr: '1e-5'}}\n"
                                        "analysis: {knobs: [mtd]}\n")
-    names = {p.name for p in analyze(folder, n_boot=10, formats=["png"])}
+    names = {p.name for p in analyze(folder, formats=["png"])}
     assert {"score_vs_mtd.png", "align_uniform_vs_mtd.png"} <= names
     assert "ema_decay.png" not in names  # ema.decay is not swept here and not named
 
@@ -106,7 +106,7 @@ def test_single_seed_points_have_no_error_bars_and_say_so(tmp_path):
     assert data.loc[data["series"] == "this study", "n"].tolist() == [1, 1, 1]
     assert not [t for t in ax.texts if t.get_text().startswith("n=")]  # n is the same everywhere
 
-    fig, _ = mtd_figures.figure_score_vs_mtd(table.assign(mtd=[4.0, 7.0, 12.0]), n_boot=10)
+    fig, _ = mtd_figures.figure_score_vs_mtd(table.assign(mtd=[4.0, 7.0, 12.0]))
     assert not [c for c in _errorbars(fig.axes[0]) if c.has_yerr]  # the best-MTD star has an x interval only
     labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert any("single runs" in label for label in labels)
@@ -141,7 +141,7 @@ def test_trials_of_an_older_reading_are_analysed_apart_never_pooled(tmp_path):
     old = [fx.make_trial(config(eta), seed, 60.0 + eta, reading=1) for eta in (0.5, 0.9) for seed in (3, 4)]
     folder = fx.write_results(tmp_path / "mtd", new + old, ["ema.decay"])
     notes: list[str] = []
-    written = analyze(folder, n_boot=10, notes=notes, formats=["png"])
+    written = analyze(folder, notes=notes, formats=["png"])
     current = pd.read_csv(folder / "figures" / "scores.csv")
     older = pd.read_csv(folder / "figures" / "older_reading" / "scores.csv")
     assert current["n"].tolist() == [3, 3] and older["n"].tolist() == [2, 2]
@@ -169,7 +169,7 @@ def test_trials_evaluated_under_two_protocols_are_never_compared(tmp_path, key, 
         trials += [fx.make_trial(config, seed, 70.0 + 5 * index + seed) for seed in range(3 - index)]
     study = fx.write_results(tmp_path / "p", trials, ["ema.decay"])
     notes: list[str] = []
-    analyze(study, n_boot=10, notes=notes, formats=["png"])
+    analyze(study, notes=notes, formats=["png"])
     main = pd.read_csv(study / "figures" / "scores.csv")
     other = pd.read_csv(study / "figures" / folder / "scores.csv")
     assert main["n"].tolist() == [3] and other["n"].tolist() == [2]
@@ -190,7 +190,7 @@ def test_trials_differing_only_in_their_packages_are_drawn_together_with_a_warni
               for eta in (0.5, 0.8, 0.9) for seed in range(3)]
     study = fx.write_results(tmp_path / "w", trials, ["ema.decay"])
     notes: list[str] = []
-    written = analyze(study, n_boot=10, notes=notes, formats=["png"])
+    written = analyze(study, notes=notes, formats=["png"])
     assert {p.parent.name for p in written} == {"figures"}  # one group
     assert pd.read_csv(study / "figures" / "scores.csv")["n"].tolist() == [3, 3, 3]
     warning = ("these trials ran on 2 package sets (torch 2.13.0, transformers 5.24.0: 6 trials; torch 2.9.1, "

@@ -33,7 +33,7 @@ def slices_dir(tmp_path_factory) -> Path:
 
 @pytest.mark.parametrize("size, inches", [("single", 3.5), ("double", 7.2)])
 def test_png_is_300_dpi_at_the_column_width_asked_for(slices_dir, tmp_path, size, inches):
-    analyze(slices_dir, out_dir=tmp_path, n_boot=10, size=size, formats=["png"])
+    analyze(slices_dir, out_dir=tmp_path, size=size, formats=["png"])
     width, height, dpi = png_size_and_dpi(tmp_path / "queue_slices.png")
     assert round(dpi) == 300 and width == round(inches * 300)
     assert height > width / 3  # a panel of its own height, not squeezed under the legend
@@ -41,24 +41,24 @@ def test_png_is_300_dpi_at_the_column_width_asked_for(slices_dir, tmp_path, size
 
 @pytest.mark.slow  # two analyses writing PDFs (font subsetting is most of a PDF's time)
 def test_pdf_embeds_its_fonts_as_truetype(slices_dir, tmp_path):
-    analyze(slices_dir, out_dir=tmp_path, n_boot=10, formats=["pdf"])
+    analyze(slices_dir, out_dir=tmp_path, formats=["pdf"])
     pdf = (tmp_path / "queue_slices.pdf").read_bytes()
     assert b"/FontFile2" in pdf  # an embedded TrueType font program (Type 42)
     assert not re.search(rb"/Subtype\s*/Type3", pdf)  # no Type 3 (bitmap-like) fonts
     assert b"DejaVuSans" in pdf
     second = tmp_path / "again"
-    analyze(slices_dir, out_dir=second, n_boot=10, formats=["pdf"])
+    analyze(slices_dir, out_dir=second, formats=["pdf"])
     assert (second / "queue_slices.pdf").read_bytes() == pdf  # no date in it: the same results, the same file
 
 
 def test_each_figure_is_written_in_the_formats_asked_for_with_its_data(tmp_path):
     study = fx.gaussian_study(tmp_path / "gs")
-    written = {p.name for p in analyze(study, out_dir=tmp_path / "svg", n_boot=10, formats=["svg", "svg"])}
+    written = {p.name for p in analyze(study, out_dir=tmp_path / "svg", formats=["svg", "svg"])}
     assert "gaussian_m.svg" in written and "gaussian_m.csv" in written
     assert not {name for name in written if name.endswith((".png", ".pdf"))}
     svg = (tmp_path / "svg" / "gaussian_m.svg").read_text()
     assert svg.lstrip().startswith("<?xml") and "<svg" in svg
-    analyze(study, out_dir=tmp_path / "again", n_boot=10, formats=["svg"])
+    analyze(study, out_dir=tmp_path / "again", formats=["svg"])
     assert (tmp_path / "again" / "gaussian_m.svg").read_text() == svg  # no date, fixed ids: the same file
     with pytest.raises(ValueError, match="'gif'"):
         analyze(study, out_dir=tmp_path / "no", formats=["png", "gif"])
@@ -127,7 +127,7 @@ def test_measured_mtd_figures_say_measured_in_title_and_axis(tmp_path):
     from analysis import mtd_figures
 
     table = load_results(fx.mtd_study(tmp_path / "mtd"), mtd_source="measured")
-    fig, _ = mtd_figures.figure_score_vs_mtd(table, n_boot=10, mtd_source="measured")
+    fig, _ = mtd_figures.figure_score_vs_mtd(table, mtd_source="measured")
     assert "vs measured MTD" in fig.axes[0].get_title().replace("\n", " ")
     assert fig.axes[0].get_xlabel() == "measured MTD (steps), log scale"
     legend = " ".join(t.get_text() for t in fig.axes[0].get_legend().get_texts()).replace("\n", " ")
@@ -136,4 +136,4 @@ def test_measured_mtd_figures_say_measured_in_title_and_axis(tmp_path):
     assert "measured MTD" in fig.get_suptitle().replace("\n", " ")
     assert [ax.get_xlabel() for ax in fig.axes] == ["measured MTD (steps), log scale"] * 2
     with pytest.raises(ValueError, match="mtd_source"):
-        mtd_figures.figure_score_vs_mtd(table, n_boot=10, mtd_source="guessed")
+        mtd_figures.figure_score_vs_mtd(table, mtd_source="guessed")

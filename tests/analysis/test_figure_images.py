@@ -53,7 +53,7 @@ def _mixed_seeds(folder: Path):
 
 FIGURES: dict[str, tuple[Callable[[Path], Any], Callable[..., Any], dict[str, Any]]] = {
     # baseline name: (results, figure function, its arguments)
-    "score_vs_mtd": (_mtd, mtd_figures.figure_score_vs_mtd, {"n_boot": 200, "by": ["ema.decay", "queue.size"]}),
+    "score_vs_mtd": (_mtd, mtd_figures.figure_score_vs_mtd, {"by": ["ema.decay", "queue.size"]}),
     "align_uniform_vs_mtd": (_mtd, mtd_figures.figure_align_uniform_vs_mtd, {"by": ["ema.decay", "queue.size"]}),
     "ema_decay_series": (_mtd, figures.figure_ema_decay, {"by": ["ema.decay", "queue.size"]}),
     "ema_decay_mixed_seeds": (_mixed_seeds, figures.figure_ema_decay, {}),
@@ -61,7 +61,7 @@ FIGURES: dict[str, tuple[Callable[[Path], Any], Callable[..., Any], dict[str, An
     "queue_heatmap": (lambda f: load_results(fx.heatmap_study(f / "heat")), figures.figure_queue_heatmap, {}),
     "score_vs_mtd_one_task_double": (lambda f: load_results(fx.one_task_study(f / "one")),
                                      mtd_figures.figure_score_vs_mtd,
-                                     {"score": "STSBenchmark", "n_boot": 200, "by": ["ema.decay", "queue.size"],
+                                     {"score": "STSBenchmark", "by": ["ema.decay", "queue.size"],
                                       "size": "double"}),
 }
 

@@ -285,7 +285,7 @@ def draw_study(folder: Path, size: str = "single", mtd_source: str = "formula", 
     table = load_results(folder, mtd_source=mtd_source) if table is None else table
     params, knobs = report.study_knobs(folder, table)
     score = "avg" if "avg" in table and table["avg"].notna().any() else report.fallback_score(table)
-    plans = report.applicable_figures(table, params, score, n_boot=20, knobs=knobs, mtd_source=mtd_source,
+    plans = report.applicable_figures(table, params, score, knobs=knobs, mtd_source=mtd_source,
                                       size=size)
     return [(name, draw()[0]) for name, draw in plans if not only or name in only]
 

@@ -4,6 +4,7 @@ the probability counted seed by seed."""
 
 from __future__ import annotations
 
+import itertools
 import shutil
 
 import numpy as np
@@ -13,6 +14,7 @@ import yaml
 from scipy import stats as scipy_stats
 
 from analysis import paired
+from analysis.load import load_results
 from analysis.report import analyze
 from tests import synthetic_results as fx
 from tests.helpers import REPO, first_fast
@@ -31,66 +33,138 @@ def stand_in(per_seed: dict[float, list[float]], tasks: dict[float, np.ndarray] 
     return pd.DataFrame(rows)
 
 
+def t_interval(d: np.ndarray) -> tuple[float, float, float]:
+    """The paired t-interval and two-sided p written out: mean +- t_{n-1,0.975} sd / sqrt(n)."""
+    n, mean, se = len(d), d.mean(), d.std(ddof=1) / np.sqrt(len(d))
+    half = scipy_stats.t.ppf(0.975, n - 1) * se
+    return mean - half, mean + half, 2 * scipy_stats.t.sf(abs(mean / se), n - 1)
+
+
+def sign_flip(d: np.ndarray) -> float:
+    """The two-sided sign-flip p, every sign pattern enumerated."""
+    means = [np.mean(d * signs) for signs in itertools.product((1, -1), repeat=len(d))]
+    return float(np.mean(np.abs(means) >= abs(d.mean()) - 1e-12))
+
+
+NAMED = paired.Reference({"ema.decay": 0.85}, True, "the study's reference")
+
+
 def test_the_differences_intervals_and_probabilities_equal_an_independent_computation():
     rng = np.random.default_rng(0)
     reference = rng.normal(76.0, 0.5, 8)
     better = reference + rng.normal(0.4, 0.3, 8)
     table = stand_in({0.85: list(reference), 0.9: list(better)})
-    [d], left_out = paired.paired_differences(table, ["ema.decay"], {"ema.decay": 0.85}, "avg", n_boot=20000)
+    comparison = paired.paired_differences(table, ["ema.decay"], NAMED, "avg")
+    [d] = comparison.rows
     diffs = better - reference
-    assert left_out == [] and d.n == 8 and d.mean == pytest.approx(diffs.mean(), abs=1e-12)
-    ci = scipy_stats.bootstrap((diffs,), np.mean, n_resamples=20000, method="percentile", confidence_level=0.95,
-                               random_state=1).confidence_interval
-    assert (d.ci_low, d.ci_high) == (pytest.approx(ci.low, abs=0.03), pytest.approx(ci.high, abs=0.03))
+    assert comparison.left_out == [] and d.n == 8 and d.mean == pytest.approx(diffs.mean(), abs=1e-12)
+    low, high, p = t_interval(diffs)
+    assert (d.ci_low, d.ci_high, d.p_value) == (pytest.approx(low), pytest.approx(high), pytest.approx(p))
+    assert (d.t_low, d.t_high) == (d.ci_low, d.ci_high) and comparison.procedure == paired.PAIRED_T
+    assert d.p_adjusted == pytest.approx(p)  # a family of one
+    assert d.p_signflip == pytest.approx(sign_flip(diffs))
     assert d.p_improvement == sum(1.0 if x > 0 else 0.5 if x == 0 else 0.0 for x in diffs) / 8
-    assert d.iqm == pytest.approx(scipy_stats.trim_mean(diffs, 0.25)) and not d.stratified
+    assert d.iqm == pytest.approx(scipy_stats.trim_mean(diffs, 0.25))
 
 
-def test_the_seven_task_average_is_bootstrapped_stratified_over_tasks_and_seeds():
+def test_the_seven_task_average_takes_the_seed_as_its_unit():
+    """One seed's seven task scores come from one model: the interval is the per-seed average's t-interval,
+    never a resampling of each task's seeds apart."""
     rng = np.random.default_rng(3)
     ref_tasks = rng.normal(75.0, 2.0, (6, 7))
-    new_tasks = ref_tasks + rng.normal(0.3, 0.8, (6, 7))
+    shared = rng.normal(0.3, 0.8, (6, 1))  # a seed's tasks move together
+    new_tasks = ref_tasks + shared + rng.normal(0.0, 0.3, (6, 7))
     table = stand_in({0.85: list(ref_tasks.mean(1)), 0.9: list(new_tasks.mean(1))},
                      tasks={0.85: ref_tasks, 0.9: new_tasks})
-    [d], _ = paired.paired_differences(table, ["ema.decay"], {"ema.decay": 0.85}, "avg", n_boot=20000, seed=5)
-    assert d.stratified
-    # from the definition: each resample draws the 6 seeds anew within each of the 7 tasks, then averages
-    per_task = new_tasks - ref_tasks
-    draws = np.random.default_rng(11)
-    means = [np.mean([per_task[draws.integers(0, 6, 6), t].mean() for t in range(7)]) for _ in range(20000)]
-    low, high = np.percentile(means, [2.5, 97.5])
-    assert (d.ci_low, d.ci_high) == (pytest.approx(low, abs=0.02), pytest.approx(high, abs=0.02))
-    assert d.mean == pytest.approx(per_task.mean(), abs=1e-12)
-    # an average that is not the mean of the seven tasks (another protocol's): resampled as one score instead
-    table["avg"] += np.where(table["seed"] == 0, 0.5, 0.0)
-    [d], _ = paired.paired_differences(table, ["ema.decay"], {"ema.decay": 0.85}, "avg", n_boot=200, seed=5)
-    assert not d.stratified
+    [d] = paired.paired_differences(table, ["ema.decay"], NAMED, "avg").rows
+    low, high, _ = t_interval(new_tasks.mean(1) - ref_tasks.mean(1))
+    assert (d.ci_low, d.ci_high) == (pytest.approx(low), pytest.approx(high))
+    # and each task keeps its own paired interval in the per-task table
+    tasks = paired.task_frame(table, ["ema.decay"], NAMED)
+    assert list(tasks["task"]) == list(STS_TASKS)
+    for t, row in enumerate(tasks.itertuples()):
+        low, high, p = t_interval(new_tasks[:, t] - ref_tasks[:, t])
+        assert (row.t_low, row.t_high, row.p_value) == (pytest.approx(low), pytest.approx(high), pytest.approx(p))
+
+
+def test_holm_adjusts_the_named_references_family_as_written_out():
+    rng = np.random.default_rng(8)
+    reference = rng.normal(76.0, 1.0, 5)
+    per_seed = {0.85: list(reference)}
+    for eta, shift in ((0.5, -1.5), (0.8, 0.05), (0.9, 0.4), (0.95, -0.1)):
+        per_seed[eta] = list(reference + shift + rng.normal(0.0, 0.3, 5))
+    rows = paired.paired_differences(stand_in(per_seed), ["ema.decay"], NAMED, "avg").rows
+    p = np.array([t_interval(np.array(per_seed[d.configuration["ema.decay"]]) - reference)[2] for d in rows])
+    order = np.argsort(p)  # Holm: the i-th smallest p times (m - i), kept monotone, capped at 1
+    steps = np.minimum(1.0, np.maximum.accumulate(p[order] * (len(p) - np.arange(len(p)))))
+    expected = np.empty_like(p)
+    expected[order] = steps
+    assert [d.p_adjusted for d in rows] == pytest.approx(list(expected))
+    assert rows[0].configuration == {"ema.decay": 0.5} and rows[0].p_adjusted < 0.05
+
+
+def mcb_written_out(scores: np.ndarray, level: float = 0.95) -> list[tuple[float, float]]:
+    """Hsu's MCB from paired t's, pair by pair: for each i, min over j of the one-sided bounds."""
+    k, out = len(scores), []
+    for i in range(k):
+        lows, highs = [], []
+        for j in range(k):
+            if j == i:
+                continue
+            d = scores[i] - scores[j]
+            c = scipy_stats.t.ppf(1 - (1 - level) / (k - 1), len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d))
+            lows.append(d.mean() - c)
+            highs.append(d.mean() + c)
+        out.append((min(0.0, min(lows)), max(0.0, min(highs))))
+    return out
+
+
+def test_against_a_best_chosen_from_the_data_the_intervals_are_hsus_mcb():
+    rng = np.random.default_rng(5)
+    seed_effect = rng.normal(0.0, 1.0, 4)
+    etas = (0.5, 0.8, 0.85, 0.9)
+    scores = np.array([76.0 + shift + seed_effect + rng.normal(0.0, 0.3, 4)
+                       for shift in (-1.0, 0.0, 0.1, 0.3)])
+    table = stand_in(dict(zip(etas, map(list, scores))))
+    reference = paired.reference_configuration(table, ["ema.decay"], "avg", None)
+    assert reference == paired.Reference({"ema.decay": 0.9}, False, "the best mean avg; the study names none")
+    comparison = paired.paired_differences(table, ["ema.decay"], reference, "avg")
+    assert comparison.procedure == paired.MCB and comparison.family == 4
+    expected = mcb_written_out(scores)
+    for d, eta in zip(comparison.rows, (0.5, 0.8, 0.85)):
+        i = etas.index(eta)
+        assert (d.ci_low, d.ci_high) == (pytest.approx(expected[i][0]), pytest.approx(expected[i][1]))
+        low, high, _ = t_interval(scores[i] - scores[3])
+        assert (d.t_low, d.t_high) == (pytest.approx(low), pytest.approx(high))
+    # the clearly worse configuration is shown not to be the best, and its p says at what level
+    assert comparison.rows[0].ci_high == 0.0 and comparison.rows[0].p_adjusted < 0.05
+    text = paired.paired_markdown(comparison)
+    assert "simultaneous 95% CI (MCB)" in text and "Hsu's multiple comparisons with the best" in text
 
 
 def test_two_shared_seeds_give_no_interval_and_one_leaves_the_configuration_out():
     table = stand_in({0.85: [76.0, 76.5, 77.0], 0.9: [76.5, 76.5], 0.95: [75.0]})
-    found, left_out = paired.paired_differences(table, ["ema.decay"], {"ema.decay": 0.85}, "avg")
-    [d] = found
+    comparison = paired.paired_differences(table, ["ema.decay"], NAMED, "avg")
+    [d] = comparison.rows
     assert (d.configuration, d.n, d.mean, d.ci_low, d.note) == ({"ema.decay": 0.9}, 2, 0.25, None,
                                                                 "n = 2: no interval")
-    assert d.p_improvement == 0.75 and d.iqm is None
-    assert left_out == ["ema.decay=0.95 (n = 1)"]
+    assert d.p_improvement is None and d.iqm is None  # P(better) is never shown without its interval
+    assert comparison.left_out == ["ema.decay=0.95 (n = 1)"]
     # the reference lacks seed 2: a configuration with seeds 1 and 2 shares one seed only
     table = stand_in({0.85: [76.0, 76.5], 0.9: [76.0, 76.2, 76.4]})
     table = table[~((table["ema.decay"] == 0.9) & (table["seed"] == 0))]
-    assert paired.paired_differences(table, ["ema.decay"], {"ema.decay": 0.85}, "avg")[1] == [
-        "ema.decay=0.9 (n = 1)"]
+    assert paired.paired_differences(table, ["ema.decay"], NAMED, "avg").left_out == ["ema.decay=0.9 (n = 1)"]
 
 
 def test_without_a_named_reference_the_best_mean_is_it_and_said_so():
     table = stand_in({0.5: [75.0, 75.2], 0.85: [76.0, 76.4], 0.9: [75.5, 75.9]})
-    assert paired.reference_configuration(table, ["ema.decay"], "avg", None) == (
-        {"ema.decay": 0.85}, "the best mean avg; the study names none")
-    assert paired.reference_configuration(table, ["ema.decay"], "avg", {"ema.decay": 0.5})[1] == \
+    assert paired.reference_configuration(table, ["ema.decay"], "avg", None) == paired.Reference(
+        {"ema.decay": 0.85}, False, "the best mean avg; the study names none")
+    assert paired.reference_configuration(table, ["ema.decay"], "avg", {"ema.decay": 0.5}).how == \
         "the study's reference"
     # a best mean over one seed cannot be paired: the best of those with two seeds or more is the reference
     table = pd.concat([table, stand_in({0.99: [80.0]})])
-    assert paired.reference_configuration(table, ["ema.decay"], "avg", None)[0] == {"ema.decay": 0.85}
+    assert paired.reference_configuration(table, ["ema.decay"], "avg", None).configuration == {"ema.decay": 0.85}
 
 
 def test_a_named_reference_without_finished_trials_skips_the_paired_outputs_with_a_warning(tmp_path):
@@ -101,7 +175,7 @@ def test_a_named_reference_without_finished_trials_skips_the_paired_outputs_with
     for row in reference[reference[key] == named[key]].itertuples():  # the reference's trials: removed
         shutil.rmtree(folder / "trials" / row.key)
     with pytest.warns(UserWarning, match="paired differences skipped: no finished trial has the study's reference"):
-        names = {p.name for p in analyze(folder, n_boot=10, formats=["png"])}
+        names = {p.name for p in analyze(folder, formats=["png"])}
     assert "scores.md" in names and not names & {"paired.md", "paired.csv", "paired_differences.png"}
 
 
@@ -110,7 +184,7 @@ def test_a_named_reference_without_finished_trials_skips_the_paired_outputs_with
     ("mtd_grid", 1), ("mtd_grid", 3), ("mtd_grid", 5)))
 def test_analyze_writes_the_paired_table_and_figure_at_three_and_five_seeds(tmp_path, study, seeds):
     folder = fx.stand_in_study(REPO / "studies" / f"{study}.yaml", tmp_path / study, seeds)
-    names = {p.name for p in analyze(folder, n_boot=10, formats=["png"])}
+    names = {p.name for p in analyze(folder, formats=["png"])}
     paired_files = {"paired.md", "paired.tex", "paired.csv", "paired_differences.png"}
     if seeds == 1:
         assert not names & paired_files  # nothing shares two seeds
@@ -119,13 +193,39 @@ def test_analyze_writes_the_paired_table_and_figure_at_three_and_five_seeds(tmp_
     rows = pd.read_csv(folder / "figures" / "paired.csv")
     assert (rows["n"] == seeds).all() and rows["ci_low"].notna().all()
     assert rows["iqm"].notna().all() == (seeds >= 5)
+    assert (rows["interval"] == "paired t").all() and (rows["ci_low"] == rows["t_low"]).all()
+    assert rows["p_adjusted"].between(0, 1).all() and (rows["p_adjusted"] >= rows["p_value"] - 1e-12).all()
+    assert (rows["resolvable"] > 0).all()
+    unresolved = rows["mean_difference"].abs() < rows["resolvable"]
+    assert (rows.loc[unresolved, "note"] == f"not resolved at n = {seeds}").all()
     text = (folder / "figures" / "paired.md").read_text()
     assert "Paired against the reference " in text and "(the study's reference)" in text
+    assert "p (Holm)" in text and f"{seeds} seeds resolve " in text
+
+
+def test_a_study_without_a_reference_gets_selection_aware_intervals_in_every_output(tmp_path):
+    folder = fx.stand_in_study(REPO / "studies" / "ema_decay.yaml", tmp_path / "ema", 4)
+    spec = yaml.safe_load((folder / "study.yaml").read_text())
+    del spec["reference"]
+    spec["analysis"] = {"target_difference": 0.3}
+    (folder / "study.yaml").write_text(yaml.safe_dump(spec))
+    analyze(folder, formats=["png"])
+    rows = pd.read_csv(folder / "figures" / "paired.csv")
+    table = load_results(folder)
+    scores = np.array([group.sort_values("seed")["avg"].to_numpy()
+                       for _, group in table.groupby("ema.decay", sort=True)])
+    best = int(np.argmax(scores.mean(axis=1)))
+    expected = [bounds for i, bounds in enumerate(mcb_written_out(scores)) if i != best]
+    assert (rows["interval"] == "Hsu MCB").all()
+    assert list(zip(rows["ci_low"], rows["ci_high"])) == [pytest.approx(bounds) for bounds in expected]
+    text = (folder / "figures" / "paired.md").read_text()
+    assert "the best mean avg; the study names none" in text and "simultaneous 95% CI (MCB)" in text
+    assert "A difference of 0.3 (analysis.target_difference) needs " in text
 
 
 def test_the_methods_table_states_each_method_against_simcse_beside_the_papers(tmp_path):
     folder = fx.stand_in_study(REPO / "studies" / "methods.yaml", tmp_path / "methods", 3)
-    analyze(folder, n_boot=10, formats=["png"])
+    analyze(folder, formats=["png"])
     text = (folder / "figures" / "paired.md").read_text()
     assert "reference method=simcse, variant=paper (the study's reference)" in text
     lines = [line for line in text.splitlines() if line.startswith("| mocose | paper |")]

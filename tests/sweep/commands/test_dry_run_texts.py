@@ -130,3 +130,40 @@ def test_the_dry_run_says_whether_the_trials_compile_their_step_and_why(tmp_path
     lines = dry_run_lines(capsys, study_file(tmp_path, spec), "compile")
     assert lines == [f"eager ({CompileRule('auto').decide('cuda', 10)[1]}), 1 trial",
                      f"compiled ({CompileRule('auto').decide('cuda', AUTO_MIN_STEPS)[1]}), 1 trial"]
+
+
+def power_written_out(delta: float, sd: float, n: int) -> float:
+    """A two-sided paired t-test's power at alpha 0.05: P(|T'| > t_{n-1,0.975}), T' noncentral t with
+    noncentrality delta sqrt(n) / sd."""
+    from scipy import stats
+
+    critical, shift = stats.t.ppf(0.975, n - 1), delta * n ** 0.5 / sd
+    lower = stats.nct.cdf(-critical, n - 1, shift)  # ~0 far out, where scipy may give NaN
+    return stats.nct.sf(critical, n - 1, shift) + (0.0 if lower != lower else lower)
+
+
+def test_the_dry_run_states_the_difference_its_seeds_resolve_and_the_seeds_a_target_needs(tmp_path, capsys,
+                                                                                          shared_data_dir):
+    from scipy.optimize import brentq
+
+    spec = {"name": "sized", "base": {"model": "embedded", "method": "simcse", "batch_size": 8, "max_steps": 6,
+                                      "data": {"data_dir": str(shared_data_dir)}},
+            "parameters": {"optim.lr": [1e-5, 3e-5]}, "seeds": [1, 2, 3, 4],
+            "analysis": {"seed_spread": 0.8, "target_difference": 0.5}, "results_dir": str(tmp_path / "results")}
+    resolved, needed = dry_run_lines(capsys, study_file(tmp_path, spec), "seeds")
+    delta = brentq(lambda d: power_written_out(d, 0.8, 4) - 0.8, 1e-6, 4.0)
+    seeds = next(n for n in range(2, 1000) if power_written_out(0.5, 0.8, n) >= 0.8)
+    assert resolved.startswith(f"4 seeds resolve {delta:.2f} points of the seven-task STS average "), resolved
+    assert "per-seed difference sd 0.80, the study's analysis.seed_spread" in resolved
+    assert needed == f"a difference of 0.5 (analysis.target_difference) needs {seeds} seeds at that spread; " \
+                     "the study has 4"
+
+    # without a spread of its own and with one seed: the sourced default, and what 3 and 5 seeds would resolve
+    del spec["analysis"]
+    spec["seeds"] = [1]
+    (text,) = dry_run_lines(capsys, study_file(tmp_path, spec), "seeds")
+    sd = (2.32 ** 2 + 0.61 ** 2) ** 0.5  # MixCSE Table 1: SimCSE's and MixCSE's spreads over five runs
+    at = {n: brentq(lambda d, n=n: power_written_out(d, sd, n) - 0.8, 1e-6, 4 * sd) for n in (3, 5)}
+    assert text.startswith(f"1 seed: no paired interval (it needs 3 shared seeds); 3 seeds resolve {at[3]:.2f}; "
+                           f"5 seeds resolve {at[5]:.2f} points"), text
+    assert f"per-seed difference sd {sd:.2f}, default: sqrt(2.32^2 + 0.61^2)" in text

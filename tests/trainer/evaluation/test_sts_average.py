@@ -129,7 +129,7 @@ def one_task_figures(folder: Path) -> list[tuple[str, Any, pd.DataFrame]]:
     score = report.fallback_score(table)
     assert score == "STSBenchmark"
     knobs = [*PARAMS, "queue.initial_size"]  # calls for the queue heat map too (MoCoSE Table 7)
-    drawn = [(name, *draw()) for name, draw in report.applicable_figures(table, PARAMS, score, 20, knobs=knobs)]
+    drawn = [(name, *draw()) for name, draw in report.applicable_figures(table, PARAMS, score, knobs=knobs)]
     assert {name for name, _, _ in drawn} == {"score_vs_mtd", "align_uniform_vs_mtd", "ema_decay", "queue_heatmap",
                                               "paired_differences"}
     return drawn
@@ -157,14 +157,14 @@ def test_one_task_figures_name_the_score_and_draw_no_paper_average(one_task_dir)
 
 def test_seven_task_figures_keep_the_average_and_the_paper_values(tmp_path):
     table = load_results(fx.mtd_study(tmp_path / "seven"))
-    for fig, data in (mtd_figures.figure_score_vs_mtd(table, n_boot=20, by=PARAMS), figures.figure_ema_decay(table)):
+    for fig, data in (mtd_figures.figure_score_vs_mtd(table, by=PARAMS), figures.figure_ema_decay(table)):
         assert fig.axes[0].get_ylabel() == "STS avg Spearman x100" and "paper" in set(data["series"])
         assert figure_marks.PAPER_LEFT_OUT not in str(figure_texts(fig))
 
 
 def test_analyze_writes_the_one_task_study_under_the_task_name(one_task_dir, tmp_path):
     out = tmp_path / "figures"
-    report.analyze(one_task_dir, out_dir=out, n_boot=20, formats=["png"])
+    report.analyze(one_task_dir, out_dir=out, formats=["png"])
     assert "Avg" not in (out / "scores.md").read_text().splitlines()[0]
     assert not [c for c in pd.read_csv(out / "scores.csv").columns if NAMES_THE_AVERAGE.search(c)]
     drawn = pd.read_csv(out / "score_vs_mtd.csv")
