@@ -11,7 +11,7 @@ analysis.figure_style), and a pandas DataFrame holding exactly what is drawn, on
     std      the error bar: sample std over seeds (ddof=1; NaN for one seed or non-measured marks)
     n        trials behind the point
 
-plus figure-specific columns (group, lo/hi of the bootstrap interval, heat-map rows, ...).
+plus figure-specific columns (group, lo/hi of the best MTD's interval, heat-map rows, ...).
 MTD figures (analysis.mtd_figures) also put their statistics (Spearman, fit, best MTD and interval) in
 `data.attrs["stats"]`.
 

@@ -408,6 +408,8 @@ def _p(value: float) -> str:
 
 
 def _signed(value: float) -> str:
+    if value == 0:  # an MCB interval's end at 0 exactly
+        return "0"
     return "-inf" if value == -np.inf else "+inf" if value == np.inf else f"{value:+.2f}"
 
 
@@ -433,13 +435,18 @@ def figure_paired_differences(table: pd.DataFrame, by: Sequence[str], reference:
     if with_ci:
         finite = [v for i in with_ci for v in (differences[i].mean, differences[i].ci_low, differences[i].ci_high)
                   if np.isfinite(v)]
-        ends = [(max(differences[i].ci_low, min(finite) - 1.0), min(differences[i].ci_high, max(finite) + 1.0))
-                for i in with_ci]  # an unbounded end is drawn one point past the bounded ones
-        ax.errorbar([differences[i].mean for i in with_ci], ys[with_ci],
-                    xerr=[[max(0.0, differences[i].mean - low) for i, (low, _) in zip(with_ci, ends)],
-                          [max(0.0, high - differences[i].mean) for i, (_, high) in zip(with_ci, ends)]],
-                    fmt="o", capsize=3, color=style["color"],
-                    label=f"mean difference, {interval_label(comparison)}")
+        ends = {i: (max(differences[i].ci_low, min(finite) - 1.0), min(differences[i].ci_high, max(finite) + 1.0))
+                for i in with_ci}  # an unbounded end is drawn one point past the bounded ones
+        adjusted = "p (Holm)" if comparison.procedure == PAIRED_T else "p (MCB)"
+        stands = [i for i in with_ci if differences[i].p_adjusted < 0.05]
+        for rows, fill, what in ((stands, style["color"], f"{adjusted} < 0.05"),
+                                 ([i for i in with_ci if i not in stands], "white", f"{adjusted} >= 0.05")):
+            if rows:  # filled where the difference stands for the family, hollow where it does not
+                ax.errorbar([differences[i].mean for i in rows], ys[rows],
+                            xerr=[[max(0.0, differences[i].mean - ends[i][0]) for i in rows],
+                                  [max(0.0, ends[i][1] - differences[i].mean) for i in rows]],
+                            fmt="o", capsize=3, color=style["color"], markerfacecolor=fill,
+                            label=f"mean difference, {interval_label(comparison)}; {what}")
     if without:
         ax.plot([differences[i].mean for i in without], ys[without], "s", color=series_style(1)["color"],
                 label="mean difference, n = 2: no interval")
