@@ -22,8 +22,10 @@ import importlib
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
-from trainer.method_rules import DISTANCE_METHODS
-from trainer.vocabulary import MOCOSE
+from trainer.method_rules import distance_methods
+from trainer.vocabulary import GS_INFONCE, MIXCSE, MOCOSE, SIMCSE
+
+DISTANCE_METHODS = distance_methods()  # the built-in methods' (MoCoSE): the papers' MTD figures
 
 # Config keys whose change moves the maximum traceable distance d = 1/(1-eta) + K/B (trainer/mtd.py);
 # "mtd" names the distance itself (for a study that varies it through a key not listed here).
@@ -121,8 +123,8 @@ FIGURES: tuple[FigureEntry, ...] = (  # in the order `sweep analyze` draws them
     FigureEntry("batch_size", "MoCoSE Table 6b", (("batch_size",),), "analysis.figures.figure_batch_size"),
     FigureEntry("fgsm_eps", "MoCoSE Table 9", (("fgsm.eps",),), "analysis.figures.figure_fgsm_eps"),
     FigureEntry("gaussian_m", "GS-InfoNCE Table 3", (("gaussian.count_per_batch", "gaussian.count"),),
-                "analysis.figures.figure_gaussian_m", methods=("gs", "simcse"), present=("gs",)),
-    FigureEntry("mix_lambda", "MixCSE", (("mix.lam",),), "analysis.figures.figure_mix_lambda", methods=("mix",)),
+                "analysis.figures.figure_gaussian_m", methods=(GS_INFONCE, SIMCSE), present=(GS_INFONCE,)),
+    FigureEntry("mix_lambda", "MixCSE", (("mix.lam",),), "analysis.figures.figure_mix_lambda", methods=(MIXCSE,)),
 )
 FIGURE = {entry.name: entry for entry in FIGURES}
 MTD_FIGURES = tuple(entry.name for entry in FIGURES if entry.against_mtd)

@@ -23,7 +23,8 @@ import pandas as pd
 from analysis import paper_values
 from analysis.load import SCORES, TRANSFER_SCORES, swept_parameters
 from trainer.evaluation.sts_average import AVG
-from trainer.vocabulary import METHOD_LABELS, STS_TASK_LABELS, TRANSFER_TASK_LABELS
+from trainer.method_rules import method_label
+from trainer.vocabulary import STS_TASK_LABELS, TRANSFER_TASK_LABELS
 
 HEADERS = {**STS_TASK_LABELS, AVG: "Avg"}
 TRANSFER_HEADERS = {**TRANSFER_TASK_LABELS, "transfer_avg": "Avg"}
@@ -153,7 +154,7 @@ def _rows(table: pd.DataFrame, by: Sequence[str] | None, paper: bool, latex: boo
         for method in known:
             values = paper_values.MAIN_RESULTS[method]
             spread = paper_values.MAIN_RESULTS_STD.get(method, {})
-            name = f"{METHOD_LABELS[method]} (paper, bert-base)"
+            name = f"{method_label(method)} (paper, bert-base)"
             labels = [escape(name)] + [""] * (len(label_columns) - 1)
             cells = [format_mean_std(values[s], spread.get(s), latex=latex) for s in headers]
             rows.append(labels + cells + [""])

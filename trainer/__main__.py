@@ -22,11 +22,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = _Parser(prog="python -m trainer", description="Train one model from a run config.")
     parser.add_argument("config", help="YAML run config (keys of trainer.config.RunConfig); '-' for the defaults")
     parser.add_argument("overrides", nargs="*", default=[], help="dotted overrides, e.g. queue.size=1024 ema.decay=0.9")
+    parser.add_argument("--plugin", action="append", default=[], metavar="FILE_OR_MODULE",
+                        help="a file (relative to the working directory) or module defining a method of one's own "
+                             "(docs: Adding your own method); repeat for several")
     args = parser.parse_args(argv)
     from trainer.config import RunConfig
     from trainer.errors import UserError
 
     try:
+        if args.plugin:
+            from trainer.methods.plugins import load_plugins
+
+            load_plugins(args.plugin)
         if "=" in args.config and not os.path.exists(args.config):
             raise UserError(f"{args.config!r} is an override, not a run config: name the config first, or - for the "
                             f"defaults: python -m trainer - {shlex.join([args.config, *args.overrides])}")

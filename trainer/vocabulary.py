@@ -1,6 +1,6 @@
-"""The project's words, each written once: the STS and transfer task names, the poolers, the methods, and
-the trial statuses with what each one means to the sweep (final or not, a result or an error, the Optuna
-state it ends in).
+"""The project's words, each written once: the STS and transfer task names, the poolers, the built-in methods'
+names (every method with its label: trainer.methods.registry), and the trial statuses with what each one means
+to the sweep (final or not, a result or an error, the Optuna state it ends in).
 
 Every layer takes these names from here (trainer, analysis, sweep, in that order of imports), so two
 lists can no longer drift apart. Light on purpose: no torch, no Optuna and no other project module, so
@@ -35,10 +35,8 @@ TRANSFER_TASK_LABELS = {task: "SST-2" if task == "SST2" else task for task in TR
 # ---- the sentence embedding read off the encoder (trainer.evaluation.encoder.SentenceEncoder) ----
 POOLERS = ("cls", "cls_before_pooler", "avg", "avg_first_last", "avg_top2")
 
-# ---- the methods (trainer.method_rules, trainer.methods), by their config name ----
+# ---- the built-in methods' config names; every method, its label and rules: trainer.methods.registry ----
 SIMCSE, MOCOSE, GS_INFONCE, MIXCSE = "simcse", "mocose", "gs", "mix"
-METHODS = (SIMCSE, MOCOSE, GS_INFONCE, MIXCSE)
-METHOD_LABELS = {SIMCSE: "SimCSE", MOCOSE: "MoCoSE", GS_INFONCE: "GS-InfoNCE", MIXCSE: "MixCSE"}
 
 
 # ---- trial statuses: a summary's `status` (and the Optuna user attr `status`) ----

@@ -14,9 +14,9 @@ from sweep.spec.schema import StudySpec, Trial
 from sweep.text import format_value, is_expr, one_line, plural
 from trainer.errors import UserError
 from trainer.files import flatten
-from trainer.method_rules import traces_distance
+from trainer.method_rules import method_label, traces_distance
 from trainer.run_plan import RunPlan
-from trainer.vocabulary import METHOD_LABELS, STS_BENCHMARK, STS_TASKS, STS_TEST_PAIRS
+from trainer.vocabulary import STS_BENCHMARK, STS_TASKS, STS_TEST_PAIRS
 
 # A training sentence costs a few encodings (two views forward, then backward), an evaluated one a single
 # forward pass: a final evaluation of EVALUATION_DOMINATES times the sentences a trial trains on is most of the trial.
@@ -64,7 +64,8 @@ def format_trial_table(spec: StudySpec, trials: list[Trial], states: dict[str, s
     rows = []
     for index, trial in enumerate(trials):
         row = [trial.key, str(trial.seed)]
-        row += [format_value(trial.params.get(key)) for key in spec.parameters]
+        # "-": a key another method's trials read (a plugin's own knob), absent from this trial
+        row += [format_value(trial.params[key]) if key in trial.params else "-" for key in spec.parameters]
         row.append("-" if trial.mtd is None else f"{trial.mtd:.2f}")
         if costs is not None:
             cost = costs[index]
@@ -237,7 +238,7 @@ def training_lines(configs: list[dict[str, Any]], requested: list[dict[str, Any]
             source = "both set by the study"
         elif own:
             source = f"{'batch_size' if own == ['optim.lr'] else 'lr'}: {source}; {own[0]}: the study's"
-        key = (f"{METHOD_LABELS[method]} on {model}: lr {config['optim']['lr']:g}, batch {config['batch_size']}",
+        key = (f"{method_label(method)} on {model}: lr {config['optim']['lr']:g}, batch {config['batch_size']}",
                source, model)
         groups[key] = groups.get(key, 0) + 1
     texts = [f"{what} ({source})" + (f", {plural(count, 'trial')}" if len(groups) > 1 else "")

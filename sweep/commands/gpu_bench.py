@@ -42,7 +42,8 @@ from typing import Any, Callable, Mapping
 
 from sweep.commands.bench_record import BenchRecord
 from trainer.errors import PrecisionFloorError
-from trainer.vocabulary import METHODS, STS_BENCHMARK
+from trainer.method_rules import method_names
+from trainer.vocabulary import STS_BENCHMARK
 
 BENCH_BUDGET_S = 600.0  # the whole bench, sharing test included
 BENCH_MAX_LENGTH = 32  # tokens per training sentence (the trainer's default)
@@ -302,7 +303,7 @@ def sharing_check(config: dict[str, Any]) -> dict[str, Any]:
             "aggregate_vs_alone": round(sum(together) / alone, 3) if alone else None}
 
 
-def run_bench(tiny: bool = False, methods: tuple[str, ...] = METHODS, precisions: tuple[str, ...] = PRECISIONS,
+def run_bench(tiny: bool = False, methods: tuple[str, ...] | None = None, precisions: tuple[str, ...] = PRECISIONS,
               steps: int = 20, data_dir: str | None = None, budget_s: float = BENCH_BUDGET_S,
               say: Callable[[str], None] = print, probe: bool = True, compiled: bool = False) -> BenchRecord:
     """The bench (module docstring). `probe`: on the CPU, also the size probe, which only `sweep run --dry-run`'s
@@ -310,6 +311,7 @@ def run_bench(tiny: bool = False, methods: tuple[str, ...] = METHODS, precisions
     mode, which rehearses the GPU path, where no probe runs. `compiled`: after each eager method x precision run,
     the same run with the compiled step (`compile: on`), its row marked `compiled`, with the compile's seconds and
     graphs, its loss against the eager run's and, on CUDA, the sync check of the compiled step."""
+    methods = methods or method_names()  # every registered method
     import torch
 
     from trainer.data import data_dir as resolve_data_dir

@@ -71,7 +71,7 @@ class TrialFeed(Searcher):
         return TrialJob(
             key=trial.key, seed=trial.seed, params=dict(trial.params), config=config, trial_dir=str(trial_dir),
             cwd=os.getcwd(), train_fn=plan.train_fn, files=plan.files,
-            cpu=float(plan.spec.resources.cpu), gpu=float(plan.spec.resources.gpu),
+            cpu=float(plan.spec.resources.cpu), gpu=float(plan.spec.resources.gpu), plugins=plan.plugins,
         )
 
     def ask_tpe(self) -> None:

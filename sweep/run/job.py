@@ -12,7 +12,7 @@ config: the key, seed, the swept parameters under params/, the trainer config un
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -32,13 +32,16 @@ class TrialJob:
     files: dict[str, Any] | None
     cpu: float  # the trial's resources, as the study asks for them (Ray's own request is set by the runner)
     gpu: float
+    # the study's plugins as the worker imports them (a file's absolute path, a module's name) -> the sha256 of
+    # the source the driver imported: the worker refuses a trial whose plugin source differs
+    plugins: dict[str, str] = field(default_factory=dict)
 
     def tune_config(self) -> dict[str, Any]:
         """The job as the Tune trial config (the module docstring); from_tune_config reads it back equal."""
         return {
             "key": self.key, "seed": self.seed, "params": self.params, "config": self.config,
             "trial_dir": self.trial_dir, "cwd": self.cwd, "train_fn": self.train_fn, "files": self.files,
-            "resources": {"cpu": self.cpu, "gpu": self.gpu},
+            "resources": {"cpu": self.cpu, "gpu": self.gpu}, "plugins": self.plugins,
         }
 
     @classmethod
@@ -49,5 +52,5 @@ class TrialJob:
         return cls(
             key=config["key"], seed=config["seed"], params=dict(config["params"]), config=dict(config["config"]),
             trial_dir=config["trial_dir"], cwd=config["cwd"], train_fn=config["train_fn"], files=config["files"],
-            cpu=float(resources["cpu"]), gpu=float(resources["gpu"]),
+            cpu=float(resources["cpu"]), gpu=float(resources["gpu"]), plugins=dict(config.get("plugins") or {}),
         )

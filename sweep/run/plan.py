@@ -42,6 +42,7 @@ from sweep.run.progress import Progress
 from sweep.spec import StudySpec, Trial, expansion, planning_config, search_space
 from sweep.text import hide_password, plural
 from trainer.files import flatten
+from trainer.methods.plugins import plugin_digests
 from trainer.summary import metric_value, older_reading, summary_from_attrs
 from trainer.vocabulary import OK
 
@@ -61,6 +62,8 @@ class StudyPlan:
         self.rerun_changed = rerun_changed
         self.changed: dict[str, list[str]] = {}  # finished key -> fields its config now resolves differently
         self.older_reading: dict[str, list[str]] = {}  # finished key -> what the current reading does differently
+        # the study's plugins as every worker imports them -> the sha256 of each one's source, checked there
+        self.plugins = plugin_digests(spec.plugin_sources())
         self.replacing: set[str] = set()  # finished keys that run again (--rerun-changed): their files set aside
         self.restoring: list[str] = []  # finished keys that run again to save the weights the study now keeps
         self.folder = StudyFolder(spec.study_dir)

@@ -82,7 +82,9 @@ def _run_one(job: TrialJob) -> None:
 
     try:
         from trainer.config import RunConfig
+        from trainer.methods.plugins import load_checked_plugins
 
+        load_checked_plugins(job.plugins)  # the driver's plugin sources, before the config names their methods
         train = import_function(job.train_fn)
         config = RunConfig.from_dict(job.config)
         started = time.time()

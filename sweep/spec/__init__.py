@@ -8,7 +8,8 @@ INTERFACE CONTRACT (the runner consumes it):
     expansion(spec).trials                  # the same trials, shared and cached: read them, never edit them
     trial_key(config_dict, seed) -> str     # 12 hex chars over the fields the study sets (not defaults) + seed
 
-Modules: key_lines (YAML with the line of every key, and the file's shape: depth, aliases, characters), schema
+Modules: key_lines (YAML with the line of every key, and the file's shape: depth, aliases, characters), keys (trial
+keys: what the study asked for, hashed), schema
 (pydantic models), load (load_study), values (base and parameters against the trainer config), expressions (the safe
 evaluator), limits (a study's size before it is built: trials, a budget's space), expand (trials, keys).
 The dry run's table, which reads the study's records, is a command: sweep.commands.dry_run.
@@ -26,11 +27,10 @@ from sweep.spec.expand import (
     expand,
     expansion,
     planning_config,
-    requested_fields,
     search_space,
     trial_from_params,
-    trial_key,
 )
+from sweep.spec.keys import requested_fields, trial_key
 from sweep.spec.load import load_study
 from sweep.spec.schema import LOWER_IS_BETTER, Metric, Resources, Scheduler, StudySpec, Trial
 

@@ -1,4 +1,4 @@
-"""Expansion: a StudySpec -> its Trials (grid, random), one Trial from sampled values (tpe), trial keys.
+"""Expansion: a StudySpec -> its Trials (grid, random), one Trial from sampled values (tpe); their keys: keys.py.
 
 Order: seeds outermost, then the cartesian product of the parameters in the order written (last key
 fastest). Combinations that resolve to the same trainer config are collapsed to the first.
@@ -17,8 +17,9 @@ from typing import Any, Iterator
 
 from sweep.spec.expressions import compile_expression, evaluate
 from sweep.spec.key_lines import KeyLines
+from sweep.spec.keys import FORMER_DEFAULTS, key_of_requested, requested_fields
 from sweep.spec.schema import StudySpec, Trial
-from sweep.spec.values import default_config, flat_default_config, queue_overfull
+from sweep.spec.values import default_config, queue_overfull
 from sweep.text import (
     copy_plain,
     format_value_excerpt,
@@ -27,13 +28,12 @@ from sweep.text import (
     shorten,
 )
 from trainer import config as run_config
-from trainer.config import check_value, set_dotted
+from trainer.config import check_value, method_of_key, own_section, scoped, set_dotted
 from trainer.errors import ConfigError, UserError, excerpt
-from trainer.files import MISSING, dotted_get, flatten
+from trainer.files import MISSING, dotted_get
 from trainer.method_rules import resolve
 from trainer.mtd import planned_traceable_distance
 
-TRIAL_KEY_LENGTH = 12
 _RANDOM_ATTEMPTS_PER_CONFIG = 20  # random search gives up when constraints reject nearly every sample
 _EXPANSIONS: dict[str, Expansion] = {}  # the spec's content -> its expansion
 
@@ -43,23 +43,6 @@ def expand(spec: StudySpec) -> list[Trial]:
     # Callers may edit their trials; the cache stays intact.
     return [dataclasses.replace(t, params=copy_plain(t.params), config=copy_plain(t.config),
                                 requested=copy_plain(t.requested)) for t in expansion(spec).trials]
-
-
-def trial_key(config: dict[str, Any], seed: int) -> str:
-    """First 12 hex digits of sha256 over what the user asked for: the fields of `config` (a validated,
-    unresolved trainer config, nested or by dotted key) that differ from RunConfig's defaults, and the seed.
-
-    A field added later with a default, or a changed default the study does not set, keeps the key (and
-    so a finished trial stays finished); `sweep run` reports a changed resolution instead.
-    """
-    return _key_of_requested(requested_fields(config), seed)
-
-
-def _key_of_requested(requested: dict[str, Any], seed: int) -> str:
-    """trial_key for fields requested_fields already picked (it gives them back unchanged)."""
-    canonical = json.dumps({"asked": requested, "seed": seed}, sort_keys=True,
-                           separators=(",", ":"), ensure_ascii=True, allow_nan=True)
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:TRIAL_KEY_LENGTH]
 
 
 def search_space(spec: StudySpec) -> dict[str, Any]:
@@ -196,7 +179,7 @@ def _first_point(values: Any) -> Any:
 def _with_seed(trial: Trial, seed: int) -> Trial:
     config = copy_plain(trial.config)
     config["seed"] = seed
-    return Trial(key=_key_of_requested(trial.requested, seed), seed=seed, params=copy_plain(trial.params),
+    return Trial(key=key_of_requested(trial.requested, seed), seed=seed, params=copy_plain(trial.params),
                  config=config, mtd=trial.mtd, requested=dict(trial.requested))
 
 
@@ -271,19 +254,26 @@ def _distinct_configurations(
 
 
 def _make_trial(spec: StudySpec, raw: dict[str, Any], seed: int, where: KeyLines) -> Trial | None:
-    """Base + plain values, then exprs, then the constraints; None when a constraint drops it."""
+    """Base + plain values, then exprs, then the constraints; None when a constraint drops it.
+
+    A key of a method's own section (a plugin's `dcl.sigma`) belongs to that method's trials only: in a trial of
+    another method it is neither set nor a parameter, so that trial's config, key, row and Optuna parameters are
+    those of a study that never named it (its combinations collapse into one trial)."""
     config = overlay(default_config(), spec.base)
+    method = raw.get("method", config.get("method"))
+    method = config.get("method") if is_expr(method) else method
     params: dict[str, Any] = {}
     for key, value in raw.items():
-        if not is_expr(value):
+        if not is_expr(value) and _read_by(key, method, config):
             params[key] = copy_plain(value)  # a Trial must not share lists with the spec
             set_dotted(config, key, params[key])
     config["seed"] = seed
     for key, value in raw.items():
-        if is_expr(value):
+        if is_expr(value) and _read_by(key, config["method"], config):
             params[key] = _evaluate_expr_value(key, value["expr"], config, where)
             set_dotted(config, key, params[key])
-    params = {key: params[key] for key in raw}  # written order, exprs in place
+    params = {key: params[key] for key in raw if key in params}  # written order, exprs in place
+    config = scoped(config)
     if queue_overfull(config):
         return None
     try:
@@ -299,8 +289,20 @@ def _make_trial(spec: StudySpec, raw: dict[str, Any], seed: int, where: KeyLines
     if problem is not None:
         raise _combination_error(problem, params, spec, where)
     asked_fields = requested_fields(requested)
-    return Trial(key=_key_of_requested(asked_fields, seed), seed=seed, params=params, config=resolved,
+    return Trial(key=key_of_requested(asked_fields, seed), seed=seed, params=params, config=resolved,
                  mtd=planned_traceable_distance(resolved), requested=asked_fields)
+
+
+def _read_by(key: str, method: Any, config: dict[str, Any]) -> bool:
+    """Whether a trial of `method` reads `key`: every RunConfig key, and a method's own keys in its own trials
+    (whose section `config` then holds, a fresh dict)."""
+    owner = method_of_key(key)
+    if owner is None:
+        return True
+    if owner != method:
+        return False
+    config[owner] = own_section(config, owner)
+    return True
 
 
 def _combination_error(exc: ConfigError, params: dict[str, Any], spec: StudySpec, where: KeyLines) -> UserError:
@@ -338,30 +340,6 @@ def _evaluate_constraint(index: int, text: str, config: dict[str, Any], where: K
         raise where.error(("constraints", index),
                           f"'{shorten(text, 80)}' gave {excerpt(result)}; expected true or false")
     return result
-
-
-def requested_fields(config: dict[str, Any] | None) -> dict[str, Any]:
-    """Dotted key -> value for the fields of a trainer config that differ from RunConfig's defaults
-    (seed and output_dir aside: they are set per trial).
-
-    >>> requested_fields({"queue": {"size": 1024, "initial_size": 128}, "seed": 7})
-    {'queue.size': 1024}
-    """
-    defaults = flat_default_config()  # by dotted key: as dotted_get(default_config(), key, MISSING) finds them
-    out = {}
-    for key, value in flatten(config or {}).items():
-        if key in ("seed", "output_dir") or value == defaults.get(key, MISSING):
-            continue
-        if key in FORMER_DEFAULTS and value == FORMER_DEFAULTS[key]:
-            continue
-        out[key] = value
-    return out
-
-
-# Fields whose fixed default became a rule (null: the paper's value for the model, trainer.method_rules): a study
-# that writes the former default out keeps the key its trials always had. Two trials of one study that differ
-# only there (one null, one the former default, resolving differently) would share a key: `expansion` refuses it.
-FORMER_DEFAULTS = {"batch_size": 64, "optim.lr": 3e-5}
 
 
 def check_expansion(spec: StudySpec) -> None:

@@ -204,8 +204,9 @@ class StudySpec(BaseModel):
     (a trainer config, `trainer.RunConfig`'s keys) are required; `parameters` maps dotted trainer keys to
     a list of values, a distribution or an `{expr: ...}`; `method` is grid, random or tpe (with `budget`);
     `seeds`, `metric`, `resources`, `scheduler`, `storage`, `results_dir`, `constraints`, `keep_weights`,
-    `reuse_workers`, `loggers`, `analysis`, `tracking`, `reference` and `cost_limit` have defaults. Unknown keys
-    are refused.
+    `reuse_workers`, `loggers`, `analysis`, `tracking`, `reference`, `cost_limit` and `plugins` (files, relative to
+    the study file's folder, or modules defining methods of one's own: trainer.methods.plugins, imported before
+    `base` and `parameters` are checked) have defaults. Unknown keys are refused.
 
     The trials it gives are `sweep.spec.expand(spec)` (a list of `Trial`, in the order they run).
     """
@@ -243,6 +244,9 @@ class StudySpec(BaseModel):
     # device-hours the study may spend (measured: each trial attempt's wall time x its devices); `sweep run`
     # refuses a study whose estimate passes it and stops handing out trials before the next would (sweep.run.cost_limit)
     cost_limit: Annotated[Number, Field(gt=0)] | None = None
+    # methods of one's own: files (relative to the study file's folder) or importable modules, as written
+    plugins: Annotated[list[Annotated[str, Strict(), AfterValidator(_non_empty)]],
+                       BeforeValidator(_none_is_default)] = []
     source_text: str = ""  # the YAML as written (stored as the Optuna study's note)
     path: str = ""  # the YAML file it was loaded from ("" when built in code)
     key_lines: KeyLines | None = Field(None, exclude=True, repr=False)  # key lines of `path`, for errors
@@ -252,6 +256,7 @@ class StudySpec(BaseModel):
         from sweep.spec.values import check_base, check_parameters
 
         where = self.where()
+        load_study_plugins(self, (info.context or {}).get("plugin_folder"))  # before base names their methods
         seen: set[int] = set()  # constant-time lookups: a study may list 100,000 seeds
         for index, seed in enumerate(self.seeds):
             if seed in seen:
@@ -305,6 +310,18 @@ class StudySpec(BaseModel):
                                  f"runs); pass {MANY_TRIALS_FLAG} to plan them all, or make the "
                                  "study smaller")
 
+    @property
+    def plugin_folder(self) -> Path:
+        """The folder the study's plugin files are relative to: its study file's (the working directory for a
+        spec built in code)."""
+        return Path(self.path).parent if self.path else Path.cwd()
+
+    def plugin_sources(self, folder: Path | None = None) -> list[str]:
+        """The study's plugins as every process imports them: files by absolute path, modules by name."""
+        from trainer.methods.plugins import resolved_plugin
+
+        return [resolved_plugin(spec, folder or self.plugin_folder) for spec in self.plugins]
+
     def where(self) -> KeyLines:
         """The key lines errors are placed with (no lines for a spec built in code)."""
         return self.key_lines or KeyLines(self.path or f"study '{self.name}'", {})
@@ -323,6 +340,19 @@ class StudySpec(BaseModel):
         data = self.model_dump(mode="json", exclude={"source_text", "path", "key_lines"})
         data["keep_weights"] = "all" if self.keep_weights is None else self.keep_weights
         return data
+
+
+def load_study_plugins(spec: StudySpec, folder: Path | None = None) -> None:
+    """Import the study's plugins (relative to `folder`, by default the study file's) and register their methods;
+    a plugin that is not there or not a module is refused on its line of the study, one that fails inside on the
+    plugin's own FILE:LINE (trainer.methods.plugins)."""
+    from trainer.methods.plugins import PluginNotFound, load_plugins
+
+    for index, item in enumerate(spec.plugins):
+        try:
+            load_plugins([item], folder or spec.plugin_folder)
+        except PluginNotFound as exc:
+            raise spec.where().error(("plugins", index), str(exc)) from None
 
 
 class UserErrorAt(ValueError):

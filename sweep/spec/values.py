@@ -24,7 +24,15 @@ from sweep.text import (
     type_name,
 )
 from trainer import config as run_config  # run_config.RunConfig read at call time (tests swap it)
-from trainer.config import check_value, field_names, set_dotted
+from trainer.config import (
+    check_value,
+    field_names,
+    method_of_key,
+    own_section,
+    scoped,
+    section_model,
+    set_dotted,
+)
 from trainer.errors import ConfigError, excerpt
 from trainer.files import MISSING, dotted_get, dotted_pop, flatten
 
@@ -85,7 +93,7 @@ def _check_expression(text: Any, path: tuple, where: KeyLines) -> Any:
 def _numeric_kind(key: str) -> str | None:
     """'int' or 'float' for number-typed keys (optional or not), None for the rest."""
     *section, last = key.split(".")
-    model = run_config.RunConfig.model_fields[section[0]].annotation if section else run_config.RunConfig
+    model = section_model(section[0]) if section else run_config.RunConfig
     hint = model.model_fields[last].annotation
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
         hint = next(arg for arg in typing.get_args(hint) if arg is not type(None))
@@ -114,6 +122,13 @@ def check_base(base: Any, swept: set[str], where: KeyLines) -> dict[str, Any]:
             except ConfigError as exc:
                 raise where.error(("base", *key.split(".")), exc.detail.lstrip(": ").strip()) from None
         dotted_pop(checked, key)  # every trial sets it, so the base's value never runs
+    if "method" in swept:  # a method's own section is read by its trials only: checked with that method
+        for name in set(checked) - set(scoped(checked)):
+            try:
+                run_config.RunConfig.from_dict({"method": name, name: checked[name]})
+            except ConfigError as exc:
+                raise where.error(("base", *exc.key.split(".")), exc.detail.lstrip(": ").strip()) from None
+        checked = scoped(checked)
     try:
         run_config.RunConfig.from_dict(checked)
     except ConfigError as exc:
@@ -273,6 +288,9 @@ def _check_value(key: str, value: Any, context: _ValueContext, path: tuple, wher
         raise where.error(path, exc.detail.lstrip(": ")) from None
     # Fresh dicts only where this function writes (a full copy per value cost seconds over 10,000 values).
     config = _copy_along(context.base_config, key)
+    owner = method_of_key(key)
+    if owner is not None:  # a method's own key: checked in a config of that method, as its trials read it
+        config = scoped({**config, "method": owner, owner: own_section(config, owner)})
     set_dotted(config, key, value)
     config["queue"] = queue = dict(config["queue"])
     if queue_overfull(config):

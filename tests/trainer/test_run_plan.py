@@ -8,9 +8,11 @@ import pytest
 from sweep.commands.cost import trial_cost
 from tests.helpers import first_fast
 from trainer.config import RunConfig
+from trainer.method_rules import method_names
 from trainer.run_plan import RunPlan
 from trainer.train import train
-from trainer.vocabulary import METHODS
+
+METHODS = method_names()
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

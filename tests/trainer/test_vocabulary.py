@@ -15,15 +15,17 @@ import optuna
 
 from tests.helpers import REPO
 from trainer.config import RunConfig
-from trainer.method_rules import RULES
+from trainer.method_rules import method_label, method_names, registered
 from trainer.summary import analysis_row, trials_csv_row
 from trainer.vocabulary import (
     FINAL_FAIL_STATUSES,
     FINAL_STATUSES,
-    METHOD_LABELS,
-    METHODS,
+    GS_INFONCE,
+    MIXCSE,
+    MOCOSE,
     POOLERS,
     RESULT_STATUSES,
+    SIMCSE,
     STS_TASK_LABELS,
     STS_TASKS,
     TRAINED_STATUSES,
@@ -35,7 +37,7 @@ from trainer.vocabulary import (
 )
 
 VOCABULARY = "trainer/vocabulary.py"
-LISTS = {"STS_TASKS": STS_TASKS, "TRANSFER_TASKS": TRANSFER_TASKS, "POOLERS": POOLERS, "METHODS": METHODS,
+LISTS = {"STS_TASKS": STS_TASKS, "TRANSFER_TASKS": TRANSFER_TASKS, "POOLERS": POOLERS,
          "TRIAL_STATUSES": tuple(TRIAL_STATUSES)}
 
 
@@ -113,16 +115,16 @@ def test_the_vocabulary_imports_no_torch_no_optuna_and_no_project_module():
 
 def test_the_labels_cover_every_name():
     assert tuple(STS_TASK_LABELS) == STS_TASKS and tuple(TRANSFER_TASK_LABELS) == TRANSFER_TASKS
-    assert tuple(METHOD_LABELS) == METHODS
+    assert all(method_label(name) != name for name in method_names())  # every registered method has a label
     assert len(set(STS_TASKS + TRANSFER_TASKS)) == 14
 
 
 def test_the_config_allows_exactly_the_vocabularys_poolers_and_methods():
     fields = RunConfig.model_fields
     assert typing.get_args(fields["pooler"].annotation) == POOLERS
-    assert typing.get_args(fields["method"].annotation) == METHODS
-    assert RunConfig().pooler in POOLERS and RunConfig().method in METHODS
-    assert set(RULES) == set(METHODS)  # one rules class (and so one method class) per method name
+    assert RunConfig().pooler in POOLERS and RunConfig().method in method_names()
+    assert [name for name, entry in registered().items() if entry.origin == "built in"] == [
+        SIMCSE, MOCOSE, GS_INFONCE, MIXCSE]  # the built-in methods, registered as plugins are
 
 
 # ---- the trial statuses -------------------------------------------------------------------------------
@@ -188,6 +190,25 @@ def test_no_module_writes_a_second_copy_of_a_vocabulary_list():
                 if set(written) == set(names):
                     copies.append((path, node.lineno, name, tuple(written)))
     assert copies == []
+
+
+def test_no_module_but_the_registry_lists_the_methods():
+    """The methods are the registry's (trainer.method_rules; the vocabulary names the built-in ones once): no other
+    module writes a collection of three or more method names (as text or as the vocabulary's names) that could
+    drift from it."""
+    texts = {SIMCSE, MOCOSE, GS_INFONCE, MIXCSE}
+    names = {"SIMCSE", "MOCOSE", "GS_INFONCE", "MIXCSE"}
+    lists = []
+    for path, tree in project_sources().items():
+        if path in ("trainer/method_rules.py", VOCABULARY):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+                written = {item.value for item in node.elts if isinstance(item, ast.Constant)} & texts
+                written |= {item.id for item in node.elts if isinstance(item, ast.Name)} & names
+                if len(written) >= 3:
+                    lists.append((path, node.lineno, sorted(written)))
+    assert lists == []
 
 
 def test_both_views_of_a_summary_agree_on_the_columns_they_share():

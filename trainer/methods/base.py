@@ -13,7 +13,7 @@ best-dev state keeps); at the end `method.summary_fields(steps_run)` (e.g. the M
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor, nn
@@ -21,7 +21,7 @@ from torch import Tensor, nn
 from trainer.augment import shuffled_positions
 from trainer.losses.gaussian import gaussian_logits, sample_gaussian_negatives
 from trainer.losses.mix import combined_anchor_losses, mix_logits, mixed_negative_logits
-from trainer.method_rules import MethodRules, method_rules
+from trainer.method_rules import MethodDefinition, MethodEntry, method_entry
 
 if TYPE_CHECKING:  # types for annotations only
     from trainer.augment import EvaluationAugments
@@ -103,21 +103,21 @@ def prepared_attention_mask(encoder: nn.Module, mask: Tensor) -> Tensor:
     return mask.bool()[:, None, None, :]
 
 
-class Method(nn.Module):
-    """Base class; see the module docstring for the contract. A subclass sets `name`, its config name; its
-    config rules (defaults, refusals, precision) are `method_rules(name)` in trainer.method_rules, which
-    the sweep driver reads without torch."""
-
-    name: ClassVar[str]
+class Method(MethodDefinition, nn.Module):
+    """The base class of every method, built in or a plugin; see the module docstring for the contract. What a
+    method declares (`name`, `label`, `config`, `rules`, `reading_changes`: MethodDefinition) is read through its
+    registry entry (trainer.method_rules.method_entry(name)); a plugin subclass declares them here and
+    overrides `loss`."""
 
     @classmethod
-    def rules(cls) -> MethodRules:
-        return method_rules(cls.name)
+    def entry(cls) -> MethodEntry:
+        """This method's registry entry: its rules, section and label as registered."""
+        return method_entry(cls.name)
 
     @classmethod
     def precision_on(cls, device: torch.device, requested: str) -> str:
         """The precision a run of this method uses on `device` (`MethodRules.precision_on`)."""
-        return cls.rules().precision_on(device.type, requested)
+        return cls.entry().rules.precision_on(device.type, requested)
 
     # ---- the run -------------------------------------------------------------------------------------
     def __init__(self, encoder: nn.Module, config: RunConfig, generator: torch.Generator,
@@ -145,6 +145,8 @@ class Method(nn.Module):
     def loss(self, ids: Tensor, mask: Tensor, position_ids: Tensor | None = None) -> StepOutput:
         """The method's loss on one batch (called under the run's autocast)."""
         raise NotImplementedError
+
+    loss.placeholder = True  # a method must override it (trainer.method_rules.register_method checks)
 
     def after_step(self, step: int, out: StepOutput) -> None:
         """After the optimiser step (and its scheduler step)."""

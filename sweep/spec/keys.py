@@ -1,0 +1,63 @@
+"""Trial keys: a trial's stable name (results/<study>/trials/<key>/), hashed from what the study asked for.
+
+    trial_key(config_dict, seed) -> str     # 12 hex chars over the fields the study sets (not defaults) + seed
+    requested_fields(config_dict)           # those fields, by dotted key
+
+A key of a method's own section (a plugin's `dcl.sigma`) is asked for only where it differs from that section's
+default, as any other key; a trial of another method never holds it (sweep.spec.expand), so its key is the key
+of a study that never named it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from sweep.spec.values import flat_default_config
+from trainer.config import method_section_defaults
+from trainer.files import MISSING, flatten
+
+TRIAL_KEY_LENGTH = 12
+
+
+def trial_key(config: dict[str, Any], seed: int) -> str:
+    """First 12 hex digits of sha256 over what the user asked for: the fields of `config` (a validated,
+    unresolved trainer config, nested or by dotted key) that differ from RunConfig's defaults, and the seed.
+
+    A field added later with a default, or a changed default the study does not set, keeps the key (and
+    so a finished trial stays finished); `sweep run` reports a changed resolution instead.
+    """
+    return key_of_requested(requested_fields(config), seed)
+
+
+def key_of_requested(requested: dict[str, Any], seed: int) -> str:
+    """trial_key for fields requested_fields already picked (it gives them back unchanged)."""
+    canonical = json.dumps({"asked": requested, "seed": seed}, sort_keys=True,
+                           separators=(",", ":"), ensure_ascii=True, allow_nan=True)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:TRIAL_KEY_LENGTH]
+
+
+def requested_fields(config: dict[str, Any] | None) -> dict[str, Any]:
+    """Dotted key -> value for the fields of a trainer config that differ from RunConfig's defaults
+    (seed and output_dir aside: they are set per trial).
+
+    >>> requested_fields({"queue": {"size": 1024, "initial_size": 128}, "seed": 7})
+    {'queue.size': 1024}
+    """
+    # by dotted key: as dotted_get(default_config(), key, MISSING) finds them, and the methods' own sections'
+    defaults = {**flat_default_config(), **method_section_defaults()}
+    out = {}
+    for key, value in flatten(config or {}).items():
+        if key in ("seed", "output_dir") or value == defaults.get(key, MISSING):
+            continue
+        if key in FORMER_DEFAULTS and value == FORMER_DEFAULTS[key]:
+            continue
+        out[key] = value
+    return out
+
+
+# Fields whose fixed default became a rule (null: the paper's value for the model, trainer.method_rules): a study
+# that writes the former default out keeps the key its trials always had. Two trials of one study that differ
+# only there (one null, one the former default, resolving differently) would share a key: `expansion` refuses it.
+FORMER_DEFAULTS = {"batch_size": 64, "optim.lr": 3e-5}
