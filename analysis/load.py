@@ -158,7 +158,7 @@ def comparable_groups(table: pd.DataFrame) -> list[ComparableGroup]:
     after what sets it apart, with one line saying so. Each group carries a warning when its trials ran on
     different code commits, package versions or devices (analysis.load.provenance_warning)."""
     groups = []
-    for folder, part, note in reading_groups(table):
+    for folder, part, note in [split for group in reading_groups(table) for split in code_groups(*group)]:
         protocols = part["protocol"].fillna("") if "protocol" in part.columns else pd.Series("", part.index)
         order = protocols.value_counts(sort=False)
         main = max(order.index, key=lambda p: (order[p], -list(order.index).index(p))) if len(order) else ""
@@ -201,6 +201,27 @@ def _text(value: Any) -> str:
 
 def _slug(value: Any) -> str:
     return re.sub(r"[^A-Za-z0-9._]+", "-", _text(value))[:40].strip("-") or "none"
+
+
+def code_groups(folder: str, table: pd.DataFrame, note: str | None) -> list[tuple[str, pd.DataFrame, str | None]]:
+    """A group of trials split by the edited source they ran (trainer.provenance.short_commit "<commit>+<hash>":
+    uncommitted changes, untracked files under the packages, plugins), never pooled: two different edits are two
+    code states. Trials of clean commits stay together (their commits differ at most: provenance_warning says so).
+    The largest state keeps `folder`; every other goes to `folder`/code_<state>/, with a line saying so."""
+    commits = table["commit"] if "commit" in table.columns else pd.Series(None, table.index, dtype=object)
+    state = commits.map(lambda c: c if isinstance(c, str) and "+" in c and not c.endswith("+dirty") else "")
+    counts = state.value_counts(sort=False)
+    if len(counts) < 2:
+        return [(folder, table, note)]
+    main = max(counts.index, key=lambda s: (counts[s], -list(counts.index).index(s)))
+    out = [(folder, table[state == main].copy(), note)]
+    for other in [s for s in counts.index if s != main]:
+        sub = f"{folder}/code_{_slug(other or 'committed')}".lstrip("/")
+        out.append((sub, table[state == other].copy(),
+                    f"{counts[other]} of {len(table)} trials ran on another code state "
+                    f"({other or 'committed code'}; the others: {main or 'committed code'}): analysed apart in {sub}/, "
+                    "never pooled with the others"))
+    return out
 
 
 def reading_groups(table: pd.DataFrame) -> list[tuple[str, pd.DataFrame, str | None]]:

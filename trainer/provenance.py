@@ -1,7 +1,7 @@
 """What made a number: the `provenance` block of summary.json, built by the process that ran the trial.
 
     provenance(device, precision, corpus_file, data_root) -> {
-        "code":     {"version", "commit", "dirty", "diff_sha256", "source"},
+        "code":     {"version", "commit", "dirty", "diff_sha256", "untracked", "plugins", "source_sha256", "source"},
         "packages": {"python", "torch", "transformers", "sentence-transformers", "numpy", "scipy", "ray", "optuna"},
         "device":   {"type", "name", "cpu", "cpu_cores", and on CUDA "memory_gib", "driver", "cuda", "cudnn",
                      "capability"},
@@ -11,8 +11,14 @@
     }
 
 `code.commit` is the git commit of the checkout this module was imported from (`source: "git checkout"`), with
-`dirty` when its tracked files differ from that commit and `diff_sha256` the sha256 of that difference
-(`git diff HEAD`); from an installed package (no checkout) the commit is None and `source` says so. The
+`dirty` when its tracked files differ from that commit or files git does not track lie under the project's
+packages (trainer/, sweep/, analysis/), `diff_sha256` the sha256 of the tracked difference (`git diff HEAD`) and
+`untracked` those files' paths; from an installed package (no checkout) the commit is None and `source` says so.
+`plugins` is each plugin file the process imported (trainer.methods.plugins) -> the sha256 of its source.
+`source_sha256` is one digest of the source that ran beyond the commit: the packages' tracked difference, their
+untracked files and the plugins' sources; None when there is none. Two runs of one commit whose source differs
+have different `source_sha256`: their code state (`code_state_label`) differs, and the analysis, `sweep status`
+and the resume tell them apart. The
 corpus's sha256 is the data manifest's where it lists the file, else computed once and kept in
 <cache dir>/sha256.json by the file's path, size and mtime. The evaluation data's sha256 is one digest over
 the manifest's entries of the SentEval files (which the evaluation verifies against the manifest as it reads
@@ -32,6 +38,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+PROJECT_PACKAGES = ("trainer", "sweep", "analysis")  # the folders whose untracked files are part of the code
 PACKAGES = ("torch", "transformers", "sentence-transformers", "numpy", "scipy", "ray", "optuna")
 PROJECT = "contrastive-sweep"
 _ROOT = Path(__file__).resolve().parents[1]
@@ -51,20 +58,49 @@ def provenance(device: Any, precision: str, corpus_file: Path | None, data_root:
     }
 
 
-@lru_cache(maxsize=1)
 def code_state() -> dict[str, Any]:
-    """The project's version and the git state of the code this process imported (module docstring)."""
+    """The project's version, the git state of the code this process imported and the plugins it imported
+    (module docstring)."""
+    state = dict(_checkout_state())
+    from trainer.methods.plugins import loaded_plugin_digests
+
+    plugins = loaded_plugin_digests()
+    state["plugins"] = plugins
+    parts = [state.pop("_packages_diff_sha256", None) or "", *state.get("_untracked_digests", [])]
+    state.pop("_untracked_digests", None)
+    parts += [f"plugin {path} {digest}" for path, digest in sorted(plugins.items())]
+    state["source_sha256"] = hashlib.sha256("\n".join(parts).encode()).hexdigest() if any(parts) else None
+    return state
+
+
+@lru_cache(maxsize=1)
+def _checkout_state() -> dict[str, Any]:
+    """The git part of code_state, once per process (a run does not see the checkout change under it)."""
     version = _version(PROJECT)
     if not (_ROOT / ".git").exists():
-        return {"version": version, "commit": None, "dirty": None, "diff_sha256": None,
+        return {"version": version, "commit": None, "dirty": None, "diff_sha256": None, "untracked": [],
                 "source": "installed from a package, no checkout"}
     commit = _git("rev-parse", "HEAD")
     if commit is None:
-        return {"version": version, "commit": None, "dirty": None, "diff_sha256": None,
+        return {"version": version, "commit": None, "dirty": None, "diff_sha256": None, "untracked": [],
                 "source": "git checkout that git cannot read"}
     diff = _git("diff", "HEAD", "--binary", strip=False) or ""
-    return {"version": version, "commit": commit, "dirty": bool(diff),
-            "diff_sha256": hashlib.sha256(diff.encode()).hexdigest() if diff else None, "source": "git checkout"}
+    packages_diff = _git("diff", "HEAD", "--binary", "--", *PROJECT_PACKAGES, strip=False) or ""
+    listed = _git("ls-files", "--others", "--exclude-standard", "-z", "--", *PROJECT_PACKAGES, strip=False) or ""
+    untracked = sorted(path for path in listed.split("\0") if path and not path.endswith((".pyc", "/")))
+    digests = [f"untracked {path} {_file_sha256(_ROOT / path)}" for path in untracked]
+    return {"version": version, "commit": commit, "dirty": bool(diff or untracked),
+            "diff_sha256": hashlib.sha256(diff.encode()).hexdigest() if diff else None, "untracked": untracked,
+            "source": "git checkout",
+            "_packages_diff_sha256": hashlib.sha256(packages_diff.encode()).hexdigest() if packages_diff else None,
+            "_untracked_digests": digests}
+
+
+def _file_sha256(path: Path) -> str:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return "unreadable"
 
 
 def _git(*args: str, strip: bool = True) -> str | None:
@@ -169,12 +205,30 @@ def evaluation_digest() -> dict[str, Any]:
 
 
 def short_commit(block: dict[str, Any] | None) -> str | None:
-    """The commit as trials.csv shows it: 12 hex digits, "+dirty" when the tree had changes; None without one.
+    """The code state as trials.csv, the analysis and `sweep status` compare it: the commit's 12 hex digits, then
+    "+" and the first 8 of `source_sha256` when source beyond the commit ran (changes, untracked files under the
+    packages, plugins); a record written before `source_sha256` existed shows "+dirty" for a changed tree. None
+    without a commit.
 
+    >>> short_commit({"code": {"commit": "0123456789abcdef", "dirty": True, "source_sha256": "fedcba9876543210"}})
+    '0123456789ab+fedcba98'
     >>> short_commit({"code": {"commit": "0123456789abcdef", "dirty": True}})
     '0123456789ab+dirty'
     """
     code = (block or {}).get("code") or {}
     if not code.get("commit"):
         return None
+    if code.get("source_sha256"):
+        return code["commit"][:12] + "+" + code["source_sha256"][:8]
     return code["commit"][:12] + ("+dirty" if code.get("dirty") else "")
+
+
+def other_code_state(recorded: dict[str, Any] | None) -> str | None:
+    """The code state (short_commit) a run's provenance block records when the source beyond its commit differs
+    from this process's (code_state: the packages' changes and untracked files, the plugins imported); None when it
+    is the same, or the record predates `source_sha256`, or either side has no checkout."""
+    code = (recorded or {}).get("code") or {}
+    here = code_state()
+    if "source_sha256" not in code or not code.get("commit") or not here.get("commit"):
+        return None
+    return short_commit(recorded) if code["source_sha256"] != here["source_sha256"] else None

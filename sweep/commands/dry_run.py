@@ -160,6 +160,8 @@ def _dry_run_text(spec: StudySpec) -> str:
             keep = spec.to_dict()["keep_weights"]
             line("weights", f"`sweep run` runs {plural(len(restore), 'finished trial')} again to save the weights "
                             f"keep_weights: {keep} keeps (deleted when better trials ended, or never saved)")
+        for text in other_code_lines(spec, states):
+            line("code", text)
         counts: dict[str, int] = {}
         for trial in trials:
             state = states.get(trial.key, "not run")
@@ -174,6 +176,23 @@ def _dry_run_text(spec: StudySpec) -> str:
     out.append("")
     out.append(format_trial_table(spec, trials, states, costs))
     return "\n".join(out)
+
+
+def other_code_lines(spec: StudySpec, states: dict[str, str]) -> list[str]:
+    """The finished trials that ran on another code state than this one (sweep.records.resume.other_code_states),
+    each marked in `states`, and one line saying what `sweep run` does with them."""
+    from sweep.records.resume import is_done, other_code_states
+    from trainer.provenance import code_state, short_commit
+
+    other = other_code_states(spec, [key for key, state in states.items() if is_done(state)])
+    for key in other:
+        states[key] = f"{states[key]} (other code)"
+    if not other:
+        return []
+    states_run = ", ".join(sorted(set(other.values())))
+    return [f"{plural(len(other), 'finished trial')} ran on another code state ({states_run}) than this one "
+            f"({short_commit({'code': code_state()})}): `sweep run` keeps them and `sweep analyze` analyses them "
+            "apart; --rerun-changed runs them again"]
 
 
 def seed_count_lines(spec: StudySpec, configs: list[dict[str, Any]]) -> list[str]:

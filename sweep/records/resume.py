@@ -3,6 +3,7 @@
 
     decide(attempts, summary) -> "skip" | "record" | "run"
     trial_states(spec) -> {key: state shown}   (read-only: creates no storage, writes nothing)
+    other_code_states(spec, keys) -> {key: the other code state a finished trial ran on}
 
 - skip: Optuna holds a final attempt (COMPLETE, PRUNED, or FAIL diverged/collapsed).
 - record: summary.json holds a final verdict that never reached Optuna (the driver died in between);
@@ -18,9 +19,11 @@ from typing import Any, Mapping
 # is_final lives in sweep.records.store, below both this module and sweep.records.mirror (which reads it
 # too); which statuses are final is trainer.vocabulary's.
 from sweep.records.store import StudyFolder, is_final
+from trainer.provenance import other_code_state
 from trainer.vocabulary import FINAL_FAIL_STATUSES, FINAL_STATUSES
 
-__all__ = ["FINAL_FAIL_STATUSES", "decide", "is_done", "is_final", "optuna_attempts", "trial_states"]
+__all__ = ["FINAL_FAIL_STATUSES", "decide", "is_done", "is_final", "optuna_attempts", "other_code_states",
+           "trial_states"]
 
 
 def decide(attempts: list[Any], summary: Mapping[str, Any] | None) -> str:
@@ -104,6 +107,20 @@ def trial_states(spec: Any, keys: list[str] | None = None, by_key: dict[str, lis
         elif attempts:
             states[key] = f"{attempts[-1].state.name}->rerun"
     return states
+
+
+def other_code_states(spec: Any, keys: list[str]) -> dict[str, str]:
+    """Finished key -> the code state (trainer.provenance.short_commit) it ran on, for each of `keys` whose recorded
+    source beyond its commit (the packages' changes and untracked files, the plugins) differs from this process's:
+    what `sweep run` keeps, or re-runs with --rerun-changed, and `sweep analyze` analyses apart."""
+    folder = StudyFolder(spec.study_dir)
+    found = {}
+    for key in keys:
+        summary = folder.read_summary(key)
+        state = other_code_state(summary.get("provenance")) if summary is not None else None
+        if state is not None:
+            found[key] = state
+    return found
 
 
 def is_done(state: str | None) -> bool:

@@ -43,6 +43,7 @@ from sweep.spec import StudySpec, Trial, expansion, planning_config, search_spac
 from sweep.text import hide_password, plural
 from trainer.files import flatten
 from trainer.methods.plugins import plugin_digests
+from trainer.provenance import code_state, other_code_state, short_commit
 from trainer.summary import metric_value, older_reading, summary_from_attrs
 from trainer.vocabulary import OK
 
@@ -62,6 +63,7 @@ class StudyPlan:
         self.rerun_changed = rerun_changed
         self.changed: dict[str, list[str]] = {}  # finished key -> fields its config now resolves differently
         self.older_reading: dict[str, list[str]] = {}  # finished key -> what the current reading does differently
+        self.other_code: dict[str, str] = {}  # finished key -> the other code state it ran on (short_commit)
         # the study's plugins as every worker imports them -> the sha256 of each one's source, checked there
         self.plugins = plugin_digests(spec.plugin_sources())
         self.replacing: set[str] = set()  # finished keys that run again (--rerun-changed): their files set aside
@@ -183,11 +185,14 @@ class StudyPlan:
             action = decide(attempts, summary)  # the one decision, shared with --dry-run and status
             changed = self._changed_fields(trial, summary) if action in ("skip", "record") else []
             older = older_reading(summary) if action in ("skip", "record") else []
+            other_code = other_code_state((summary or {}).get("provenance")) if action in ("skip", "record") else None
             if changed:
                 self.changed[trial.key] = changed
             if older:
                 self.older_reading[trial.key] = older
-            if (changed or older) and self.rerun_changed:
+            if other_code:
+                self.other_code[trial.key] = other_code
+            if (changed or older or other_code) and self.rerun_changed:
                 self.replacing.add(trial.key)
                 self.to_run.append(trial)
             elif action == "skip":
@@ -227,7 +232,7 @@ class StudyPlan:
         back; return how many. A kept trial whose weights are back loses its mark."""
         # a trial that would now resolve differently runs again only with --rerun-changed (it saves them then)
         restore = [key for key in weights_to_restore(self.spec, self.folder, ended, keep_changed)
-                   if key not in self.changed and key not in self.older_reading]
+                   if key not in self.changed and key not in self.older_reading and key not in self.other_code]
         for key in restore:
             (self.folder.trial_dir(key) / WEIGHTS_WANTED).touch()
             self.to_run.append(self.trials[key])  # an ended trial is in neither to_run nor changed
@@ -317,6 +322,13 @@ class StudyPlan:
                     "add --rerun-changed to re-run them")
             self.progress.say(f"study {spec.name}: {plural(len(self.older_reading), 'finished trial')} ran under an "
                               f"older reading of the papers ({changes}); {what}")
+        if self.other_code:
+            what = ("re-running them, their old results kept beside as *.replaced-* (--rerun-changed)"
+                    if self.rerun_changed else "their results are kept and sweep analyze analyses them apart; "
+                    "add --rerun-changed to re-run them")
+            self.progress.say(f"study {spec.name}: {plural(len(self.other_code), 'finished trial')} ran on another "
+                              f"code state ({', '.join(sorted(set(self.other_code.values())))}) than this one "
+                              f"({short_commit({'code': code_state()})}); {what}")
         if self.restoring:
             self.progress.say(f"study {spec.name}: running {plural(len(self.restoring), 'finished trial')} again "
                               f"to save the weights keep_weights: {spec.to_dict()['keep_weights']} keeps (deleted "

@@ -36,8 +36,10 @@ def test_a_run_records_the_code_packages_device_and_data_it_used(tiny_model_dir,
     code = block["code"]
     assert code["commit"] == git("rev-parse", "HEAD").strip() and code["source"] == "git checkout"
     diff = git("diff", "HEAD", "--binary")
-    assert code["dirty"] is bool(diff)
+    untracked = git("ls-files", "--others", "--exclude-standard", "--", "trainer", "sweep", "analysis").split()
+    assert code["dirty"] is bool(diff or untracked)
     assert code["diff_sha256"] == (hashlib.sha256(diff.encode()).hexdigest() if diff else None)
+    assert code["untracked"] == sorted(p for p in untracked if not p.endswith(".pyc"))
     printed = subprocess.run([sys.executable, "-c", "import torch, transformers, numpy; "
                               "print(torch.__version__, transformers.__version__, numpy.__version__)"],
                              capture_output=True, text=True, timeout=scaled(120)).stdout.split()
@@ -72,13 +74,25 @@ def test_an_edited_comment_is_recorded_as_uncommitted_changes_with_their_hash(tm
     subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True, timeout=scaled(120))
     head = git("rev-parse", "HEAD", cwd=clone).strip()
     assert code_state_of(clone) == {"version": code_state_of(clone)["version"], "commit": head, "dirty": False,
-                                    "diff_sha256": None, "source": "git checkout"}
+                                    "diff_sha256": None, "untracked": [], "source": "git checkout", "plugins": {},
+                                    "source_sha256": None}
     queue = clone / "trainer" / "queue.py"
     queue.write_text(queue.read_text().replace('"""', '"""An edited comment. ', 1))
     state = code_state_of(clone)
     diff = git("diff", "HEAD", "--binary", cwd=clone)
     assert (state["commit"], state["dirty"]) == (head, True)
     assert state["diff_sha256"] == hashlib.sha256(diff.encode()).hexdigest()
+    edited = state["source_sha256"]
+    assert edited is not None
+    # a file git does not track, under the packages: part of the code that runs, so of its hash
+    (clone / "trainer" / "losses" / "mine.py").write_text("LOSS = 1\n")
+    untracked = code_state_of(clone)
+    assert untracked["untracked"] == ["trainer/losses/mine.py"] and untracked["source_sha256"] != edited
+    (clone / "trainer" / "losses" / "mine.py").write_text("LOSS = 2\n")
+    second = code_state_of(clone)["source_sha256"]
+    assert second not in (edited, untracked["source_sha256"])
+    (clone / "notes.txt").write_text("outside the packages\n")  # not code: untracked, it changes nothing
+    assert code_state_of(clone)["source_sha256"] == second
     # the same code installed without its checkout: no commit, said so
     copy = tmp_path / "installed"
     shutil.copytree(clone, copy, ignore=shutil.ignore_patterns(".git"))
@@ -113,3 +127,25 @@ def test_trials_csv_shows_the_short_commit(commit, dirty, shown):
 
     summary = {"status": "ok", "provenance": {"code": {"commit": commit, "dirty": dirty}}}
     assert trials_csv_row(summary)["commit"] == shown
+
+
+def test_a_plugins_source_is_part_of_the_code_state(tmp_path):
+    """Editing a plugin's loss changes the recorded code state, and a record of the old source is named as another
+    code state (what `sweep run` and its dry run report, and `sweep analyze` keeps apart)."""
+    from trainer.methods.plugins import load_plugins
+
+    source = ("from trainer.methods import SimCSE, StepOutput\n\n\nclass Traced(SimCSE):\n    name = 'traced'\n"
+              "    label = 'Traced'\n\n    def loss(self, ids, mask, position_ids=None):\n"
+              "        return StepOutput(ids.float().sum() * {})\n")
+    path = tmp_path / "traced.py"
+    path.write_text(source.format(1))
+    load_plugins([str(path)])
+    first = provenance_module.code_state()
+    assert first["plugins"][str(path)] == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert provenance_module.other_code_state({"code": first}) is None
+    path.write_text(source.format(2))  # the loss's maths changed
+    load_plugins([str(path)])
+    second = provenance_module.code_state()
+    assert second["source_sha256"] != first["source_sha256"]
+    assert provenance_module.short_commit({"code": second}) != provenance_module.short_commit({"code": first})
+    assert provenance_module.other_code_state({"code": first}) == provenance_module.short_commit({"code": first})
