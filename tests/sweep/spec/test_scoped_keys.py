@@ -1,0 +1,53 @@
+"""A method's own keys are scoped to its trials (sweep.spec.expand, sweep.spec.keys), and the keys of today's
+built-in studies are the keys they had before methods became plugins: a finished study resumes without
+re-running a trial."""
+
+from __future__ import annotations
+
+import copy
+
+import yaml
+
+from sweep.spec import expand, load_study
+from sweep.spec.schema import StudySpec
+from tests.helpers import REPO
+
+DCL_STUDY = REPO / "docs" / "examples" / "dcl" / "dcl_vs_simcse.yaml"
+
+# The trial keys the code before the registry (landed main b5ba5c6) gave these studies, in expansion order.
+KEYS_BEFORE = {
+    "quickstart.yaml": ["771c244ce6e8", "832893898719", "c78a2b474abc"],
+    "methods.yaml": ["bf3aef429460", "d46fb1c74654", "d871e04dfe3a", "be25aae2566d", "1206b2029492",
+                     "71fe3f97455e"],
+}
+
+
+def test_the_built_in_studies_keep_their_trial_keys():
+    for name, keys in KEYS_BEFORE.items():
+        trials = expand(load_study(REPO / "studies" / name))
+        assert [t.key for t in trials[:len(keys)]] == keys, name
+
+
+def test_simcse_runs_once_per_seed_and_never_holds_the_plugins_knob():
+    trials = expand(load_study(DCL_STUDY))
+    simcse = [t for t in trials if t.config["method"] == "simcse"]
+    dcl = [t for t in trials if t.config["method"] == "dcl"]
+    assert sorted(t.seed for t in simcse) == [1, 2, 3] and len(dcl) == 9
+    for trial in simcse:
+        assert "dcl" not in trial.config and trial.params == {"method": "simcse"}
+        assert not any(key.startswith("dcl") for key in trial.requested)
+    assert {t.params["dcl.sigma"] for t in dcl} == {None, 0.5, 1.0}
+    assert {t.config["dcl"]["sigma"] for t in dcl} == {None, 0.5, 1.0}
+    # DCL at its knob's default asks for nothing of the knob: the key a study that never names it gives
+    default = next(t for t in dcl if t.params["dcl.sigma"] is None)
+    assert "dcl.sigma" not in default.requested and default.requested["method"] == "dcl"
+
+
+def test_simcses_keys_are_those_of_a_study_without_the_plugin():
+    data = yaml.safe_load(DCL_STUDY.read_text())
+    plain = copy.deepcopy(data)
+    del plain["plugins"], plain["parameters"]["dcl.sigma"], plain["reference"]
+    plain["parameters"]["method"] = ["simcse"]
+    with_plugin = [t.key for t in expand(load_study(DCL_STUDY)) if t.config["method"] == "simcse"]
+    without = [t.key for t in expand(StudySpec.model_validate(plain))]
+    assert with_plugin == without and len(without) == 3
