@@ -32,7 +32,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     return eval_command(
         model=args.model, pooler=args.pooler, data_dir=args.data_dir, tasks=args.tasks,
         as_json=args.json, batch_size=args.batch_size, device=args.device, fast=not args.hf_forward,
-        transfer_mode=args.transfer_mode,
+        transfer_mode=args.transfer_mode, mteb=args.mteb, mteb_dir=args.mteb_dir,
     )
 
 
@@ -213,6 +213,11 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--transfer-mode", default="test", metavar="MODE",
                     help="transfer classifier settings as SimCSE's evaluation.py: test (default; the papers' "
                     "tables: 10-fold, adam, batch 64) or fasttest (5-fold, rmsprop, batch 128)")
+    ev.add_argument("--mteb", nargs="+", metavar="TASK",
+                    help="MTEB tasks through the mteb package (contrastive-sweep[mteb]), e.g. STSBenchmark SICK-R, or "
+                    "local:STSBenchmark (SentEval's STS-B test split, no hub); alone, without --tasks, MTEB only")
+    ev.add_argument("--mteb-dir", default="mteb-results", metavar="DIR",
+                    help="where mteb writes its own result files (default: mteb-results)")
     ev.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     ev.add_argument("--batch-size", type=int, default=64)
     ev.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")

@@ -58,6 +58,8 @@ def cli_errors(tmp_path_factory, shared_data_dir, tiny_model_dir):
         "unknown_model": ["--model", "no-such-org/no-such-model-xyz", "--data-dir", shared],
         "unknown_pooler": ["--model", model, "--pooler", "bogus", "--data-dir", shared],
         "unknown_task": ["--model", model, "--tasks", "STS12", "STS99", "--data-dir", shared],
+        "unknown_mteb_task": ["--model", model, "--mteb", "STSBenchmrk", "--data-dir", shared],
+        "uncached_mteb_task": ["--model", model, "--mteb", "BIOSSES", "--data-dir", shared],
     }
     env = cli_env(tmp)
     procs = {
@@ -84,6 +86,9 @@ def cli_errors(tmp_path_factory, shared_data_dir, tiny_model_dir):
     ("unknown_model", ["no-such-org/no-such-model-xyz", "pass a local folder"]),
     ("unknown_pooler", ["'bogus'", "choose from", "cls_before_pooler", "avg_first_last"]),
     ("unknown_task", ["'STS99'", "choose from", "SICKRelatedness"]),
+    ("unknown_mteb_task", ["'STSBenchmrk'", "did you mean 'STSBenchmark'"]),
+    ("uncached_mteb_task", ["BIOSSES", "mteb/biosses-sts", "not in the local Hugging Face cache",
+                            "local:STSBenchmark"]),
 ])
 def test_bad_input_is_one_line_and_exit_2(cli_errors, case, hints):
     code, out, err = cli_errors[case]
