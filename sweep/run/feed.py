@@ -72,6 +72,7 @@ class TrialFeed(Searcher):
             key=trial.key, seed=trial.seed, params=dict(trial.params), config=config, trial_dir=str(trial_dir),
             cwd=os.getcwd(), train_fn=plan.train_fn, files=plan.files,
             cpu=float(plan.spec.resources.cpu), gpu=float(plan.spec.resources.gpu), plugins=plan.plugins,
+            plugin_texts=plan.plugin_texts if plan.files is not None else {},  # on a cluster only (--address)
         )
 
     def ask_tpe(self) -> None:

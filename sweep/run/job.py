@@ -35,6 +35,9 @@ class TrialJob:
     # the study's plugins as the worker imports them (a file's absolute path, a module's name) -> the sha256 of
     # the source the driver imported: the worker refuses a trial whose plugin source differs
     plugins: dict[str, str] = field(default_factory=dict)
+    # on a cluster, each plugin file's source as the driver imported it: a node that does not see the driver's disk
+    # (or holds another version of the file) imports this text; {} on one machine
+    plugin_texts: dict[str, str] = field(default_factory=dict)
 
     def tune_config(self) -> dict[str, Any]:
         """The job as the Tune trial config (the module docstring); from_tune_config reads it back equal."""
@@ -42,6 +45,7 @@ class TrialJob:
             "key": self.key, "seed": self.seed, "params": self.params, "config": self.config,
             "trial_dir": self.trial_dir, "cwd": self.cwd, "train_fn": self.train_fn, "files": self.files,
             "resources": {"cpu": self.cpu, "gpu": self.gpu}, "plugins": self.plugins,
+            "plugin_texts": self.plugin_texts,
         }
 
     @classmethod
@@ -53,4 +57,5 @@ class TrialJob:
             key=config["key"], seed=config["seed"], params=dict(config["params"]), config=dict(config["config"]),
             trial_dir=config["trial_dir"], cwd=config["cwd"], train_fn=config["train_fn"], files=config["files"],
             cpu=float(resources["cpu"]), gpu=float(resources["gpu"]), plugins=dict(config.get("plugins") or {}),
+            plugin_texts=dict(config.get("plugin_texts") or {}),
         )

@@ -42,7 +42,7 @@ from sweep.run.progress import Progress
 from sweep.spec import StudySpec, Trial, expansion, planning_config, search_space
 from sweep.text import hide_password, plural
 from trainer.files import flatten
-from trainer.methods.plugins import plugin_digests
+from trainer.methods.plugins import plugin_digests, plugin_sources
 from trainer.provenance import code_state, other_code_state, short_commit
 from trainer.summary import metric_value, older_reading, summary_from_attrs
 from trainer.vocabulary import OK
@@ -66,6 +66,7 @@ class StudyPlan:
         self.other_code: dict[str, str] = {}  # finished key -> the other code state it ran on (short_commit)
         # the study's plugins as every worker imports them -> the sha256 of each one's source, checked there
         self.plugins = plugin_digests(spec.plugin_sources())
+        self.plugin_texts = plugin_sources(spec.plugin_sources())  # for nodes that do not see the driver's disk
         self.replacing: set[str] = set()  # finished keys that run again (--rerun-changed): their files set aside
         self.restoring: list[str] = []  # finished keys that run again to save the weights the study now keeps
         self.folder = StudyFolder(spec.study_dir)

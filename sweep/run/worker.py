@@ -84,7 +84,7 @@ def _run_one(job: TrialJob) -> None:
         from trainer.config import RunConfig
         from trainer.methods.plugins import load_checked_plugins
 
-        load_checked_plugins(job.plugins)  # the driver's plugin sources, before the config names their methods
+        load_checked_plugins(job.plugins, job.plugin_texts)  # the driver's plugins, before a config names them
         train = import_function(job.train_fn)
         config = RunConfig.from_dict(job.config)
         started = time.time()

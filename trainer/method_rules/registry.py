@@ -11,6 +11,7 @@ import importlib
 import inspect
 import keyword
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, ClassVar, Mapping
 
 from pydantic import BaseModel
@@ -105,7 +106,8 @@ def register_method(definition: type, origin: str = "built in") -> MethodEntry:
         raise UserError(f"{where}: method {name!r} needs `label`, the name its tables and figures show, e.g. "
                         "label = \"DCL\"")
     known = _REGISTRY.get(name)
-    if known is not None and known.definition is not definition and known.origin != origin:
+    if (known is not None and known.definition is not definition and known.origin != origin
+            and not _same_source(known.source_file, _source_file(definition))):
         raise UserError(f"{where}: method name {name!r} is taken by {known.origin}; choose another name")
     section = definition.__dict__.get("config") if "config" in definition.__dict__ else None
     section = _checked_section(section, name, where)
@@ -136,6 +138,14 @@ def _source_file(definition: type) -> str | None:
         return inspect.getsourcefile(definition)
     except TypeError:
         return None
+
+
+def _same_source(one: str | None, other: str | None) -> bool:
+    """Two copies of one plugin file (a study copied elsewhere): the same bytes."""
+    try:
+        return one is not None and other is not None and Path(one).read_bytes() == Path(other).read_bytes()
+    except OSError:
+        return False
 
 
 def _checked_section(section: Any, name: str, where: str) -> type[BaseModel] | None:

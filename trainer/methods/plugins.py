@@ -16,7 +16,9 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
+import os
 import sys
+import tempfile
 import traceback
 from pathlib import Path
 from typing import Any
@@ -30,7 +32,8 @@ class PluginNotFound(UserError):
     to fix (the other failures name the plugin's own FILE:LINE)."""
 
 
-_PLUGIN_MODULES: dict[str, tuple[str, Any]] = {}  # a plugin file's resolved path -> (its sha256, its module)
+# a plugin file's resolved path -> (the sha256 of its source, its module, its source) as imported
+_PLUGIN_MODULES: dict[str, tuple[str, Any, str]] = {}
 
 
 def is_plugin_file(spec: str) -> bool:
@@ -51,18 +54,31 @@ def load_plugins(specs: list[str], folder: Path | None = None) -> list[MethodEnt
     for spec in specs:
         if is_plugin_file(spec):
             path = Path(resolved_plugin(spec, folder or Path.cwd()))
-            module = _import_file(path, spec)
-            origin = str(path)
+            entries += _register(_import_file(path, spec), spec, str(path))
         else:
-            module = _import_module(spec)
-            origin = spec
-        found = [obj for obj in vars(module).values() if isinstance(obj, type) and issubclass(obj, MethodDefinition)
-                 and obj.__module__ == module.__name__ and "name" in obj.__dict__]
-        if not found:
-            raise PluginNotFound(f"plugin {spec}: defines no method; expected a class with a `name` that "
-                                 "subclasses trainer.methods.Method (or trainer.method_rules.MethodDefinition)")
-        entries += [register_method(definition, origin) for definition in found]
+            entries += _register(_import_module(spec), spec, spec)
     return entries
+
+
+def _register(module: Any, spec: str, origin: str) -> list[MethodEntry]:
+    """Register the methods a plugin module defines, as coming from `origin` (its file's path on the driver)."""
+    found = [obj for obj in vars(module).values() if isinstance(obj, type) and issubclass(obj, MethodDefinition)
+             and obj.__module__ == module.__name__ and "name" in obj.__dict__]
+    if not found:
+        raise PluginNotFound(f"plugin {spec}: defines no method; expected a class with a `name` that "
+                             "subclasses trainer.methods.Method (or trainer.method_rules.MethodDefinition)")
+    return [register_method(definition, origin) for definition in found]
+
+
+def plugin_sources(specs: list[str]) -> dict[str, str]:
+    """Each plugin file (resolved) -> its source as this process imported it: what a trial carries to a node
+    that does not see the driver's disk (load_checked_plugins)."""
+    sources = {}
+    for spec in specs:
+        imported = _PLUGIN_MODULES.get(spec) if is_plugin_file(spec) else None
+        if imported is not None:
+            sources[spec] = imported[2]
+    return sources
 
 
 def plugin_digests(specs: list[str]) -> dict[str, str]:
@@ -105,7 +121,7 @@ def _import_file(path: Path, spec: str) -> Any:
     except Exception as exc:
         del sys.modules[name]
         raise UserError(f"{_failing_line(exc, path)}: plugin {spec} failed on import: {_one_line(exc)}") from None
-    _PLUGIN_MODULES[str(path)] = (digest, module)
+    _PLUGIN_MODULES[str(path)] = (digest, module, source.decode("utf-8", errors="replace"))
     return module
 
 
@@ -139,23 +155,46 @@ def _one_line(exc: BaseException) -> str:
 
 
 def loaded_plugin_digests() -> dict[str, str]:
-    """Each plugin method's source file this process registered -> the sha256 of the source it imported (a module's
-    file as it is now): what trainer.provenance records of the researcher's code."""
+    """Each plugin this process registered, by where the driver found it (a file's path, a module's name, an entry
+    point) -> the sha256 of the source imported (a module's file as it is now): what trainer.provenance records of
+    the researcher's code, the same on every node whichever copy of the file a node imported."""
     from trainer.method_rules import plugin_entries
 
-    imported = {path: digest for path, (digest, _) in _PLUGIN_MODULES.items()}
-    files = sorted({entry.source_file for entry in plugin_entries() if entry.source_file})
-    return {path: imported.get(path) or _sha256(Path(path)) for path in files}
+    imported = {path: digest for path, (digest, _, _) in _PLUGIN_MODULES.items()}
+    sources = {entry.origin: entry.source_file for entry in plugin_entries() if entry.source_file}
+    return {origin: imported.get(path) or _sha256(Path(path)) for origin, path in sorted(sources.items())}
 
 
-def load_checked_plugins(expected: dict[str, str]) -> None:
+def load_checked_plugins(expected: dict[str, str], sources: dict[str, str] | None = None) -> None:
     """Import the plugins a driver imported (a file's absolute path or a module's name -> the sha256 of its source
-    there) and check that this process imports the same source; a UserError naming the plugin otherwise (a node
-    that holds another version of the file, or a file edited since the driver started)."""
+    there) and check that this process runs the same source. A file this node does not hold, or holds in another
+    version (another copy, or edited since the driver started), is imported from `sources` (the driver's text,
+    plugin_sources) written to a folder of this node's temp dir; a UserError naming the plugin otherwise."""
     for spec, digest in expected.items():
-        load_plugins([spec])
-        here = plugin_digests([spec])[spec]
+        if not is_plugin_file(spec):
+            _register(_import_module(spec), spec, spec)
+            here = plugin_digests([spec])[spec]
+        else:
+            path = Path(spec)
+            if _sha256(path) != digest:
+                path = _shipped_copy(spec, digest, (sources or {}).get(spec))
+            _register(_import_file(path, spec), spec, spec)
+            here = _PLUGIN_MODULES[str(path)][0]
         if here != digest:
             raise UserError(f"plugin {spec}: this node's source (sha256 {here[:12]}) is not the one the driver "
-                            f"imported ({digest[:12]}); put the same file on every node, or restart `sweep run` "
-                            "after editing it")
+                            f"imported ({digest[:12]}); install the same version on every node")
+
+
+def _shipped_copy(spec: str, digest: str, source: str | None) -> Path:
+    """The driver's source of a plugin file, written once per digest under this node's temp dir."""
+    if source is None or hashlib.sha256(source.encode()).hexdigest() != digest:
+        raise UserError(f"plugin {spec}: this node does not hold the source the driver imported (sha256 "
+                        f"{digest[:12]}) and the trial carries none; start `sweep run` again")
+    folder = Path(tempfile.gettempdir()) / "contrastive-sweep-plugins" / digest[:16]
+    path = folder / Path(spec).name
+    if _sha256(path) != digest:
+        folder.mkdir(parents=True, exist_ok=True)
+        partial = folder / f".{path.name}.{os.getpid()}"
+        partial.write_text(source, encoding="utf-8")
+        os.replace(partial, path)
+    return path

@@ -155,19 +155,28 @@ def test_a_plugin_that_is_not_there_or_defines_no_method_is_not_found(tmp_path):
         load_plugins([str(plugin(tmp_path, "x = 1\n"))])
 
 
-def test_a_worker_refuses_a_plugin_whose_source_is_not_the_drivers(tmp_path):
-    path = plugin(tmp_path, """\
+def test_a_worker_runs_the_drivers_plugin_source_or_none(tmp_path):
+    source = """\
     class Checked(SimCSE):
         name = "checked"
         label = "Checked"
 
         def loss(self, ids, mask, position_ids=None):
-            return StepOutput(ids.sum())
-    """)
-    digests = plugin_digests([str(path)])
-    load_checked_plugins(digests)  # the same source: imported
+            return StepOutput(ids.sum() * {})
+    """
+    path = plugin(tmp_path, source.format(1))
+    digests, texts = plugin_digests([str(path)]), {str(path): path.read_text()}
+    load_checked_plugins(digests)  # the same file on this node: imported from it
     assert method_entry("checked").source_file == str(path)
-    path.write_text(path.read_text() + "\n# edited\n")
-    with pytest.raises(UserError, match=r"plugin .*mine.py: this node's source \(sha256 [0-9a-f]{12}\) is not the "
-                                        r"one the driver imported"):
+    path.write_text(path.read_text().replace("* 1", "* 2"))  # edited since the driver imported it
+    with pytest.raises(UserError, match=r"plugin .*mine.py: this node does not hold the source the driver imported "
+                                        r"\(sha256 [0-9a-f]{12}\) and the trial carries none"):
         load_checked_plugins(digests)
+    path.unlink()  # a node that does not see the driver's disk
+    load_checked_plugins(digests, texts)  # the driver's text, written to this node's temp dir
+    entry = method_entry("checked")
+    assert entry.origin == str(path) and entry.source_file != str(path)
+    assert Path(entry.source_file).read_text() == texts[str(path)]
+    from trainer.provenance import code_state
+
+    assert code_state()["plugins"][str(path)] == digests[str(path)]  # the driver's path and digest, on any node
