@@ -128,7 +128,8 @@ def _next_run(location: StudyLocation, keys: list[str], optuna_trials: list[Any]
         spec = location.spec  # study.yaml holds the study file given: validated once, by locate_study
     else:
         try:
-            spec = load_study(location.folder.study_yaml, trials=False)  # the trials come from the rows
+            folder = location.spec.plugin_folder if location.spec is not None else None  # the study file's plugins
+            spec = load_study(location.folder.study_yaml, trials=False, plugin_folder=folder)  # trials: the rows
         except UserError:
             return None
     if spec.name != location.name:

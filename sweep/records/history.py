@@ -106,15 +106,17 @@ def _dotted_differences(before: dict[str, Any], after: dict[str, Any], prefix: s
     return out
 
 
-def recorded_spec(folder: StudyFolder) -> tuple[dict[str, Any], str] | None:
-    """The spec recorded in the results folder (to_dict form) and its text; None when there is none."""
+def recorded_spec(folder: StudyFolder, plugin_folder: Path | None = None) -> tuple[dict[str, Any], str] | None:
+    """The spec recorded in the results folder (to_dict form) and its text; None when there is none.
+    `plugin_folder`: where the study's plugin files are (the study file's folder)."""
     if not folder.study_yaml.is_file():
         return None
     text = folder.study_yaml.read_text()
     from sweep.spec import load_study
 
     try:
-        return load_study(folder.study_yaml, trials=False).to_dict(), text  # its keys only: no trials built
+        return (load_study(folder.study_yaml, trials=False, plugin_folder=plugin_folder).to_dict(),  # no trials built
+                text)
     except UserError:
         data = yaml.safe_load(text)  # recorded by another version: compare what it says
         return (data if isinstance(data, dict) else {}), text
@@ -133,7 +135,7 @@ def check_same_study(spec: StudySpec, extend: bool = False) -> StudyChange | Non
     folder = StudyFolder(spec.study_dir)
     if spec.source_text and _read(folder.study_yaml) == spec.source_text:
         return None  # the very file recorded: the same spec (validating it again costs seconds at 10,000 trials)
-    recorded = recorded_spec(folder)
+    recorded = recorded_spec(folder, spec.plugin_folder)
     if recorded is None:
         return None
     old, text = recorded
@@ -157,7 +159,7 @@ def keep_weights_changed(spec: StudySpec) -> bool:
     text = _read(folder.study_yaml)
     if text is None or (spec.source_text and text == spec.source_text):
         return False
-    recorded = recorded_spec(folder)
+    recorded = recorded_spec(folder, spec.plugin_folder)
     before = (recorded[0] if recorded else {}).get("keep_weights", 1)
     return before != spec.to_dict()["keep_weights"]
 

@@ -29,7 +29,8 @@ _MISSING_HELP = {
 }
 
 
-def load_study(path: str | Path, *, trials: bool = True, max_trials: int | None = MAX_TRIALS) -> StudySpec:
+def load_study(path: str | Path, *, trials: bool = True, max_trials: int | None = MAX_TRIALS,
+               plugin_folder: Path | None = None) -> StudySpec:
     """Read and validate a study file; every mistake is a one-line UserError naming file, key, line.
 
     Nothing is written. Grid and random studies are expanded once here, so a combination that is not
@@ -37,7 +38,9 @@ def load_study(path: str | Path, *, trials: bool = True, max_trials: int | None 
     expansion (every key and value is still checked): for readers of a results folder (`sweep status`,
     `sweep dashboard`, `sweep export`) that need the study's name, folder and storage, not its trials,
     which cost seconds to build for a 10,000-trial study. A study of more than `max_trials` trials is
-    refused before they are built (None: any number; `sweep run --many-trials`).
+    refused before they are built (None: any number; `sweep run --many-trials`). `plugin_folder`: where its
+    plugin files are (default: the file's own folder; a results folder's study.yaml is a copy of a study whose
+    plugins lie beside the original).
     """
     text = read_study_text(Path(path))
     data, key_lines = parse_yaml(text, str(path))
@@ -53,7 +56,8 @@ def load_study(path: str | Path, *, trials: bool = True, max_trials: int | None 
     try:
         spec = StudySpec.model_validate({**copy.deepcopy(data), "source_text": text, "path": str(path),
                                          "key_lines": key_lines},
-                                        context={"max_trials": max_trials if trials else None})
+                                        context={"max_trials": max_trials if trials else None,
+                                                 "plugin_folder": plugin_folder})
     except ValidationError as exc:
         raise _located(exc, key_lines) from None
     if trials:

@@ -51,3 +51,24 @@ def test_simcses_keys_are_those_of_a_study_without_the_plugin():
     with_plugin = [t.key for t in expand(load_study(DCL_STUDY)) if t.config["method"] == "simcse"]
     without = [t.key for t in expand(StudySpec.model_validate(plain))]
     assert with_plugin == without and len(without) == 3
+
+
+def test_a_plugin_study_given_more_seeds_is_an_extension_of_its_recorded_copy(tmp_path):
+    """The results folder's study.yaml is a copy of the study: its plugin files are read beside the study file."""
+    import shutil
+
+    from sweep.records.history import check_same_study
+    from sweep.records.store import StudyFolder
+
+    shutil.copy(DCL_STUDY.parent / "dcl.py", tmp_path / "dcl.py")
+    data = yaml.safe_load(DCL_STUDY.read_text())
+    data["results_dir"] = str(tmp_path / "results")
+    path = tmp_path / "study.yaml"
+    path.write_text(yaml.safe_dump(data))
+    folder = StudyFolder(load_study(path, trials=False).study_dir)
+    folder.path.mkdir(parents=True)
+    folder.write_study_yaml(load_study(path, trials=False))
+    data["seeds"] = [1, 2, 3, 4]
+    path.write_text(yaml.safe_dump(data))
+    change = check_same_study(load_study(path, trials=False))
+    assert change is not None and change.added and not change.changed, change
