@@ -64,7 +64,7 @@ from analysis.figure_style import (
     series_style,
     styled,
 )
-from analysis.registry import FIGURE
+from analysis.registry import FIGURE, generic_knobs, knob_trials
 from analysis.stats import seed_summary
 from trainer.vocabulary import MOCOSE
 
@@ -253,6 +253,21 @@ def figure_mix_lambda(table: pd.DataFrame, score: str = "avg", by: Keys = None, 
         trials, "mix.lam", score, by=by, size=size, x_format=format_number,
         title=FIGURE["mix_lambda"].title("Mixing coefficient", "paper default 0.2"), xlabel="mixing lambda",
     )
+
+
+@styled
+def figure_knob(table: pd.DataFrame, score: str = "avg", by: Keys = None, size: str = DEFAULT_SIZE) -> Drawn:
+    """Any swept number key no paper figure is for (analysis.registry.generic_knobs), a plugin's own knob included:
+    the score along its values (null: the knob's default), over the trials of the methods that read it, one series
+    per combination of the other swept keys; the first such key when a study sweeps several."""
+    knobs = generic_knobs(by if by is not None else table.columns)
+    if not knobs:
+        raise ValueError("figure_knob: the study sweeps no number key that no other figure is for")
+    knob = knobs[0]
+    others = [key for key in (by or []) if key != knob and key != "method"]
+    return _ablation_figure(
+        knob_trials(table, knob), knob, score, by=others, size=size, x_format=format_number,
+        title=FIGURE["knob"].title(knob), xlabel=knob)
 
 
 # ---- one parameter on a categorical axis --------------------------------------------------------

@@ -19,9 +19,12 @@ function is imported only when its figure is drawn.
 from __future__ import annotations
 
 import importlib
+import types
+import typing
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
+from trainer.config import RunConfig, method_of_key, section_model
 from trainer.method_rules import distance_methods
 from trainer.vocabulary import GS_INFONCE, MIXCSE, MOCOSE, SIMCSE
 
@@ -75,6 +78,7 @@ class FigureEntry:
     present: tuple[str, ...] | None = None
     needs: Callable[[Any, str], bool] | None = None
     against_mtd: bool = False
+    any_knob: bool = False  # called for by any swept number key no other figure is for (generic_knobs)
 
     def title(self, what: str, note: str = "") -> str:
         """The figure's title: what it shows, then its source in the papers (and a note), e.g.
@@ -83,6 +87,8 @@ class FigureEntry:
 
     def called_for(self, knobs: Iterable[str]) -> bool:
         knobs = set(knobs)
+        if self.any_knob:
+            return bool(generic_knobs(knobs))
         return all(knobs & set(group) for group in self.knobs)
 
     def trials(self, table: Any) -> Any:
@@ -125,11 +131,42 @@ FIGURES: tuple[FigureEntry, ...] = (  # in the order `sweep analyze` draws them
     FigureEntry("gaussian_m", "GS-InfoNCE Table 3", (("gaussian.count_per_batch", "gaussian.count"),),
                 "analysis.figures.figure_gaussian_m", methods=(GS_INFONCE, SIMCSE), present=(GS_INFONCE,)),
     FigureEntry("mix_lambda", "MixCSE", (("mix.lam",),), "analysis.figures.figure_mix_lambda", methods=(MIXCSE,)),
+    # any other swept number key, a plugin's own knob included: the score along it (analysis.figures.figure_knob)
+    FigureEntry("knob", "this study's ablation", (), "analysis.figures.figure_knob", any_knob=True),
 )
 FIGURE = {entry.name: entry for entry in FIGURES}
 MTD_FIGURES = tuple(entry.name for entry in FIGURES if entry.against_mtd)
 # Every key a study may name under `analysis: {knobs: [...]}`.
 KNOWN_KNOBS = tuple(dict.fromkeys(key for entry in FIGURES for group in entry.knobs for key in group))
+
+
+def generic_knobs(knobs: Iterable[str]) -> list[str]:
+    """The swept keys no specific figure is for whose values are numbers (number_key): RunConfig's
+    or a registered method's own (`dcl.sigma`), in the order given."""
+    return [key for key in knobs if key not in KNOWN_KNOBS and key not in MTD_KNOBS and number_key(key)]
+
+
+def number_key(key: str) -> bool:
+    """Whether a dotted config key (RunConfig's or a registered method's own) holds a number (int or float, nullable
+    or not): what the analysis draws a knob's figure along."""
+    *section, last = key.split(".")
+    model = section_model(section[0]) if section else RunConfig
+    if model is None or last not in model.model_fields or len(section) > 1:
+        return False
+    hint = model.model_fields[last].annotation
+    options = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
+    for option in options:
+        if typing.get_origin(option) is typing.Annotated:
+            option = typing.get_args(option)[0]
+        if option in (int, float):
+            return True
+    return False
+
+
+def knob_trials(table: Any, knob: str) -> Any:
+    """The rows of a results table whose method reads `knob` (a method's own key: its trials; else every row)."""
+    owner = method_of_key(knob)
+    return table if owner is None or "method" not in table.columns else table[table["method"] == owner]
 
 
 def figures_called_for(knobs: Iterable[str]) -> list[str]:

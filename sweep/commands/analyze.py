@@ -18,6 +18,7 @@ same bytes is not uploaded again, so re-running analyze on unchanged results add
 from __future__ import annotations
 
 import hashlib
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,7 @@ def analyze_command(target: str, attach: bool = True, mtd_source: str = "formula
     except ValueError as exc:
         raise UserError(f"--formats: {exc} (e.g. --formats png,pdf)") from None
     study_dir, spec = _study_dir(target)
+    _load_plugins(target, spec, study_dir)
     notes: list[str] = []
     try:
         written = analyze(study_dir, mtd_source=mtd_source, size=size, notes=notes, formats=kinds)
@@ -112,6 +114,25 @@ def _study_dir(target: str) -> tuple[Path, dict[str, Any]]:
     if not study_dir.is_dir():
         raise UserError(f"{study_dir}: no results yet for study {spec['name']!r}; run `sweep run {target}` first")
     return study_dir, spec
+
+
+def _load_plugins(target: str, spec: dict[str, Any], study_dir: Path) -> None:
+    """Register the study's methods of one's own, so that their knobs are read as the trials ran them (a figure for
+    a plugin's number key): from the study file's `plugins` (relative to its folder), or, given a results folder,
+    the plugin files the trials' provenance names that are still there."""
+    from trainer.methods.plugins import load_plugins
+
+    if spec.get("plugins") and Path(target).is_file():
+        load_plugins([str(item) for item in spec["plugins"]], Path(target).parent)
+        return
+    recorded: set[str] = set()
+    for path in sorted(study_dir.glob("trials/*/summary.json")):
+        try:
+            code = json.loads(path.read_text()).get("provenance", {}).get("code", {})
+        except (OSError, ValueError, AttributeError):
+            continue
+        recorded.update(code.get("plugins") or {})
+    load_plugins(sorted(item for item in recorded if Path(item).is_file()))
 
 
 def _attached_digests(store: Any, metas: list[Any]) -> dict[str, set[str]]:
