@@ -311,14 +311,13 @@ def evaluation_encoders(method: Method, tokenizer: Any, device: torch.device,
 
 
 def _reset_process_state() -> None:
-    """What a caller or an earlier run in this process could leave set: grad mode. (The seeds are set next;
-    the thread count is the process's own, which the evaluation lowers to 1 only inside a try/finally.)"""
+    """Grad mode, which a caller or an earlier run in this process could leave off (seeds: set next; threads:
+    the evaluation lowers them only inside a try/finally)."""
     torch.set_grad_enabled(True)
 
 
 def _step_loss(run: _Run, ids: torch.Tensor, mask: torch.Tensor):
-    shuffle = run.config.augment.token_shuffle
-    position_ids = run.method.token_positions(ids, mask, run.device_generator) if shuffle else None
+    position_ids = run.method.token_positions(ids, mask, run.device_generator)  # None without a token shuffle
     with run.autocast:
         return run.method.loss(ids, mask, position_ids)
 

@@ -134,10 +134,10 @@ class Method(MethodDefinition, nn.Module):
                       token_type_ids=torch.zeros_like(ids), position_ids=position_ids, return_dict=True)
         return out.last_hidden_state[:, 0]
 
-    def token_positions(self, ids: Tensor, mask: Tensor, generator: torch.Generator) -> Tensor:
-        """The position ids of one token-shuffled forward of the (B, L) batch (`augment.token_shuffle`): each
-        sentence its own permutation of its real tokens, [CLS] first and pads last."""
-        return shuffled_positions(ids, mask, generator)
+    def token_positions(self, ids: Tensor, mask: Tensor, generator: torch.Generator) -> Tensor | None:
+        """The position ids of one token-shuffled forward of the (B, L) batch: each sentence its own permutation
+        of its real tokens, [CLS] first and pads last; None without `augment.token_shuffle`."""
+        return shuffled_positions(ids, mask, generator) if self.config.augment.token_shuffle else None
 
     def start(self, total_steps: int) -> None:
         """Called once before the first step with the run's length."""

@@ -129,16 +129,17 @@ class MoCoSE(Method):
                            extra_logits=self.negatives(q, k))
         return StepOutput(loss, keys=k.detach())
 
-    def token_positions(self, ids: Tensor, mask: Tensor, generator: torch.Generator) -> Tensor:
+    def token_positions(self, ids: Tensor, mask: Tensor, generator: torch.Generator) -> Tensor | None:
         """One view's token shuffle: each sentence its own permutation of its real tokens (the paper reading), or
-        with `released.token_shuffle` the release's one permutation of every position for the whole batch."""
+        with `released.token_shuffle` the release's one permutation of every position for the whole batch; None
+        without `augment.token_shuffle`."""
+        if not self.config.augment.token_shuffle:
+            return None
         return shuffled_positions(ids, mask, generator, whole_batch=bool(self.config.released.token_shuffle))
 
     def target_positions(self, ids: Tensor, mask: Tensor, both_views: bool) -> Tensor | None:
         """The target view's own token shuffle (None without one, or when only the online view is shuffled)."""
-        if not (self.config.augment.token_shuffle and both_views):
-            return None
-        return self.token_positions(ids, mask, self.device_generator)
+        return self.token_positions(ids, mask, self.device_generator) if both_views else None
 
     # ---- after the optimiser step: the traceable distance, the EMA update, the queue push ------------
     def _eta_at(self, step: int) -> float:
