@@ -44,7 +44,7 @@ from typing import Any
 from sweep.commands.bench_record import RUN_TIMINGS, BenchRecord, BenchRun
 from sweep.text import plural
 from trainer.run_plan import RunPlan
-from trainer.vocabulary import STS_BENCHMARK, STS_TEST_PAIRS
+from trainer.vocabulary import SIMCSE, STS_BENCHMARK, STS_TEST_PAIRS
 
 BENCH_COMMAND = "sweep doctor --bench"
 
@@ -173,6 +173,23 @@ def _layers_text(shape: dict[str, Any]) -> str:
     return f"{shape.get('num_hidden_layers', '?')} layers x {shape.get('hidden_size', '?')}"
 
 
+def bench_stand_in(method: str) -> str | None:
+    """The built-in method whose bench run prices a plugin's method: the one its class extends most closely
+    (SimCSE's when it extends none); None for a built-in method (the bench measures it) or an unknown name."""
+    from trainer.method_rules import registered
+
+    entries = registered()
+    entry = entries.get(method)
+    if entry is None or entry.origin == "built in":
+        return None
+    implementation = entry.implementation()
+    built_in = [(name, known.implementation()) for name, known in entries.items() if known.origin == "built in"]
+    bases = [(name, cls) for name, cls in built_in if issubclass(implementation, cls)]
+    if not bases:
+        return SIMCSE
+    return min(bases, key=lambda item: implementation.__mro__.index(item[1]))[0]
+
+
 def size_factors(record: BenchRecord, method: str, model: str, model_shape: dict[str, Any] | None
                  ) -> tuple[dict[str, float], str | None]:
     """Per timing (RUN_TIMINGS), the factor from the bench's encoder to the study's model (`model_shape`: its shape,
@@ -263,6 +280,10 @@ def trial_cost(config: dict[str, Any], device: str, record: BenchRecord | None,
     precision = plan.precision_on(device)
     compiles = plan.compiles_on(device)[0]
     run = record.run(config["method"], precision, compiled=compiles)
+    stand_in = bench_stand_in(config["method"]) if run is None else None
+    if stand_in is not None and (run := record.run(stand_in, precision, compiled=compiles)) is not None:
+        cost.notes.append(f"{config['method']} is priced as the bench's {stand_in} run, the built-in method its class "
+                          "extends (the bench measures the built-in methods)")
     if run is None:
         kind = " compiled" if compiles else ""
         cost.why = (f"the record {record.path} has no {config['method']} {precision}{kind} run with timings: "

@@ -260,3 +260,19 @@ def test_a_compiled_trial_reads_the_compiled_row_whose_set_up_holds_the_compile(
     write_record(records, "cpu", [eager], MINILM)
     estimate = cost.trial_cost(config, "cpu", BenchRecord.read(records / "cpu.json"))
     assert estimate.seconds is None and "no simcse fp32 compiled run" in estimate.why and "--compiled" in estimate.why
+
+
+def test_a_plugins_method_is_priced_as_the_built_in_method_its_class_extends(tmp_path, records, capsys):
+    """The bench measures the built-in methods; DCL (docs/examples/dcl, a SimCSE subclass) takes SimCSE's run."""
+    from tests.helpers import REPO
+
+    write_record(records, "cpu", [timed_run("simcse", "fp32", 0.5, 4.0, 3.0, 1.0),
+                                  timed_run("mocose", "fp32", 9.0, 9.0, 9.0, 9.0)], MINILM)
+    plugin = REPO / "docs" / "examples" / "dcl" / "dcl.py"
+    lines, table = dry_run_text(capsys, study(tmp_path, "plugged", plugins=[str(plugin)],
+                                              parameters={"method": ["dcl"], "optim.lr": [1e-5, 3e-5]}))
+    per_trial = 40 * 0.5 * (32 / 16) + 3 * 4.0 + 3.0 + 1.0  # SimCSE's run, as in the first test
+    assert lines[2] == f"study: 4 trials, {4 * per_trial / 3600:.3g} device-hours (3.7 min)"
+    assert ("note: dcl is priced as the bench's simcse run, the built-in method its class extends (the bench "
+            "measures the built-in methods)") in lines
+    assert all(row.split()[-1] == f"{per_trial / 3600:.3g}" for row in table[1:])
