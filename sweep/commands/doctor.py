@@ -21,7 +21,7 @@ from typing import Any
 from sweep.commands.bench_report import bench_table, failed_verdicts
 from sweep.commands.gpu_bench import PRECISIONS, run_bench
 from trainer.errors import UserError
-from trainer.method_rules import method_names
+from trainer.method_rules import built_in_methods
 
 
 @dataclass
@@ -234,7 +234,7 @@ def doctor_command(bench: bool = False, tiny: bool = False, json_path: str | Non
     device's record, BenchRecord.path); 0 when nothing is a problem and every bench verdict holds
     (bench_report.failed_verdicts), 1 otherwise. `probe`: the CPU bench's size probe; `compiled`: the bench's
     compiled rows too (both run_bench's)."""
-    chosen_methods = _choices(methods, method_names(), "--methods")
+    chosen_methods = _choices(methods, built_in_methods(), "--methods")
     chosen_precisions = _choices(precisions, PRECISIONS, "--precisions")
     if steps < 1:
         raise UserError("--steps: expected a positive integer")

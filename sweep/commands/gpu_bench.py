@@ -42,7 +42,7 @@ from typing import Any, Callable, Mapping
 
 from sweep.commands.bench_record import BenchRecord
 from trainer.errors import PrecisionFloorError
-from trainer.method_rules import method_names
+from trainer.method_rules import built_in_methods
 from trainer.vocabulary import STS_BENCHMARK
 
 BENCH_BUDGET_S = 600.0  # the whole bench, sharing test included
@@ -311,7 +311,7 @@ def run_bench(tiny: bool = False, methods: tuple[str, ...] | None = None, precis
     mode, which rehearses the GPU path, where no probe runs. `compiled`: after each eager method x precision run,
     the same run with the compiled step (`compile: on`), its row marked `compiled`, with the compile's seconds and
     graphs, its loss against the eager run's and, on CUDA, the sync check of the compiled step."""
-    methods = methods or method_names()  # every registered method
+    methods = methods or built_in_methods()  # the bench measures the built-in methods (plugins: priced as them)
     import torch
 
     from trainer.data import data_dir as resolve_data_dir

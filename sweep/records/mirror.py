@@ -34,6 +34,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from sweep.records.optuna_private import trial_id
 from sweep.records.optuna_reads import first_distributions, group_by_key, read_trials
+from sweep.spec.expand import ask_in_space
 from sweep.spec.schema import StudySpec, Trial
 from sweep.text import hide_password
 from trainer.errors import UserError
@@ -272,7 +273,7 @@ class OptunaMirror:
 
     def ask(self, attrs: dict[str, Any] | None = None) -> tuple[int, dict[str, Any]]:
         """A new trial with parameters sampled from the distributions (method tpe)."""
-        live = self.study.ask(self.distributions)
+        live = ask_in_space(self.study, self.spec, self.distributions)
         for name, value in {**self.common_attrs, **(attrs or {})}.items():
             live.set_user_attr(name, value)
         self.running[live.number] = live

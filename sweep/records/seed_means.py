@@ -31,6 +31,7 @@ from optuna.trial import TrialState
 
 from sweep.records.optuna_private import trial_id
 from sweep.spec import trial_from_params
+from sweep.spec.expand import ask_in_space
 from sweep.spec.schema import StudySpec, Trial
 from trainer.summary import metric_value
 from trainer.vocabulary import ends_for_good
@@ -62,7 +63,7 @@ class SeedMeans:
         self.ended: dict[str, tuple[str, str | None, float | None]] = {}  # key -> (state, status, value), for good
 
     def ask(self) -> tuple[int, dict[str, Any]]:
-        live = self.study.ask(self.distributions)
+        live = ask_in_space(self.study, self.spec, self.distributions)
         self.live[live.number] = live
         return live.number, dict(live.params)
 

@@ -59,6 +59,29 @@ def search_space(spec: StudySpec) -> dict[str, Any]:
     return space
 
 
+def ask_in_space(study: Any, spec: StudySpec, distributions: dict[str, Any]) -> Any:
+    """`study.ask` over `distributions` (search_space), a key of a method's own section drawn only where the trial's
+    method (drawn first, else the base's) reads it: a SimCSE trial of a tpe study holds no `dcl.sigma`. A study
+    without such a key asks as before, in one call."""
+    from optuna.distributions import CategoricalDistribution, IntDistribution
+
+    if not any(method_of_key(name) for name in distributions):
+        return study.ask(distributions)
+    live = study.ask()
+    method = spec.base.get("method") or default_config()["method"]
+    for name in sorted(distributions, key=lambda key: key != "method"):
+        if method_of_key(name) not in (None, method):
+            continue
+        dist = distributions[name]
+        if isinstance(dist, CategoricalDistribution):
+            value = live.suggest_categorical(name, dist.choices)
+        else:
+            suggest = live.suggest_int if isinstance(dist, IntDistribution) else live.suggest_float
+            value = suggest(name, dist.low, dist.high, step=dist.step, log=dist.log)
+        method = value if name == "method" else method
+    return live
+
+
 def _optuna_distribution(values: Any) -> Any:
     from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
@@ -99,6 +122,8 @@ def trial_from_params(spec: StudySpec, params: dict[str, Any], seed: int) -> Tri
         if isinstance(values, list) and all(is_expr(v) for v in values):
             raw[key] = values[0]
             continue
+        if key not in params and method_of_key(key) is not None:
+            continue  # another method's own key: not drawn for this trial (ask_in_space)
         if key not in params:
             raise UserError(f"study '{spec.name}': no value for parameter '{key}'")
         choices = values if isinstance(values, list) else values.get("choices", [])
@@ -260,8 +285,7 @@ def _make_trial(spec: StudySpec, raw: dict[str, Any], seed: int, where: KeyLines
     another method it is neither set nor a parameter, so that trial's config, key, row and Optuna parameters are
     those of a study that never named it (its combinations collapse into one trial)."""
     config = overlay(default_config(), spec.base)
-    method = raw.get("method", config.get("method"))
-    method = config.get("method") if is_expr(method) else method
+    method = config.get("method") if is_expr(raw.get("method")) else raw.get("method", config.get("method"))
     params: dict[str, Any] = {}
     for key, value in raw.items():
         if not is_expr(value) and _read_by(key, method, config):

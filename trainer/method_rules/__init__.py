@@ -39,6 +39,7 @@ from trainer.method_rules.registry import (
     ENTRY_POINT_GROUP,
     MethodDefinition,
     MethodEntry,
+    built_in_methods,
     check_rule_keys,
     definition_place,
     distance_methods,
@@ -124,7 +125,7 @@ __all__ = [
     "DISTANCE_METHODS", "ENTRY_POINT_GROUP", "FLAG_METHODS", "GS_INFONCE_RULES", "MIXCSE_RULES", "MOCOSE_RULES",
     "RELEASED_GAUSSIAN_COUNT", "SHARED_DEFAULTS", "SHARED_REFUSALS", "SIMCSE_RULES", "ByFlag", "FromKey", "Keys",
     "MethodDefinition", "MethodEntry", "MethodRules", "ModelSettings", "PerModel", "Refusal", "Resolvable",
-    "check_rule_keys", "definition_place", "distance_methods", "method_entry", "method_label", "method_names",
-    "method_rules", "method_sections", "model_family", "model_settings", "plugin_entries", "register_method",
-    "registered", "released_gs_dropout", "resolve", "traces_distance",
+    "built_in_methods", "check_rule_keys", "definition_place", "distance_methods", "method_entry", "method_label",
+    "method_names", "method_rules", "method_sections", "model_family", "model_settings", "plugin_entries",
+    "register_method", "registered", "released_gs_dropout", "resolve", "traces_distance",
 ]

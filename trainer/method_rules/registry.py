@@ -219,6 +219,11 @@ def method_names() -> tuple[str, ...]:
     return tuple(_REGISTRY)
 
 
+def built_in_methods() -> tuple[str, ...]:
+    """The methods built into the trainer (what `sweep doctor --bench` measures), in the order registered."""
+    return tuple(name for name, entry in _REGISTRY.items() if entry.origin == "built in")
+
+
 def method_label(name: Any) -> str:
     """The label tables and figures show for a method name (the name itself for an unregistered one)."""
     entry = _REGISTRY.get(name) if isinstance(name, str) else None

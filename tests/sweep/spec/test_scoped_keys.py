@@ -72,3 +72,32 @@ def test_a_plugin_study_given_more_seeds_is_an_extension_of_its_recorded_copy(tm
     path.write_text(yaml.safe_dump(data))
     change = check_same_study(load_study(path, trials=False))
     assert change is not None and change.added and not change.changed, change
+
+
+def test_a_tpe_ask_draws_a_methods_own_key_only_for_that_method(tmp_path):
+    import shutil
+
+    import optuna
+
+    from sweep.spec import search_space, trial_from_params
+    from sweep.spec.expand import ask_in_space
+
+    data = yaml.safe_load(DCL_STUDY.read_text())
+    data.update(method="tpe", budget=8, results_dir=str(tmp_path / "results"))
+    data["parameters"]["dcl.sigma"] = {"distribution": "uniform", "low": 0.1, "high": 1.0}
+    shutil.copy(DCL_STUDY.parent / "dcl.py", tmp_path / "dcl.py")
+    path = tmp_path / "tpe.yaml"
+    path.write_text(yaml.safe_dump(data))
+    spec = load_study(path)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=3))
+    seen = set()
+    for _ in range(12):
+        live = ask_in_space(study, spec, search_space(spec))
+        method = live.params["method"]
+        seen.add(method)
+        assert ("dcl.sigma" in live.params) == (method == "dcl"), live.params
+        trial = trial_from_params(spec, dict(live.params), 1)
+        assert trial.params.keys() == live.params.keys() and ("dcl" in trial.config) == (method == "dcl")
+        study.tell(live, 1.0)
+    assert seen == {"simcse", "dcl"}
