@@ -22,7 +22,7 @@ IMPORTABLE = {"tests.helpers", "tests.synthetic_results", "tests.deadlines", "te
 # tests/<package>/ and tests/<package>/<subpackage>/ as the project's packages are laid out; e2e: the slow
 # end-to-end tests; docs: the site (tests/docs)
 FOLDERS = {"trainer", "sweep", "analysis", "e2e", "docs", "sweep/spec", "sweep/records", "sweep/run", "sweep/commands",
-           "trainer/evaluation", "trainer/methods", "trainer/losses"}
+           "trainer/evaluation", "trainer/methods", "trainer/losses", "trainer/method_rules"}
 
 
 def all_test_modules() -> list[Path]:

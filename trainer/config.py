@@ -369,6 +369,9 @@ class RunConfig(Section):
         data = self.to_dict()
         items = assignments.items() if isinstance(assignments, dict) else map(_split_assignment, assignments)
         for key, value in items:
+            owner = method_of_key(key)  # a method's own key (dcl.sigma): its section, from its defaults
+            if owner is not None and owner not in data:
+                data[owner] = own_section(data, owner)
             set_dotted(data, key, value)
         return type(self).from_dict(data)
 

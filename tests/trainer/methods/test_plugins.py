@@ -16,8 +16,7 @@ import torch
 from tests.helpers import REPO
 from trainer.config import RunConfig
 from trainer.errors import ConfigError, UserError
-from trainer.method_rules import method_entry, registered, resolve
-from trainer.method_rules.registry import RESERVED_NAMES
+from trainer.method_rules import method_entry, resolve
 from trainer.methods import method_class
 from trainer.methods.plugins import PluginNotFound, load_checked_plugins, load_plugins, plugin_digests
 
@@ -84,14 +83,6 @@ def test_an_unknown_method_name_is_refused_with_the_closest_one(dcl):
     with pytest.raises(ConfigError, match=r"unknown method 'dlc' \(did you mean 'dcl'\?\); known: simcse, mocose, gs, "
                                           r"mix, dcl"):
         RunConfig.from_dict({"method": "dlc"})
-
-
-def test_the_built_in_methods_are_registered_as_plugins_are():
-    built_in = {name: entry for name, entry in registered().items() if entry.origin == "built in"}
-    assert list(built_in) == ["simcse", "mocose", "gs", "mix"]
-    for name, entry in built_in.items():
-        assert method_class(name).name == name and entry.rules.name == name
-    assert RESERVED_NAMES == set(RunConfig.model_fields)
 
 
 def plugin(tmp_path: Path, body: str, name: str = "mine.py") -> Path:
@@ -180,3 +171,19 @@ def test_a_worker_runs_the_drivers_plugin_source_or_none(tmp_path):
     from trainer.provenance import code_state
 
     assert code_state()["plugins"][str(path)] == digests[str(path)]  # the driver's path and digest, on any node
+
+
+def test_python_m_trainer_takes_a_plugin(tmp_path):
+    """A run of a plugin's method without a study: the plugin's section is checked as any (a bad value, exit 2)."""
+    import subprocess
+
+    from tests.deadlines import scaled
+
+    done = subprocess.run([sys.executable, "-m", "trainer", "-", "method=dcl", "dcl.sigma=-1", "--plugin",
+                           str(DCL_FOLDER / "dcl.py")], capture_output=True, text=True, timeout=scaled(120),
+                          cwd=tmp_path)
+    assert (done.returncode, done.stderr.strip()) == (2, "trainer: error: config key 'dcl.sigma': expected a number "
+                                                         "> 0, got -1")
+    unknown = subprocess.run([sys.executable, "-m", "trainer", "-", "method=dcl"], capture_output=True, text=True,
+                             timeout=scaled(120), cwd=tmp_path)
+    assert unknown.returncode == 2 and "unknown method 'dcl'" in unknown.stderr

@@ -1,0 +1,1 @@
+"""Tests of trainer.method_rules: the registry of methods."""
