@@ -237,8 +237,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="an unreadable SQLite Optuna storage: keep it aside as optuna.db.damaged-<time> and "
                           "rebuild it from the trials' summary.json (it only mirrors them)")
     run.add_argument("--rerun-changed", action="store_true",
-                     help="re-run finished trials whose config now resolves differently (a default changed) or "
-                          "that an older reading of the papers made (their old summary.json kept as *.replaced-*)")
+                     help="re-run finished trials whose config now resolves differently (a default changed), "
+                          "that an older reading of the papers made, or that ran on another code state (their old "
+                          "summary.json kept as *.replaced-*)")
     run.add_argument("--many-trials", action="store_true",
                      help="plan a study of more than 100,000 trials (refused otherwise: planning alone takes minutes)")
     run.set_defaults(func=_cmd_run)
