@@ -53,6 +53,7 @@ def load_study(path: str | Path, *, trials: bool = True, max_trials: int | None 
         if key not in keys:
             raise key_lines.error((key,), f"is not a study key; expected one of {', '.join(keys)}"
                                   + suggestion(key, keys))
+    _load_plugins(data.get("plugins"), plugin_folder or Path(path).parent, key_lines)
     try:
         spec = StudySpec.model_validate({**copy.deepcopy(data), "source_text": text, "path": str(path),
                                          "key_lines": key_lines},
@@ -63,6 +64,21 @@ def load_study(path: str | Path, *, trials: bool = True, max_trials: int | None 
     if trials:
         check_expansion(spec)
     return spec
+
+
+def _load_plugins(plugins: object, folder: Path, key_lines: KeyLines) -> None:
+    """The study's plugins, imported before any key is checked (base, parameters, constraints and exprs name their
+    methods' keys); a plugin that is not there is refused on its line. A `plugins:` that is no list of texts is
+    left to the schema, which says so."""
+    from trainer.methods.plugins import PluginNotFound, load_plugins
+
+    if not isinstance(plugins, list) or not all(isinstance(item, str) and item for item in plugins):
+        return
+    for index, item in enumerate(plugins):
+        try:
+            load_plugins([item], folder)
+        except PluginNotFound as exc:
+            raise key_lines.error(("plugins", index), str(exc)) from None
 
 
 def _located(exc: ValidationError, key_lines: KeyLines) -> UserError:

@@ -101,3 +101,17 @@ def test_a_tpe_ask_draws_a_methods_own_key_only_for_that_method(tmp_path):
         assert trial.params.keys() == live.params.keys() and ("dcl" in trial.config) == (method == "dcl")
         study.tell(live, 1.0)
     assert seen == {"simcse", "dcl"}
+
+
+def test_a_constraint_may_name_a_methods_own_key(tmp_path):
+    """The plugins are imported before the constraints are checked; another method's trial reads the key as null."""
+    import shutil
+
+    shutil.copy(DCL_STUDY.parent / "dcl.py", tmp_path / "dcl.py")
+    data = yaml.safe_load(DCL_STUDY.read_text())
+    data["constraints"] = ["method != 'dcl' or dcl.sigma != 1.0"]
+    path = tmp_path / "constrained.yaml"
+    path.write_text(yaml.safe_dump(data))
+    trials = expand(load_study(path))
+    assert [(t.config["method"], t.params.get("dcl.sigma", "absent")) for t in trials if t.seed == 1] == [
+        ("simcse", "absent"), ("dcl", None), ("dcl", 0.5)]
