@@ -64,7 +64,7 @@ from analysis.figure_style import (
     series_style,
     styled,
 )
-from analysis.registry import FIGURE, generic_knobs, knob_trials
+from analysis.registry import FIGURE, generic_knobs, knob_trials, varying_knobs
 from analysis.stats import seed_summary
 from trainer.vocabulary import MOCOSE
 
@@ -259,10 +259,11 @@ def figure_mix_lambda(table: pd.DataFrame, score: str = "avg", by: Keys = None, 
 def figure_knob(table: pd.DataFrame, score: str = "avg", by: Keys = None, size: str = DEFAULT_SIZE) -> Drawn:
     """Any swept number key no paper figure is for (analysis.registry.generic_knobs), a plugin's own knob included:
     the score along its values (null: the knob's default), over the trials of the methods that read it, one series
-    per combination of the other swept keys; the first such key when a study sweeps several."""
-    knobs = generic_knobs(by if by is not None else table.columns)
+    per combination of the other swept keys; the first such key when a study sweeps several (else the first that
+    varies among the trials: a key `analysis: {knobs}` names, set through an expr)."""
+    knobs = [key for key in generic_knobs(by or []) if key in table.columns] or varying_knobs(table)
     if not knobs:
-        raise ValueError("figure_knob: the study sweeps no number key that no other figure is for")
+        raise ValueError("figure_knob: no number key that no other figure is for varies among the trials")
     knob = knobs[0]
     others = [key for key in (by or []) if key != knob and key != "method"]
     return _ablation_figure(

@@ -132,7 +132,8 @@ FIGURES: tuple[FigureEntry, ...] = (  # in the order `sweep analyze` draws them
                 "analysis.figures.figure_gaussian_m", methods=(GS_INFONCE, SIMCSE), present=(GS_INFONCE,)),
     FigureEntry("mix_lambda", "MixCSE", (("mix.lam",),), "analysis.figures.figure_mix_lambda", methods=(MIXCSE,)),
     # any other swept number key, a plugin's own knob included: the score along it (analysis.figures.figure_knob)
-    FigureEntry("knob", "this study's ablation", (), "analysis.figures.figure_knob", any_knob=True),
+    FigureEntry("knob", "this study's ablation", (), "analysis.figures.figure_knob", any_knob=True,
+                needs=lambda trials, score: bool(varying_knobs(trials))),
 )
 FIGURE = {entry.name: entry for entry in FIGURES}
 MTD_FIGURES = tuple(entry.name for entry in FIGURES if entry.against_mtd)
@@ -143,7 +144,7 @@ KNOWN_KNOBS = tuple(dict.fromkeys(key for entry in FIGURES for group in entry.kn
 def generic_knobs(knobs: Iterable[str]) -> list[str]:
     """The swept keys no specific figure is for whose values are numbers (number_key): RunConfig's
     or a registered method's own (`dcl.sigma`), in the order given."""
-    return [key for key in knobs if key not in KNOWN_KNOBS and key not in MTD_KNOBS and number_key(key)]
+    return [key for key in knobs if key not in (*KNOWN_KNOBS, *MTD_KNOBS, "seed") and number_key(key)]
 
 
 def number_key(key: str) -> bool:
@@ -161,6 +162,11 @@ def number_key(key: str) -> bool:
         if option in (int, float):
             return True
     return False
+
+
+def varying_knobs(table: Any) -> list[str]:
+    """The generic_knobs among a results table's columns that take more than one value."""
+    return generic_knobs([column for column in table.columns if table[column].nunique(dropna=False) > 1])
 
 
 def knob_trials(table: Any, knob: str) -> Any:

@@ -144,12 +144,13 @@ class Resources(_Section):
 
 
 def _analysis_knobs(value: list[str]) -> list[str]:
-    from analysis.registry import KNOWN_KNOBS  # light: no pandas or matplotlib
+    from analysis.registry import KNOWN_KNOBS, generic_knobs  # light: no pandas or matplotlib
 
     for index, knob in enumerate(value):
-        if knob not in KNOWN_KNOBS:
+        if knob not in KNOWN_KNOBS and not generic_knobs([knob]):  # a number key: the figure `knob`
             raise UserErrorAt(("analysis", "knobs", index), f"expected a knob a figure is drawn for "
-                              f"({', '.join(KNOWN_KNOBS)}), got {excerpt(knob)}" + suggestion(str(knob), KNOWN_KNOBS))
+                              f"({', '.join(KNOWN_KNOBS)}) or a number config key, got {excerpt(knob)}"
+                              + suggestion(str(knob), KNOWN_KNOBS))
     return value
 
 
