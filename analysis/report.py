@@ -136,6 +136,8 @@ def _analyze_part(table: pd.DataFrame, study_dir: Path, out_dir: Path, params: l
         if fallback is None:
             raise ResultsError(f"{study_dir}: the trials have no {score!r} scores; pass another score (e.g. dev_stsb)")
         score = fallback
+    from trainer.files import write_text_atomic  # here: importing analysis stays light
+
     out_dir.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
     plans = applicable_figures(table, params, score, knobs=knobs, mtd_source=mtd_source, size=size,
@@ -150,8 +152,6 @@ def _analyze_part(table: pd.DataFrame, study_dir: Path, out_dir: Path, params: l
 
     if any(_has_values(table, column) for column in SCORES):  # runs without test evaluation have no table
         numbers = tables.score_table(table, by=params)
-        from trainer.files import write_text_atomic  # here: importing analysis stays light
-
         written.append(write_text_atomic(out_dir / "scores.md", tables.markdown_table(table, by=params)
                                          + _warning_line(warning)))
         written.append(write_text_atomic(out_dir / "scores.tex", tables.latex_table(table, by=params)
@@ -166,6 +166,12 @@ def _analyze_part(table: pd.DataFrame, study_dir: Path, out_dir: Path, params: l
         written.append(write_text_atomic(out_dir / "transfer.tex", tables.transfer_latex_table(table, by=params)
                                          + _warning_line(warning, "% ")))
         written.append(write_text_atomic(out_dir / "transfer.csv", numbers.to_csv(index=False)))
+    mteb = tables.mteb_headers(table)
+    if mteb:  # trials that ran MTEB tasks (eval.mteb): their table beside the STS one
+        numbers = tables.score_table(table, by=params, scores=list(mteb))
+        written.append(write_text_atomic(out_dir / "mteb.md", tables.mteb_markdown_table(table, by=params)
+                                         + _warning_line(warning)))
+        written.append(write_text_atomic(out_dir / "mteb.csv", numbers.to_csv(index=False)))
     return written
 
 

@@ -24,6 +24,7 @@ from analysis import paper_values
 from analysis.load import SCORES, TRANSFER_SCORES, swept_parameters
 from trainer.evaluation.sts_average import AVG
 from trainer.method_rules import method_label
+from trainer.summary import MTEB_PREFIX
 from trainer.vocabulary import STS_TASK_LABELS, TRANSFER_TASK_LABELS
 
 HEADERS = {**STS_TASK_LABELS, AVG: "Avg"}
@@ -78,6 +79,22 @@ def transfer_markdown_table(table: pd.DataFrame, by: Sequence[str] | None = None
     header, rows = _rows(table, by, paper=False, latex=False, headers=TRANSFER_HEADERS)
     return _markdown(header, rows) + ("SentEval transfer test accuracy x100 (trainer.evaluation.transfer, the trials' "
                                       f"transfer_mode); cells: {cell_note(table, by, TRANSFER_SCORES)}.\n")
+
+
+def mteb_headers(table: pd.DataFrame) -> dict[str, str]:
+    """The MTEB columns some trial has a score in (trainer.summary's `mteb:<task>`) -> the task's name."""
+    return {column: column[len(MTEB_PREFIX):] for column in table.columns
+            if column.startswith(MTEB_PREFIX) and table[column].notna().any()}
+
+
+def mteb_markdown_table(table: pd.DataFrame, by: Sequence[str] | None = None) -> str:
+    """The MTEB tasks the trials ran (eval.mteb), mean ± std over seeds, one column per task."""
+    headers = mteb_headers(table)
+    header, rows = _rows(table, by, paper=False, latex=False, headers=headers)
+    return _markdown(header, rows) + (
+        "MTEB main score x100 (mteb's main_score of each task, with the trials' pooler; each trial's "
+        "provenance.mteb names mteb's version and each task's data revision); cells: "
+        f"{cell_note(table, by, list(headers))}.\n")
 
 
 def no_average_note(table: pd.DataFrame) -> str:

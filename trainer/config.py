@@ -208,6 +208,9 @@ class EvalConfig(Section):
     eval_steps: Int | None = Field(None, ge=1)  # null: the method's default (trainer.method_rules)
     batch_size: Int = Field(64, ge=1)  # sentences per evaluation batch (length-sorted); 64 is fastest on 2 CPU cores
     final_tasks: Annotated[StrList, AfterValidator(_final_tasks)] | None = None  # None: the seven STS tasks
+    # MTEB tasks scored after the final tasks, with the same state and pooler (trainer.evaluation.mteb_tasks):
+    # mteb's task names, or local:STSBenchmark (SentEval's STS-B test split, no hub); checked before training
+    mteb: StrList = []
     align_uniform_split: Literal["dev", "test"] = "dev"
     transfer_mode: Literal["test", "fasttest"] = "test"  # SentEval's classifier settings for transfer tasks
     # dev: STS-B dev (the papers' protocol); test_avg: the released MoCoSE code's selection on the seven-task

@@ -15,8 +15,8 @@ the record and nowhere else:
 - `analysis_row(summary)`: the resolved config flattened to dotted columns after status and reason,
   what ran (`reading`, trainer.readings; `protocol`, `evaluation_protocol` as JSON; `commit`, `packages`,
   `device_name`, `provenance_columns`; `variant`, `precision`: the summary's, else the config's), the test
-  scores the trial has (no column for the others), `mtd` even when None, `transfer_mode` and `align_uniform_split`; no
-  `mtd_measured` (the analysis adds it).
+  scores the trial has (no column for the others), `mtd` even when None, `transfer_mode` and `align_uniform_split`,
+  each MTEB score as `mteb:<task>`; no `mtd_measured` (the analysis adds it).
 - `metrics_lines(summary)`: the metrics.jsonl lines the record's curve holds (what the driver writes for a
   trial whose worker's own file never arrived).
 - `optuna_attrs(summary)` and its inverse `summary_from_attrs(attrs)`: the Optuna user attributes, one flat
@@ -69,6 +69,7 @@ class SummaryFields(TypedDict, total=False):
     sts_details: dict[str, Any] | None  # per-subset Pearson/Spearman, mean and wmean (fractions)
     transfer: dict[str, float] | None  # transfer task -> test accuracy, and their "avg"
     transfer_mode: str | None  # test | fasttest
+    mteb: dict[str, float] | None  # MTEB task -> main score x100 (eval.mteb); what made them: provenance["mteb"]
     align: float | None
     uniform: float | None
     align_uniform_split: str | None
@@ -281,6 +282,7 @@ def provenance_columns(summary: Mapping[str, Any]) -> dict[str, Any]:
     return {"commit": short_commit(block),
             "packages": ", ".join(f"{name} {version}" for name, version in packages.items() if version),
             "device_name": (block.get("device") or {}).get("name")}
+MTEB_PREFIX = "mteb:"  # an MTEB task's column in the analysis' rows: mteb:<task>
 MTD_AGES = ("ema_age", "queue_age_mean", "queue_age_max")  # summary["mtd"] fields copied under their own name
 
 # The Optuna attributes: flat name -> where it lives in the record. Everything else but the curve is kept
@@ -336,6 +338,7 @@ def analysis_row(summary: Mapping[str, Any]) -> dict[str, Any]:
     row["precision"] = summary.get("precision") or config.get("precision")
     row.update(_scores(summary, summary.get("test") or {}))  # only the scores the trial has
     row["transfer_mode"] = summary.get("transfer_mode")
+    row.update({f"{MTEB_PREFIX}{task}": score for task, score in (summary.get("mteb") or {}).items()})
     row.update({name: summary.get(name)
                 for name in ("align", "uniform", "align_uniform_split", "sentences_per_s", "wall_time_s")})
     return row

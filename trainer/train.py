@@ -25,7 +25,6 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
-from scipy.stats import spearmanr
 
 from trainer import compiled
 from trainer.augment import AUTOCAST_DTYPES, FGSM, EvaluationAugments, check_fgsm_precision
@@ -33,9 +32,10 @@ from trainer.config import RunConfig
 from trainer.corpus import load_corpus
 from trainer.data import corpus_path, data_dir
 from trainer.errors import UserError
-from trainer.evaluation.cache import EmbeddingCache
+from trainer.evaluation.dev import DevEvaluator
 from trainer.evaluation.encoder import SentenceEncoder
-from trainer.evaluation.sts import cosine_scores, evaluate_sts, load_task, split_tasks
+from trainer.evaluation.mteb_tasks import check_tasks, final_mteb, summary_parts
+from trainer.evaluation.sts import evaluate_sts, split_tasks
 from trainer.evaluation.transfer import evaluate_transfer
 from trainer.evaluation.transfer_data import load_transfer_tasks
 from trainer.files import apply_umask_modes, json_safe, write_text_atomic
@@ -45,7 +45,7 @@ from trainer.optim import build_optimizer
 from trainer.provenance import provenance
 from trainer.run_plan import RunPlan
 from trainer.summary import build_summary
-from trainer.vocabulary import COLLAPSED, DIVERGED, OK, STS_BENCHMARK, STS_TASKS
+from trainer.vocabulary import COLLAPSED, DIVERGED, OK, STS_TASKS
 
 Report = Callable[[dict[str, Any]], None]
 StepHook = Callable[[int], None]  # on_step(step): see `train`
@@ -95,22 +95,6 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
     if torch.cuda.is_available():
         torch.cuda.manual_seed_all(seed)
-
-
-class DevEvaluator:
-    """STS-B dev Spearman (model selection) and the collapse check, on one set of dev embeddings."""
-
-    def __init__(self, root: Path):
-        self.pairs = load_task(root, STS_BENCHMARK, "dev")[0]
-
-    def __call__(self, encode) -> tuple[float, float]:
-        cache = EmbeddingCache(encode, self.pairs.sent1 + self.pairs.sent2)
-        sims = cosine_scores(cache(self.pairs.sent1), cache(self.pairs.sent2))
-        emb = torch.nn.functional.normalize(torch.from_numpy(np.nan_to_num(cache.emb)).double(), dim=-1)
-        n = emb.shape[0]
-        mean_cos = ((emb.sum(0).pow(2).sum() - n) / (n * (n - 1))).item()  # mean off-diagonal cosine
-        rho = float(spearmanr(sims, self.pairs.gold)[0]) if np.ptp(sims) > 0 else float("nan")
-        return rho, mean_cos
 
 
 def snapshot_checkpoint(method: Method) -> dict[str, dict[str, torch.Tensor]]:
@@ -233,6 +217,7 @@ def _set_up(config: RunConfig, host_reads: HostReadPolicy | None) -> _Run:
     _, final_transfer = split_tasks(config.eval.final_tasks)  # fails early on an unknown task name
     if final_transfer:
         load_transfer_tasks(root, final_transfer)  # ... and on missing/altered transfer data
+    check_tasks(config.eval.mteb, root)  # ... and on an MTEB task that is unknown or whose data is out of reach
     encoder, tokenizer = load_encoder(config.model, dropout=config.dropout)
     check_fgsm_precision(config.fgsm.eps, precision, encoder.get_input_embeddings().weight)
     cache_dir = Path(config.data.cache_dir) if config.data.cache_dir else root / "cache"
@@ -448,7 +433,7 @@ def _final_evaluation(run: _Run) -> dict[str, Any]:
     if selected["state"] is not None:
         restore_checkpoint(run.method, selected["state"])
     final: dict[str, Any] = {"test": None, "sts_details": None, "transfer": None, "align": None, "uniform": None,
-                             "au_split": None}
+                             "au_split": None, "mteb": None}
     eval_started = time.perf_counter()
     if run.status == OK or selected["state"] is not None:
         if run.final_sts:
@@ -460,6 +445,7 @@ def _final_evaluation(run: _Run) -> dict[str, Any]:
             result = evaluate_transfer(run.encode_eval, run.root, run.final_transfer, config.eval.transfer_mode,
                                        workers=torch.get_num_threads(), device=run.device)
             final["transfer"] = {**result.scores, "avg": result.avg}
+        final["mteb"] = final_mteb(config.eval.mteb, run.encode_eval, run.root, run.out_dir, config.model)
     run.final_eval_seconds = time.perf_counter() - eval_started
     if config.save_model and run.out_dir and selected["state"] is not None:
         run.encoder.save_pretrained(run.out_dir / "model")
@@ -492,7 +478,8 @@ def _summary(run: _Run, final: dict[str, Any]) -> dict[str, Any]:
         batch_size=config.batch_size, train_seconds=run.train_seconds, eval_seconds=run.eval_seconds,
         final_eval_seconds=run.final_eval_seconds, wall_time_s=time.perf_counter() - run.started,
         device=str(run.device), corpus_sentences=len(run.corpus), history=run.history, config=config.to_dict(),
-        provenance={**run.provenance, "precision": precision},
+        provenance={**run.provenance, "precision": precision, **summary_parts(final["mteb"])[1]},
+        mteb=summary_parts(final["mteb"])[0],
         **extra,
     )
     if run.out_dir:

@@ -116,6 +116,8 @@ def _dry_run_text(spec: StudySpec) -> str:
         line("corpus", text)
     for text in final_eval_lines(configs):
         line("eval", text)
+    for text in mteb_lines(configs):
+        line("mteb", text)
     for text in training_lines(configs, None if spec.method == "tpe" else [t.requested for t in expansion(spec).trials],
                                spec.base):
         line("training", text)
@@ -346,6 +348,27 @@ def final_eval_lines(configs: list[dict[str, Any]]) -> list[str]:
                      f"[{STS_BENCHMARK}] scores STS-B test alone ({STS_TEST_PAIRS[STS_BENCHMARK]:,} pairs)")
         texts.append(text + (f" ({plural(len(trained), 'trial')})" if len(groups) > 1 else ""))
     return texts
+
+
+def mteb_lines(configs: list[dict[str, Any]]) -> list[str]:
+    """The MTEB tasks the trials score after their final tasks (eval.mteb), each with the samples it evaluates
+    (trainer.evaluation.mteb_tasks.task_samples), and how many trials run them; [] without any."""
+    per_trial = [tuple((config.get("eval") or {}).get("mteb") or ()) for config in configs]
+    tasks = sorted({task for names in per_trial for task in names})
+    if not tasks:
+        return []
+    from trainer.evaluation.mteb_tasks import task_samples
+
+    try:
+        sizes = task_samples(tasks)
+    except UserError as exc:
+        return [str(exc)]
+    what = ", ".join(f"{task} ({'size unknown' if sizes[task] is None else f'{sizes[task]:,} test samples'})"
+                     for task in tasks)
+    trials = sum(1 for names in per_trial if names)
+    known = sum(n for n in sizes.values() if n is not None)
+    return [f"{what} after the final tasks of {plural(trials, 'trial')}, through mteb: {known:,} samples per "
+            "trial to score (not in the device-hour estimate)"]
 
 
 def _describe_parameter(values: Any) -> str:

@@ -143,13 +143,16 @@ def cluster_nodes() -> list[dict[str, float]]:
 
 
 def preflight_inputs(configs: Iterable[dict[str, Any]]) -> None:
-    """Every distinct model loads (tokenizer and config), and every data directory and corpus is there."""
+    """Every distinct model loads (tokenizer and config), every data directory and corpus is there, and every
+    MTEB task (eval.mteb) is known and its data cached or reachable."""
     from trainer.data import corpus_path, data_dir, manifest, verified_path
+    from trainer.evaluation.mteb_tasks import check_tasks
     from trainer.models import check_model
 
     configs = list(configs)
     for model in sorted({c["model"] for c in configs}):
         check_model(model)
+    check_tasks(sorted({task for c in configs for task in (c.get("eval") or {}).get("mteb") or ()}))
     for root, corpus in sorted({(str(data_dir(c["data"]["data_dir"])), c["data"]["corpus"] or "")
                                 for c in configs}):
         for relative in manifest():

@@ -80,7 +80,10 @@ def local_stsb_task(data_root: str | Path) -> Any:
 
 def check_tasks(names: Sequence[str], data_root: str | Path | None = None) -> None:
     """Refuse, in one line each, a task mteb does not know (with the closest name) and a hub task whose data is
-    neither in the local Hugging Face cache nor reachable, naming how to bring it; nothing is loaded."""
+    neither in the local Hugging Face cache nor reachable, naming how to bring it; nothing is loaded. No names:
+    nothing to check (mteb need not be installed)."""
+    if not names:
+        return
     mteb = require_mteb()
     known = None
     for name in names:
@@ -165,3 +168,44 @@ def evaluate_mteb(encode: Callable[[Sequence[str]], np.ndarray], names: Sequence
         revisions[name] = "senteval-verified" if name in LOCAL_TASKS else str(task.metadata.dataset.get("revision"))
         main[name] = task.metadata.main_score
     return MTEBResult(scores, mteb.__version__, revisions, time.perf_counter() - start, main)
+
+
+def final_mteb(names: Sequence[str], encode: Callable[[Sequence[str]], np.ndarray], data_root: str | Path,
+               out_dir: Path | None, model_name: str) -> MTEBResult | None:
+    """A run's MTEB tasks (`eval.mteb`) on its final state: mteb's files in <out_dir>/mteb (a temporary folder
+    without an output folder); None without tasks."""
+    if not names:
+        return None
+    if out_dir is not None:
+        return evaluate_mteb(encode, names, out_dir / "mteb", data_root, model_name)
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        return evaluate_mteb(encode, names, folder, data_root, model_name)
+
+
+def summary_parts(result: MTEBResult | None) -> tuple[dict[str, float] | None, dict[str, Any]]:
+    """(the summary's `mteb` scores, x100 to 2 decimals as the STS scores; the provenance block's `mteb` entry:
+    mteb's version, each task's data revision and main score) of a run's MTEB result; (None, {}) without one."""
+    if result is None:
+        return None, {}
+    return ({name: round(score, 2) for name, score in result.scores.items()},
+            {"mteb": {"version": result.mteb_version, "revisions": dict(result.revisions),
+                      "main_scores": dict(result.main_scores)}})
+
+
+def task_samples(names: Sequence[str]) -> dict[str, int | None]:
+    """Each task's evaluated samples (pairs, for STS) over its evaluation splits, as mteb's metadata states them
+    (None where it states none); local:STSBenchmark's from the SentEval split. What the dry run counts."""
+    from trainer.vocabulary import STS_TEST_PAIRS
+
+    mteb = require_mteb()
+    sizes: dict[str, int | None] = {}
+    for name in names:
+        if name in LOCAL_TASKS:
+            sizes[name] = STS_TEST_PAIRS[STS_BENCHMARK]
+            continue
+        metadata = mteb.get_task(name).metadata
+        counts = [(metadata.n_samples or {}).get(split) for split in metadata.eval_splits]
+        sizes[name] = None if None in counts else sum(counts)
+    return sizes

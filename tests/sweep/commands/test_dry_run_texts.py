@@ -167,3 +167,12 @@ def test_the_dry_run_states_the_difference_its_seeds_resolve_and_the_seeds_a_tar
     assert text.startswith(f"1 seed: no paired interval (it needs 3 shared seeds); 3 seeds resolve {at[3]:.2f}; "
                            f"5 seeds resolve {at[5]:.2f} points"), text
     assert f"per-seed difference sd {sd:.2f}, default: sqrt(2.32^2 + 0.61^2)" in text
+
+
+def test_the_dry_run_counts_the_mteb_tasks_the_trials_score(tmp_path, capsys, shared_data_dir):
+    path = tiny_study(tmp_path, "with_mteb", shared_data_dir, eval={"mteb": ["local:STSBenchmark"]})
+    (text,) = dry_run_lines(capsys, path, "mteb")
+    pairs = STS_TEST_PAIRS["STSBenchmark"]
+    assert text == (f"local:STSBenchmark ({pairs:,} test samples) after the final tasks of 2 trials, through mteb: "
+                    f"{pairs:,} samples per trial to score (not in the device-hour estimate)")
+    assert dry_run_lines(capsys, tiny_study(tmp_path, "without", shared_data_dir), "mteb") == []
