@@ -114,10 +114,29 @@ def _git(*args: str, strip: bool = True) -> str | None:
 
 
 def _version(package: str) -> str | None:
+    if package == "torch" and (build := _torch_build()):
+        return build
     try:
         return metadata.version(package)
     except metadata.PackageNotFoundError:
         return None
+
+
+def _torch_build() -> str | None:
+    """torch's own version string, build tag included (2.15.0+cu132 where PyPI's distribution says 2.15.0), read
+    from the installed torch/version.py without importing torch; None where it cannot be read."""
+    import importlib.util
+    import re
+
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.origin:
+        return None
+    try:
+        text = (Path(spec.origin).parent / "version.py").read_text()
+    except OSError:
+        return None
+    found = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", text, re.MULTILINE)
+    return found.group(1) if found else None
 
 
 @lru_cache(maxsize=1)
