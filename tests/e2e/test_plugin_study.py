@@ -12,7 +12,7 @@ import shutil
 
 import pytest
 
-from tests.helpers import REPO, run_sweep
+from tests.helpers import REPO, query_dashboard, run_sweep
 
 pytestmark = pytest.mark.slow
 EXAMPLE = REPO / "docs" / "examples" / "dcl"
@@ -41,6 +41,14 @@ def test_the_dcl_plugin_study_runs_analyses_and_exports(tmp_path, shared_data_di
     study = optuna.load_study(study_name="dcl_vs_simcse", storage=f"sqlite:///{folder / 'optuna.db'}")
     params = {row["key"]: t.params for row in rows for t in study.trials if t.user_attrs.get("key") == row["key"]}
     assert all(params[row["key"]] == {"method": "simcse"} for row in simcse)
+    # the dashboard (optuna-dashboard's own API on the study's storage) shows all 12, the knob on DCL's alone
+    studies, dashboard = query_dashboard(f"sqlite:///{folder / 'optuna.db'}")
+    assert [s["study_name"] for s in studies["study_summaries"]] == ["dcl_vs_simcse"]
+    shown = [{p["name"]: p["param_external_value"] for p in trial["params"]} for trial in dashboard["trials"]]
+    assert len(shown) == 12 and all(trial["state"] == "Complete" for trial in dashboard["trials"])
+    assert sorted(trial["method"] for trial in shown) == ["dcl"] * 9 + ["simcse"] * 3
+    assert all("dcl.sigma" not in trial for trial in shown if trial["method"] == "simcse")
+    assert any("dcl.sigma" in trial for trial in shown)
 
     analyze = run_sweep(["analyze", "dcl_vs_simcse.yaml"], tmp_path, timeout=300, env=env)
     assert analyze.returncode == 0, analyze.stdout + analyze.stderr
