@@ -245,7 +245,7 @@ def task_markdown(frame: pd.DataFrame, by: Sequence[str], reference: Reference) 
         cells = {row.task: f"{row.mean_difference:+.2f} [{row.t_low:+.2f}, {row.t_high:+.2f}]"
                  for row in group.itertuples()}
         ns = sorted(set(group["n"]))
-        lines.append("| " + " | ".join([*(str(v) for v in key), *(cells.get(t, "-") for t in tasks),
+        lines.append("| " + " | ".join([*(_cell(v) for v in key), *(cells.get(t, "-") for t in tasks),
                                         "/".join(map(str, ns))]) + " |")
     return ("\n".join(lines) + f"\n\nPer task, paired against the reference {_text(reference.configuration)} "
             f"({reference.how}): mean difference [95% paired t-interval, per comparison and per task, not adjusted "
@@ -301,12 +301,19 @@ def _missing(value: Any) -> bool:
 
 def _values(configuration: dict[str, Any], by: Sequence[str]) -> str:
     """A configuration by its values alone, in `by`'s order (a figure's row label; the keys go in its legend)."""
-    return " / ".join(f"{value:g}" if isinstance(value, float) else str(value)
-                      for value in (configuration.get(key) for key in by))
+    return " / ".join(_cell(configuration.get(key)) for key in by)
+
+
+def _cell(value: Any) -> str:
+    """A key's value in a table or label: "-" where the configuration sets none (a key of another method, or
+    left to its default), floats in their shortest form."""
+    if _missing(value):
+        return "-"
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def _text(configuration: dict[str, Any]) -> str:
-    return ", ".join(f"{key}={value}" for key, value in configuration.items())
+    return ", ".join(f"{key}={_cell(value)}" for key, value in configuration.items())
 
 
 # ---- what analyze writes ----------------------------------------------------------------------------------
@@ -381,7 +388,7 @@ def paired_markdown(comparison: PairedComparison, latex: bool = False) -> str:
             p_text = _p(d.p_adjusted) + ("*" if d.p_adjusted < 0.05 else "")
             flip, better = _p(d.p_signflip), f"{d.p_improvement:.2f}"
         mean = f"{d.mean:+.2f}" + (f" ({d.note})" if d.note else "")
-        rows.append([*(str(d.configuration[key]) for key in by), mean, interval, p_text, flip, better,
+        rows.append([*(_cell(d.configuration[key]) for key in by), mean, interval, p_text, flip, better,
                      "-" if d.iqm is None else f"{d.iqm:+.2f}", str(d.n)] + ([paper[i]] if paper else []))
     note = procedure_note(comparison)
     if paper:

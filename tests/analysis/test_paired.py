@@ -231,3 +231,14 @@ def test_the_methods_table_states_each_method_against_simcse_beside_the_papers(t
     lines = [line for line in text.splitlines() if line.startswith("| mocose | paper |")]
     assert len(lines) == 1 and lines[0].rstrip().endswith("| +1.02 |")  # 77.27 - 76.25, MoCoSE Table 1
     assert any(line.startswith("| mix | paper |") and line.rstrip().endswith("| +2.83 |") for line in text.splitlines())
+
+
+def test_a_key_a_configuration_does_not_set_reads_as_a_dash_not_nan():
+    rows = []
+    for seed in range(3):
+        rows.append({"method": "simcse", "dcl.sigma": float("nan"), "seed": seed, "avg": 76.0 + seed / 10})
+        rows.append({"method": "dcl", "dcl.sigma": 0.5, "seed": seed, "avg": 76.2 + seed / 10})
+    reference = paired.Reference({"method": "simcse", "dcl.sigma": float("nan")}, True, "the study's reference")
+    comparison = paired.paired_differences(pd.DataFrame(rows), ["method", "dcl.sigma"], reference)
+    text = paired.paired_markdown(comparison)
+    assert "nan" not in text and "| dcl | 0.5 |" in text and "method=simcse, dcl.sigma=nan" not in text
