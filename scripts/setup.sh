@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Create .venv and install the project: what `sweep run` needs, or with --dev the test and tracker tooling
-# too (pytest, ruff, hypothesis, mlflow, wandb, tensorboard, psycopg2). torch is installed first, by pip
+# too (pytest, ruff, hypothesis, mlflow, wandb, tensorboard, psycopg2; mteb, the extra the MTEB tests need).
+# torch is installed first, by pip
 # and pinned (torch==2.13.0, a CPU build, which pip finds on this machine's disk; uv does not look there
 # and would download a multi-GB CUDA build); on a GPU machine, install the torch build for your CUDA
 # first and this script keeps it. The rest is installed by uv, from PyPI: half pip's time on a fresh
@@ -12,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 extras=""
 case "${1:-}" in
-  --dev) extras="[dev]" ;;
+  --dev) extras="[dev,mteb]" ;;
   "") ;;
   *) echo "usage: bash scripts/setup.sh [--dev]" >&2; exit 2 ;;
 esac

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import importlib.util
 import json
 import os
 import shutil
@@ -42,6 +43,12 @@ BENCH_SHARING_STAND_IN = {"method": "simcse", "precision": "auto", "steps_timed"
 
 
 # ---- study files --------------------------------------------------------------------------------------
+# The MTEB tests need the optional extra contrastive-sweep[mteb] (scripts/setup.sh --dev installs it); CI's
+# lowest-versions leg, whose scipy is older than mteb allows, runs without it.
+needs_mteb = pytest.mark.skipif(importlib.util.find_spec("mteb") is None,
+                                reason="mteb is not installed (the extra contrastive-sweep[mteb])")
+
+
 def first_fast(*cases: Any) -> list[Any]:
     """The cases of a parametrised family, for pytest.mark.parametrize: the first runs in the fast tier, the
     others only in the whole suite (marked slow), so the fast tier runs each family's code once and the whole

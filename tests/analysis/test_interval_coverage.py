@@ -35,10 +35,11 @@ def test_the_selection_aware_intervals_hold_every_truth_at_once_where_the_config
     assert measured.rate >= 0.93, measured
 
 
-@pytest.mark.slow  # statsmodels' multipletests collects garbage on every call: ~30 ms each
-def test_holms_family_wise_false_claims_against_a_named_reference_stay_near_five_percent():
-    measured = coverage.named_reference(k=9, n=4, reps=500)
-    assert measured.rate <= 0.05 + 3 * (0.05 * 0.95 / 500) ** 0.5, measured
+@pytest.mark.slow  # ~20 s: holm_agrees calls statsmodels 200 times
+def test_holms_family_wise_false_claims_against_a_named_reference_stay_under_five_percent():
+    assert coverage.holm_agrees()  # the rule the simulation counts with is holm()'s own
+    measured = coverage.named_reference(k=9, n=4, reps=2000)
+    assert measured.rate <= 0.05 + 2 * (0.05 * 0.95 / 2000) ** 0.5, measured
 
 
 @pytest.mark.parametrize("study, seeds", [("mtd_grid", 1), ("mtd_grid", 3), ("ema_decay", 3), ("ema_decay", 5),

@@ -11,9 +11,9 @@ import os
 import pytest
 import yaml
 
-from tests.helpers import run_sweep, write_study
+from tests.helpers import needs_mteb, run_sweep, write_study
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, needs_mteb]
 
 
 def test_a_study_with_an_mteb_task_writes_its_files_scores_and_table(tmp_path, shared_data_dir):

@@ -10,7 +10,7 @@ import pytest
 
 from sweep.commands.dry_run import print_dry_run
 from sweep.spec import load_study
-from tests.helpers import study_file
+from tests.helpers import needs_mteb, study_file
 from trainer.vocabulary import STS_TASKS, STS_TEST_PAIRS
 
 
@@ -169,6 +169,7 @@ def test_the_dry_run_states_the_difference_its_seeds_resolve_and_the_seeds_a_tar
     assert f"per-seed difference sd {sd:.2f}, default: sqrt(2.32^2 + 0.61^2)" in text
 
 
+@needs_mteb
 def test_the_dry_run_counts_the_mteb_tasks_the_trials_score(tmp_path, capsys, shared_data_dir):
     path = tiny_study(tmp_path, "with_mteb", shared_data_dir, eval={"mteb": ["local:STSBenchmark"]})
     (text,) = dry_run_lines(capsys, path, "mteb")

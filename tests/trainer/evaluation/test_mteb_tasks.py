@@ -8,10 +8,13 @@ import json
 
 import pytest
 
+from tests.helpers import needs_mteb
 from trainer.evaluation.encoder import SentenceEncoder
 from trainer.evaluation.mteb_tasks import evaluate_mteb
 from trainer.evaluation.sts import evaluate_sts
 from trainer.models import load_encoder
+
+pytestmark = needs_mteb
 
 
 def cross_check(model_dir, data_dir, out_dir) -> tuple[float, float]:
