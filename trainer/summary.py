@@ -323,9 +323,13 @@ def trials_csv_row(summary: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def analysis_row(summary: Mapping[str, Any]) -> dict[str, Any]:
-    """The analysis' row (module docstring) from one trial's summary.json."""
+    """The analysis' row (module docstring) from one trial's summary.json. Its config columns are those its method
+    reads: another method's section (a plugin's knob a trial written before keys were scoped still holds) is left
+    out, as sweep.spec.expand leaves it out of the trial."""
+    from trainer.config import scoped
+
     summary = upgrade_summary(summary)
-    config = summary.get("config") or {}
+    config = scoped(summary.get("config") or {})
     mtd = summary.get("mtd") or {}
     row: dict[str, Any] = {"status": summary.get("status"), "reason": summary.get("reason"),
                            **flat_config(config), "steps": summary.get("steps"), "mtd": mtd.get("formula")}

@@ -164,6 +164,12 @@ def _dry_run_text(spec: StudySpec) -> str:
                             f"keep_weights: {keep} keeps (deleted when better trials ended, or never saved)")
         for text in other_code_lines(spec, states):
             line("code", text)
+        from sweep.records.resume import FORMER_MARK
+
+        former = sum(1 for state in states.values() if state.endswith(FORMER_MARK))
+        if former:
+            line("keys", f"{plural(former, 'finished trial')} ended under a key that also named a knob its method does "
+                         "not read: `sweep run` records each under the key shown, without running it again")
         counts: dict[str, int] = {}
         for trial in trials:
             state = states.get(trial.key, "not run")

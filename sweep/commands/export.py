@@ -92,7 +92,7 @@ def export_trial(study: str | Path, dest: str | Path, trial_key: str | None = No
                             f"({state}); the trial ended as an error, so running the study's `sweep run` command "
                             "again runs it again and brings its files here")
         why = {"deleted": "deleted when better trials ended", "none": "never saved"}.get(state, "incomplete")
-        file = _study_file(location)
+        file = location.study_file()
         how = (f"set `keep_weights: all` in {file} and run `sweep run {file}`" if file else
                "set `keep_weights: all` in the study file `sweep run` ran it from (not its copy "
                f"{location.folder.study_yaml}, the record of the last run) and run `sweep run` on that file")
@@ -176,25 +176,6 @@ def push_to_hub(dest: Path, repo: str) -> str:
         text = " ".join(str(exc).split())[:200] or type(exc).__name__
         raise UserError(f"--push-to-hub {repo}: {type(exc).__name__}: {text}; the model is in {dest}; push it "
                         "later with `huggingface-cli upload` once the Hub is reachable and you are logged in") from None
-
-
-def _study_file(location: Any) -> str | None:
-    """The study file to change and run again: the one given, else the one `sweep run` last ran the study
-    from (the Optuna study's user attribute study_file, sweep.run.plan) while it exists; None when unknown."""
-    if location.spec is not None and location.spec.path:
-        return location.spec.path
-    storage = str(location.storage)
-    if storage.startswith("sqlite:///") and not Path(storage[len("sqlite:///"):]).is_file():
-        return None  # no Optuna study here (and none is created by looking)
-    try:
-        import optuna
-
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
-        study = optuna.load_study(study_name=location.name, storage=location.storage)
-        path = study.user_attrs.get("study_file")
-    except Exception:  # an unreachable or missing Optuna storage: the user knows the file
-        return None
-    return path if isinstance(path, str) and Path(path).is_file() else None
 
 
 # ---- choosing the trial ---------------------------------------------------------------------------

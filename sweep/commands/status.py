@@ -128,7 +128,11 @@ def _next_run(location: StudyLocation, keys: list[str], optuna_trials: list[Any]
         spec = location.spec  # study.yaml holds the study file given: validated once, by locate_study
     else:
         try:
-            folder = location.spec.plugin_folder if location.spec is not None else None  # the study file's plugins
+            # the study file's plugins: the one given, else the one the study last ran from (a results folder's
+            # study.yaml is a copy whose plugin files lie beside the original)
+            study_file = location.study_file() if location.spec is None else None
+            folder = location.spec.plugin_folder if location.spec is not None else \
+                (Path(study_file).parent if study_file else None)
             spec = load_study(location.folder.study_yaml, trials=False, plugin_folder=folder)  # trials: the rows
         except UserError:
             return None

@@ -4,17 +4,27 @@
     decide(attempts, summary) -> "skip" | "record" | "run"
     trial_states(spec) -> {key: state shown}   (read-only: creates no storage, writes nothing)
     other_code_states(spec, keys) -> {key: the other code state a finished trial ran on}
+    former_keys(folder, trials, by_key) -> FormerKeys   (ended trials whose key a knob they never read still named)
 
 - skip: Optuna holds a final attempt (COMPLETE, PRUNED, or FAIL diverged/collapsed).
 - record: summary.json holds a final verdict that never reached Optuna (the driver died in between);
   the run records it in Optuna without running the trial.
 - run: never ran, interrupted, or failed with an error.
+
+A trial that ended under a key that named another method's knob (written before a method's own keys were scoped to
+its trials: a SimCSE trial of `method: [simcse, dcl] x dcl.sigma: [...]` once ran, and was keyed, once per
+dcl.sigma) is the same run as the planned trial it now matches by trainer config and seed (sweep.spec.keys.
+run_signature): that trial is done, not run again. `sweep run` moves the folder to the new key (its old key in
+trials/<key>/former_key) and records it in Optuna under the new key; the repeats of the same run (one per value of
+the knob it never read) go to superseded/<old key>/, kept but out of the analysis. The dry run and `sweep status`
+count such a trial as done already.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 # is_final lives in sweep.records.store, below both this module and sweep.records.mirror (which reads it
 # too); which statuses are final is trainer.vocabulary's.
@@ -22,8 +32,8 @@ from sweep.records.store import StudyFolder, is_final
 from trainer.provenance import other_code_state
 from trainer.vocabulary import FINAL_FAIL_STATUSES, FINAL_STATUSES
 
-__all__ = ["FINAL_FAIL_STATUSES", "decide", "is_done", "is_final", "optuna_attempts", "other_code_states",
-           "trial_states"]
+__all__ = ["FINAL_FAIL_STATUSES", "FormerKeys", "decide", "former_keys", "is_done", "is_final", "optuna_attempts",
+           "other_code_states", "trial_states"]
 
 
 def decide(attempts: list[Any], summary: Mapping[str, Any] | None) -> str:
@@ -75,7 +85,8 @@ def trial_states(spec: Any, keys: list[str] | None = None, by_key: dict[str, lis
     """key -> what `sweep run` would find, one word each (a table cell): the final Optuna state (skipped:
     COMPLETE, PRUNED, FAIL/diverged, FAIL/collapsed), "ended-not-in-optuna" (recorded on the next run),
     "FAIL->rerun" / "RUNNING->rerun" for an earlier attempt that runs again, "damaged" for a summary.json
-    that does not parse. Keys never run are left out. None when the study has not run here (no Optuna
+    that does not parse; a trial that ended under its former key (former_keys) has its state there and FORMER_MARK.
+    Keys never run are left out. None when the study has not run here (no Optuna
     study and no trial folders). `by_key`: the attempts (optuna_attempts) when the caller read them already.
     `problems`, when given, gets key -> StudyFolder.summary_problem for each key whose summary.json is damaged."""
     folder = StudyFolder(spec.study_dir)
@@ -85,14 +96,17 @@ def trial_states(spec: Any, keys: list[str] | None = None, by_key: dict[str, lis
     if by_key is None and not trials_dir.is_dir():
         return None
     by_key = by_key or {}
-    if keys is None:
-        from sweep.spec.expand import expansion
+    from sweep.spec.expand import expansion
 
-        keys = [t.key for t in expansion(spec).trials]  # keys only: no copy of each trial's config
+    planned = expansion(spec).trials if keys is None else None
+    if keys is None:
+        keys = [t.key for t in planned]  # keys only: no copy of each trial's config
+    former = former_keys(folder, lambda: planned if planned is not None else expansion(spec).trials, by_key).adopted
     states = {}
     for key in keys:
-        attempts = by_key.get(key, [])
-        summary, problem = folder.read_summary_checked(key)  # one read for both
+        source = former.get(key, key)  # a trial ended under its former key is what `sweep run` will record
+        attempts = by_key.get(source, [])
+        summary, problem = folder.read_summary_checked(source)  # one read for both
         if problem and problems is not None:
             problems[key] = problem
         action = decide(attempts, summary)
@@ -106,6 +120,8 @@ def trial_states(spec: Any, keys: list[str] | None = None, by_key: dict[str, lis
             states[key] = "damaged"
         elif attempts:
             states[key] = f"{attempts[-1].state.name}->rerun"
+        if key in former and key in states:
+            states[key] += FORMER_MARK
     return states
 
 
@@ -121,6 +137,58 @@ def other_code_states(spec: Any, keys: list[str]) -> dict[str, str]:
         if state is not None:
             found[key] = state
     return found
+
+
+FORMER_MARK = " (former key)"  # trial_states: the state of a trial that ended under its former key
+
+
+@dataclass(frozen=True)
+class FormerKeys:
+    """Ended trials a knob of another method still named (module docstring). `adopted`: planned key -> the former
+    key of the ended trial that is its run; `repeats`: former key -> the planned key of a run it repeats (another
+    value of a knob it never read); `knobs`: the keys that named them and name them no more."""
+
+    adopted: dict[str, str] = field(default_factory=dict)
+    repeats: dict[str, str] = field(default_factory=dict)
+    knobs: tuple[str, ...] = ()
+
+
+def former_keys(folder: StudyFolder, trials: Callable[[], Iterable[Any]], by_key: Mapping[str, list[Any]]
+                ) -> FormerKeys:
+    """The ended trials under trials/ whose key the study no longer plans but whose run (trainer config and seed:
+    sweep.spec.keys.run_signature) is that of a planned trial that never ran; `trials()` gives the planned
+    sweep.spec.Trial objects (called only when such a folder exists). The first such folder in key order is the
+    planned trial's record; the others repeat it."""
+    trials_dir = folder.path / "trials"
+    if not trials_dir.is_dir():
+        return FormerKeys()
+    folders = {path.name for path in trials_dir.iterdir() if path.is_dir()}
+    planned = list(trials())
+    if not planned:  # tpe: its trials are Optuna's asks, keyed as they are drawn
+        return FormerKeys()
+    ended = [key for key in sorted(folders - {t.key for t in planned})
+             if decide(by_key.get(key, []), folder.read_summary(key)) != "run"]
+    if not ended:
+        return FormerKeys()
+    from sweep.spec.keys import requested_fields, run_signature
+    from trainer.config import scoped
+
+    unrun = {run_signature(t.config, t.seed): t.key for t in planned
+             if t.key not in folders and not by_key.get(t.key)}
+    adopted: dict[str, str] = {}
+    repeats: dict[str, str] = {}
+    knobs: set[str] = set()
+    for key in ended:
+        config = folder.read_config(key)
+        new = unrun.get(run_signature(config, config.get("seed"))) if config else None
+        if new is None:
+            continue
+        if new in adopted:
+            repeats[key] = new
+        else:
+            adopted[new] = key
+        knobs.update(set(requested_fields(config)) - set(requested_fields(scoped(config))))
+    return FormerKeys(adopted, repeats, tuple(sorted(knobs)))
 
 
 def is_done(state: str | None) -> bool:

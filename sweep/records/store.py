@@ -291,6 +291,22 @@ class StudyLocation:
     storage: str  # Optuna storage URL
     spec: Any = None  # the StudySpec, when located from the study YAML (load_study(path, trials=False))
 
+    def study_file(self) -> str | None:
+        """The study file to change and run again: the one given, else the one `sweep run` last ran the study
+        from (the Optuna study's user attribute study_file, sweep.run.plan) while it exists; None when unknown."""
+        if self.spec is not None and self.spec.path:
+            return self.spec.path
+        if self.storage.startswith("sqlite:///") and not Path(self.storage[len("sqlite:///"):]).is_file():
+            return None  # no Optuna study here (and none is created by looking)
+        try:
+            import optuna
+
+            optuna.logging.set_verbosity(optuna.logging.WARNING)
+            path = optuna.load_study(study_name=self.name, storage=self.storage).user_attrs.get("study_file")
+        except Exception:  # an unreachable or missing Optuna storage: the user knows the file
+            return None
+        return path if isinstance(path, str) and Path(path).is_file() else None
+
 
 def locate_study(study: str | Path) -> StudyLocation:
     """Resolve a CLI STUDY argument (the study YAML or its results folder).

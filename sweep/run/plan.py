@@ -27,6 +27,7 @@ attribute `study_file`, which `sweep export` names when it tells how to get a tr
 from __future__ import annotations
 
 import math
+import os
 import subprocess
 from collections import deque
 from pathlib import Path
@@ -34,7 +35,7 @@ from typing import Any, Mapping
 
 from sweep.records.history import keep_weights_changed, record_change
 from sweep.records.mirror import OptunaMirror, infer_distributions, rebuild_storage
-from sweep.records.resume import decide
+from sweep.records.resume import FormerKeys, decide, former_keys
 from sweep.records.seed_means import SeedMeans, asks_made, tpe_known_trials, uses_seed_means
 from sweep.records.store import StudyFolder, TrialsTable, is_final
 from sweep.records.weights import WeightKeeper
@@ -48,6 +49,9 @@ from trainer.summary import metric_value, older_reading, summary_from_attrs
 from trainer.vocabulary import OK
 
 WEIGHTS_WANTED = "weights.wanted"  # trials/<key>/<this>: the trial runs again until its weights are back
+FORMER_KEY = "former_key"  # trials/<key>/<this>: the key the trial ended under (sweep.records.resume.former_keys)
+SUPERSEDED = "superseded"  # results/<study>/<this>/<former key>/: a run repeated under another value of a knob it
+# never read, kept out of the analysis
 REPLACED = "replaced"  # trials/<key>/summary.json.replaced-<time>: a finished trial's record before its re-run
 
 
@@ -90,6 +94,7 @@ class StudyPlan:
         self.files: dict[str, Any] | None = None
         self.node_watch: Any = None
         self.cost_limit: Any = None  # sweep.run.cost_limit.CostLimit when the study has a cost_limit
+        self.former = FormerKeys()  # ended trials moved to the keys that now name their runs (prepare())
 
     def use_cluster(self, files: dict[str, Any], node_watch: Any) -> None:
         """The run is on a Ray cluster: every job from now on carries `files` (where its worker sends the trial's
@@ -122,7 +127,9 @@ class StudyPlan:
         stale = self.mirror.fail_interrupted()
         self.table = TrialsTable(self.folder, self.param_names)
         ended: dict[str, dict[str, Any]] = {}  # key -> summary.json of each trial that already ended
-        skipped = self._resume(planned, ended) - self._restore_weights(ended, keep_changed)
+        by_key = self.mirror.trials_by_key()
+        self._take_former_keys(planned, by_key)
+        skipped = self._resume(planned, ended, by_key) - self._restore_weights(ended, keep_changed)
         for key, state in self.keeper.scan(ended).items():
             self.table.update(key, weights=state)
         self.table.write()
@@ -165,10 +172,22 @@ class StudyPlan:
         space.update(infer_distributions(planned, rest))
         return space
 
-    def _resume(self, planned: list[Trial], ended: dict[str, dict[str, Any]]) -> int:
+    def _take_former_keys(self, planned: list[Trial], by_key: dict[str, list[Any]]) -> None:
+        """Move each ended trial that a knob of another method still named (sweep.records.resume.former_keys) to the
+        key of the planned trial it ran, its former key in trials/<key>/former_key, so that _resume records it
+        under that key instead of running it; its repeats go to superseded/<former key>/."""
+        self.former = former_keys(self.folder, lambda: planned, by_key)
+        for new, old in self.former.adopted.items():
+            os.replace(self.folder.trial_dir(old), self.folder.trial_dir(new))
+            (self.folder.trial_dir(new) / FORMER_KEY).write_text(old + "\n")
+        if self.former.repeats:
+            (self.folder.path / SUPERSEDED).mkdir(exist_ok=True)
+        for old in self.former.repeats:
+            os.replace(self.folder.trial_dir(old), self.folder.path / SUPERSEDED / old)
+
+    def _resume(self, planned: list[Trial], ended: dict[str, dict[str, Any]], by_key: dict[str, list[Any]]) -> int:
         """Sort planned trials into done (skipped) and to run; return how many were skipped. The summary of
         each trial that ended is added to `ended`."""
-        by_key = self.mirror.trials_by_key()
         skipped = 0
         if self.spec.method == "tpe":
             planned = tpe_known_trials(self.spec, by_key, self.seed_means)
@@ -330,6 +349,13 @@ class StudyPlan:
             self.progress.say(f"study {spec.name}: {plural(len(self.other_code), 'finished trial')} ran on another "
                               f"code state ({', '.join(sorted(set(self.other_code.values())))}) than this one "
                               f"({short_commit({'code': code_state()})}); {what}")
+        if self.former.adopted:
+            repeats = (f"; {plural(len(self.former.repeats), 'repeat')} of them (the same run under another value) "
+                       f"moved to {SUPERSEDED}/" if self.former.repeats else "")
+            self.progress.say(
+                f"study {spec.name}: {plural(len(self.former.adopted), 'finished trial')} recorded under the keys of "
+                f"the runs they are, no longer named by {', '.join(self.former.knobs)}, which their method does not "
+                f"read (trials/<key>/{FORMER_KEY} holds the old key){repeats}")
         if self.restoring:
             self.progress.say(f"study {spec.name}: running {plural(len(self.restoring), 'finished trial')} again "
                               f"to save the weights keep_weights: {spec.to_dict()['keep_weights']} keeps (deleted "

@@ -3,6 +3,8 @@
     trial_key(config_dict, seed) -> str     # 12 hex chars over the fields the study sets (not defaults) + seed
     requested_fields(config_dict)           # those fields, by dotted key
 
+    run_signature(resolved_config, seed)   # a key over what a run reads: two trials with one signature run alike
+
 A key of a method's own section (a plugin's `dcl.sigma`) is asked for only where it differs from that section's
 default, as any other key; a trial of another method never holds it (sweep.spec.expand), so its key is the key
 of a study that never named it.
@@ -15,7 +17,7 @@ import json
 from typing import Any
 
 from sweep.spec.values import flat_default_config
-from trainer.config import method_section_defaults
+from trainer.config import method_section_defaults, scoped
 from trainer.files import MISSING, flatten
 
 TRIAL_KEY_LENGTH = 12
@@ -55,6 +57,14 @@ def requested_fields(config: dict[str, Any] | None) -> dict[str, Any]:
             continue
         out[key] = value
     return out
+
+
+def run_signature(config: dict[str, Any], seed: Any) -> str:
+    """A key over what a run of `config` (a resolved trainer config, nested) reads: its fields that differ from the
+    defaults, without the sections of methods other than its own (trainer.config.scoped), and `seed`. A trial
+    written while another method's knob still named it (a plugin's key before keys were scoped to their method)
+    has the signature of the trial that now runs it; sweep.records.resume.former_keys matches them by it."""
+    return key_of_requested(requested_fields(scoped(config)), seed)
 
 
 # Fields whose fixed default became a rule (null: the paper's value for the model, trainer.method_rules): a study

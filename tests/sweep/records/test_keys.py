@@ -208,3 +208,19 @@ def test_a_former_default_written_out_keeps_its_key_and_a_clash_is_refused(tmp_p
     with pytest.raises(UserError, match=r"k.yaml:4: .*two trials would share the key \w{12}: batch_size is null "
                                         r"\(the paper's value for the model\) in one and 64 in the other"):
         load_study(study_file(tmp_path, large + "seeds: [1]\n", "k.yaml"))
+
+
+def test_a_run_signature_leaves_out_a_knob_its_method_does_not_read():
+    """The signature sweep.records.resume.former_keys matches ended trials by: a SimCSE config that still holds the
+    DCL plugin's section (written before keys were scoped) is the run of the config without it, and of no other."""
+    from sweep.spec.keys import run_signature
+    from trainer.methods.plugins import load_plugins
+
+    load_plugins(["dcl.py"], Path(__file__).resolve().parents[3] / "docs" / "examples" / "dcl")
+    simcse = RunConfig.from_dict({"model": "embedded", "method": "simcse", "batch_size": 16}).to_dict()
+    dcl = RunConfig.from_dict({"model": "embedded", "method": "dcl", "batch_size": 16,
+                               "dcl": {"sigma": 0.5}}).to_dict()
+    assert run_signature({**simcse, "dcl": {"sigma": 0.5}}, 1) == run_signature(simcse, 1)
+    assert run_signature({**simcse, "dcl": {"sigma": 0.5}}, 2) != run_signature(simcse, 1)
+    assert run_signature({**simcse, "batch_size": 32}, 1) != run_signature(simcse, 1)
+    assert run_signature(dcl, 1) != run_signature({**dcl, "dcl": {"sigma": 1.0}}, 1)  # DCL reads its own knob
