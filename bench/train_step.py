@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from trainer.config import RunConfig
 from trainer.corpus import load_corpus
 from trainer.data import corpus_path, data_dir
+from trainer.method_rules import method_names
 from trainer.models import load_encoder
 from trainer.train import train
 
@@ -86,7 +87,8 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--model", default="embedded")
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--methods", nargs="+", default=["simcse", "mocose", "gs", "mix"])
+    parser.add_argument("--methods", nargs="+", default=list(method_names()),
+                        help="registered method names (default: every one, the four built in first)")
     parser.add_argument("--compile", choices=("off", "on", "both"), default="off")
     parser.add_argument("--no-minimal", action="store_true", help="leave out the hand-written loop")
     table.add_record_argument(parser)

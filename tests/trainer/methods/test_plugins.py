@@ -187,3 +187,21 @@ def test_python_m_trainer_takes_a_plugin(tmp_path):
     unknown = subprocess.run([sys.executable, "-m", "trainer", "-", "method=dcl"], capture_output=True, text=True,
                              timeout=scaled(120), cwd=tmp_path)
     assert unknown.returncode == 2 and "unknown method 'dcl'" in unknown.stderr
+
+
+def test_no_list_of_method_names_outside_the_vocabulary():
+    """The built-in methods are registered as plugins are: no module of the tool lists their names (a tuple, list,
+    set or dict keyed by two or more of them) but trainer.vocabulary, which names each once for the registry."""
+    import ast
+
+    repo = Path(__file__).resolve().parents[3]
+    names = {"simcse", "mocose", "gs", "mix"}
+    found = []
+    for package in ("trainer", "sweep", "analysis", "bench", "scripts"):
+        for path in sorted((repo / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                items = (node.elts if isinstance(node, (ast.List, ast.Tuple, ast.Set))
+                         else node.keys if isinstance(node, ast.Dict) else [])
+                if len({item.value for item in items if isinstance(item, ast.Constant) and item.value in names}) > 1:
+                    found.append(f"{path.relative_to(repo)}:{node.lineno}")
+    assert [place.split(":")[0] for place in found] == ["trainer/vocabulary.py"], found
