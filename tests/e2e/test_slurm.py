@@ -2,13 +2,18 @@
 bad-input cases. The end-to-end test submits a study with a real two-minute time limit: Slurm
 sends its early SIGTERM (`--signal=B:TERM@40`; measured on the local Slurm: 40-70 s before the limit, as
 its time-limit check runs every 30 s), the job requeues itself, the test lifts Slurm's requeue hold and
-gives the requeued job a longer limit, and the second allocation finishes the study.
+gives the requeued job a longer limit, and the second allocation finishes the study. The other end-to-end test
+submits a study with a plugin (docs/examples/dcl) beside it: the job's driver and workers import it, and every
+trial records it.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -19,7 +24,7 @@ import optuna
 import pytest
 
 from tests.deadlines import scaled, wait_until
-from tests.helpers import REPO, fake_env, fake_study, rows
+from tests.helpers import REPO, fake_env, fake_study, read_csv, rows, write_study
 
 START = REPO / "tests" / "slurm" / "start_local_slurm.sh"
 # A job in any other state is still on its way: besides PENDING and RUNNING, Slurm passes through transient
@@ -110,6 +115,25 @@ def test_an_unknown_partition_or_gpus_on_a_cpu_cluster_is_refused(tmp_path, shar
     assert not (tmp_path / "results" / "bad" / "slurm" / "sweep.sbatch").exists()
 
 
+def test_a_plugin_that_fails_on_import_is_refused_before_anything_is_submitted(tmp_path, shared_data_dir):
+    # `sweep slurm` imports the study's plugins as `sweep run` does: a broken one is named with its FILE:LINE on
+    # one line, before the cluster is asked anything (sbatch on PATH or not) and before a script is written.
+    (tmp_path / "broken.py").write_text("import no_such_module_for_the_plugin_test\n")
+    path = fake_study(tmp_path, "brokenplugin", shared_data_dir, parameters={"method": ["simcse"]},
+                      plugins=["broken.py"])
+    bin_dir = tmp_path / "bin"  # an sbatch that records being called: it must not be
+    bin_dir.mkdir()
+    (bin_dir / "sbatch").write_text(f"#!/bin/sh\necho \"$@\" >> {tmp_path / 'sbatch-called'}\necho 1\n")
+    (bin_dir / "sbatch").chmod(0o755)
+    result = sweep(["slurm", str(path), "--time", "1:00:00"], tmp_path,
+                   env=fake_env(PATH=f"{bin_dir}{os.pathsep}{os.environ['PATH']}"))
+    assert result.returncode == 2, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert f"{tmp_path / 'broken.py'}:1: plugin broken.py failed on import: ModuleNotFoundError" in result.stderr
+    assert "submitted job" not in result.stdout and not (tmp_path / "sbatch-called").exists()
+    assert not (tmp_path / "results" / "brokenplugin" / "slurm").exists()
+
+
 # ---- end to end ------------------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_a_study_cut_by_the_time_limit_is_requeued_and_finished(tmp_path, shared_data_dir, local_slurm):
@@ -180,5 +204,50 @@ def test_a_study_cut_by_the_time_limit_is_requeued_and_finished(tmp_path, shared
     cut = re.search(r"study onslurm interrupted after \d+s: .*?(\d+) FAIL/interrupted", first)
     interrupted = [t.user_attrs["reason"] for t in trials if t.state.name == "FAIL"]
     assert interrupted == ["interrupted"] * (int(cut.group(1)) if cut else 0), (interrupted, first)
+    wait_until(lambda: job_processes(job_id) == [], 10)
+    assert job_processes(job_id) == []  # no Ray process (or anything else of the job) left
+
+
+@pytest.mark.slow
+def test_a_plugin_study_runs_on_slurm_with_the_plugin_in_every_trial(tmp_path, shared_data_dir, tiny_model_dir,
+                                                                      local_slurm):
+    # The DCL plugin of docs/examples/dcl beside its study, SimCSE against DCL over its knob (3 trials of the tiny
+    # model on the real trainer, so the plugin's loss runs): the batch job's driver and its Ray workers import the
+    # plugin from the study's folder, and each trial records it, by path and sha256, in its provenance.
+    plugin = tmp_path / "dcl.py"
+    shutil.copy(REPO / "docs" / "examples" / "dcl" / "dcl.py", plugin)
+    path = write_study(tmp_path, "dclslurm", tiny_model_dir, shared_data_dir,
+                       {"method": ["simcse", "dcl"], "dcl.sigma": [0.5, 1.0]}, plugins=["dcl.py"])
+    study_dir = tmp_path / "results" / "dclslurm"
+    env = {**os.environ, "SWEEP_DATA_DIR": str(shared_data_dir), "PYTHONPATH": str(REPO)}
+    env.pop("SWEEP_TRAIN_FN", None)  # the real trainer
+    submitted = sweep(["slurm", str(path), "--time", "15"], tmp_path, env=env)
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = re.search(r"submitted job (\d+)", submitted.stdout).group(1)
+    try:
+        deadline = time.monotonic() + scaled(300)
+        while job(job_id).get("JobState") not in END_STATES:
+            assert time.monotonic() < deadline, (job(job_id), rows(study_dir))
+            time.sleep(1)
+    finally:
+        subprocess.run(["scancel", job_id], check=False)
+    info = job(job_id)
+    logs = {p.name: p.read_text()[-3000:] for p in sorted((study_dir / "slurm").glob(f"allocation-{job_id}-*.log"))}
+    why = {key: info.get(key) for key in ("JobState", "Reason", "ExitCode", "Restarts")}
+    assert info["JobState"] == "COMPLETED" and int(info["Restarts"]) == 0, (why, rows(study_dir), logs)
+    assert "study finished" in logs[f"allocation-{job_id}-0.log"], logs
+
+    trials = read_csv(study_dir)
+    assert {r["state"] for r in trials} == {"COMPLETE"}, trials
+    assert sorted((r["method"], r["dcl.sigma"]) for r in trials) == [("dcl", "0.5"), ("dcl", "1.0"), ("simcse", "")]
+    digest = hashlib.sha256(plugin.read_bytes()).hexdigest()
+    for row in trials:
+        summary = json.loads((study_dir / "trials" / row["key"] / "summary.json").read_text())
+        assert summary["status"] == "ok" and summary["config"]["method"] == row["method"], summary
+        assert summary["provenance"]["code"]["plugins"] == {str(plugin.resolve()): digest}, summary["provenance"]
+        if row["method"] == "simcse":  # SimCSE reads no dcl.sigma: its trial carries no DCL section
+            assert "dcl" not in summary["config"], summary["config"]
+        else:
+            assert summary["config"]["dcl"]["sigma"] == float(row["dcl.sigma"]), summary["config"]
     wait_until(lambda: job_processes(job_id) == [], 10)
     assert job_processes(job_id) == []  # no Ray process (or anything else of the job) left
