@@ -11,7 +11,8 @@ analysis.figure_style), and a pandas DataFrame holding exactly what is drawn, on
     std      the error bar: sample std over seeds (ddof=1; NaN for one seed or non-measured marks)
     n        trials behind the point
 
-plus figure-specific columns (group, lo/hi of the best MTD's interval, heat-map rows, ...).
+plus figure-specific columns (group, lo/hi of the best MTD's interval, heat-map rows, the knob figure's panel
+and its paired differences' ci_low/ci_high, interval and p_adjusted, ...).
 MTD figures (analysis.mtd_figures) also put their statistics (Spearman, fit, best MTD and interval) in
 `data.attrs["stats"]`.
 
@@ -32,11 +33,13 @@ legend says so; the y axis always names the score it plots.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from analysis import paper_values
 from analysis.figure_marks import (
@@ -64,6 +67,8 @@ from analysis.figure_style import (
     series_style,
     styled,
 )
+from analysis.knob_differences import COLUMNS as DIFFERENCE_COLUMNS
+from analysis.knob_differences import SCORE_PANEL, draw_differences, knob_differences
 from analysis.registry import FIGURE, generic_knobs, knob_trials, varying_knobs
 from analysis.stats import seed_summary
 from trainer.vocabulary import MOCOSE
@@ -256,23 +261,69 @@ def figure_mix_lambda(table: pd.DataFrame, score: str = "avg", by: Keys = None, 
 
 
 @styled
-def figure_knob(table: pd.DataFrame, score: str = "avg", by: Keys = None, size: str = DEFAULT_SIZE) -> Drawn:
+def figure_knob(table: pd.DataFrame, score: str = "avg", by: Keys = None, size: str = DEFAULT_SIZE,
+                reference: dict[str, Any] | None = None) -> Drawn:
     """Any swept number key no paper figure is for (analysis.registry.generic_knobs), a plugin's own knob included:
     the score along its values (null: the knob's default), over the trials of the methods that read it, one series
     per combination of the other swept keys; the first such key when a study sweeps several (else the first that
-    varies among the trials: a key `analysis: {knobs}` names, set through an expr)."""
+    varies among the trials: a key `analysis: {knobs}` names, set through an expr).
+
+    Where the knob's values share seeds with the study's reference (`reference`, the study's; None: the best mean),
+    a second panel (beneath at the single width, beside at the double) gives each value's paired difference to
+    it, with the interval and adjusted p of the study's paired table (analysis.knob_differences); elsewhere the
+    figure is the one panel. The data's `panel` column says which panel a row is drawn on ("score" or "paired
+    difference"), with the difference's ci_low, ci_high, interval (its procedure) and p_adjusted."""
     knobs = [key for key in generic_knobs(by or []) if key in table.columns] or varying_knobs(table)
     if not knobs:
         raise ValueError("figure_knob: no number key that no other figure is for varies among the trials")
     knob = knobs[0]
-    others = [key for key in (by or []) if key != knob and key != "method"]
-    return _ablation_figure(
-        knob_trials(table, knob), knob, score, by=others, size=size, x_format=format_number,
-        title=FIGURE["knob"].title(knob), xlabel=knob)
+    others = [key for key in (by or []) if key != knob]  # the method too, where several read the knob
+    trials = knob_trials(table, knob)
+    options: dict[str, Any] = dict(by=others, x_format=format_number, title=FIGURE["knob"].title(knob), xlabel=knob)
+    series = ablation_series(trials, knob, score, others)
+    found = knob_differences(table, trials, knob, list(by) if by else [knob], score, reference, format_number,
+                             series)
+    if found is None:  # seeds do not allow it: the score alone
+        fig, frame = _ablation_figure(trials, knob, score, size=size, **options)
+        return fig, frame.assign(panel=SCORE_PANEL).reindex(columns=[*frame.columns, *DIFFERENCE_COLUMNS])
+    fig, (above, below) = new_figure(size, panels=2)
+    drawn = draw_ablation(above, trials, knob, score, **options)
+    differences, handles, labels, note = draw_differences(below, found, drawn.position, drawn.offset, drawn.index,
+                                                          knob, score, series,
+                                                          where="lower" if size == "single" else "right")
+    for ax in (above, below):  # ticks that do not hang on the panel's size: the layout's two passes agree on them
+        ax.yaxis.set_major_locator(MaxNLocator(nbins=6, steps=[1, 2, 2.5, 5, 10]))
+    upper, upper_labels = above.get_legend_handles_labels()
+    legend_below(above, upper + handles, upper_labels + labels, title=f"{drawn.note}\n{note}")
+    frame = pd.concat([drawn.frame.assign(panel=SCORE_PANEL), differences], ignore_index=True)
+    frame["n"] = frame["n"].astype("Int64")
+    return finish(fig, [above, below], size), frame[[*drawn.frame.columns, *DIFFERENCE_COLUMNS]]
 
 
 # ---- one parameter on a categorical axis --------------------------------------------------------
-def _ablation_figure(
+@dataclass(frozen=True)
+class Ablation:
+    """What `draw_ablation` drew on its panel: the data (COLUMNS and the series' keys), where each x label stands,
+    each series' sideways offset and style index (by its label), and the legend's title for what the marks are."""
+
+    frame: pd.DataFrame
+    position: dict[str, int]
+    offset: dict[str, float]
+    index: dict[str, int]
+    note: str
+
+
+def _ablation_figure(table: pd.DataFrame, x: str, score: str, *, size: str = DEFAULT_SIZE, **options: Any
+                     ) -> tuple[Figure, pd.DataFrame]:
+    """One parameter on a categorical x axis, alone in its figure (`draw_ablation`, whose options it takes)."""
+    fig, (ax,) = new_figure(size)
+    drawn = draw_ablation(ax, table, x, score, **options)
+    legend_below(ax, title=drawn.note)
+    return finish(fig, [ax], size), drawn.frame
+
+
+def draw_ablation(
+    ax,
     table: pd.DataFrame,
     x: str,
     score: str,
@@ -281,21 +332,20 @@ def _ablation_figure(
     xlabel: str,
     x_format: Callable[[Any], str],
     by: Sequence[str] | None = None,
-    size: str = DEFAULT_SIZE,
     exclude: Iterable[str] = (),
     sort_key: Callable[[Any], Any] | None = None,
     paper: Callable[[Any], float | None] | None = None,
     paper_label: str = "paper",
     ordered: bool = True,
-) -> tuple[Figure, pd.DataFrame]:
-    """One parameter on a categorical x axis: mean ± std over seeds per value, one series per
-    combination of the other swept parameters (dodged sideways when there are several), paper values
-    as diamonds at the measured x values (beside the seven-task average only). `ordered`: the values are
-    a knob's numbers, and a line joins each series' points that are numbers; else a dot plot."""
+) -> Ablation:
+    """One parameter on a categorical x axis of `ax`: mean ± std over seeds per value, one series per
+    combination of the other swept parameters (`ablation_series`; dodged sideways when there are several),
+    paper values as diamonds at the measured x values (beside the seven-task average only). `ordered`: the values
+    are a knob's numbers, and a line joins each series' points that are numbers; else a dot plot."""
     paper_note = "" if paper is None or paper_comparable(score) else f"\n{PAPER_LEFT_OUT}"
     paper = paper if paper_comparable(score) else None
     trials = table[table[score].notna()]
-    others = series_columns(trials, [x, *exclude], by)
+    others = ablation_series(table, x, score, by, exclude)
     summary = seed_summary(trials, score, [x, *others])
     summary["x_label"] = summary[x].map(x_format)
     values = summary.drop_duplicates("x_label")[[x, "x_label"]]
@@ -306,14 +356,14 @@ def _ablation_figure(
     summary["_position"] = summary["x_label"].map(position)
     summary = summary.sort_values([*others, "_position"], kind="stable")  # rows in drawing order
 
-    fig, (ax,) = new_figure(size)
     show_n = summary["n"].nunique() > 1  # n beside each point only where it differs between points
     groups = list(summary.groupby(others, sort=True, dropna=False)) if others else [((), summary)]
     step = min(0.12, 0.5 / len(groups))
-    parts = []
+    parts, offsets, indices = [], {}, {}
     for i, (key, group) in enumerate(groups):
         label = series_label(others, key) if others else "this study"
         offset = (i - (len(groups) - 1) / 2) * step
+        offsets[label], indices[label] = offset, i
         xs = np.array([position[lab] for lab in group["x_label"]]) + offset
         numeric = np.array([_is_number(v) for v in group[x]]) & ordered
         draw_points(ax, xs, group["mean"], group["std"], group["n"], **series_style(i), label=label,
@@ -340,9 +390,16 @@ def _ablation_figure(
     ax.set_ylabel(score_label(score))
     ax.set_title(title)
     dodged = f"\n{DODGE_NOTE}" if len(groups) > 1 else ""
-    legend_below(ax, title=spread_note(summary["n"]) + dodged + paper_note)
     extra = [c for c in others if c in frame.columns]
-    return finish(fig, [ax], size), frame[COLUMNS + extra]
+    return Ablation(frame[COLUMNS + extra], position, offsets, indices,
+                    spread_note(summary["n"]) + dodged + paper_note)
+
+
+def ablation_series(table: pd.DataFrame, x: str, score: str, by: Sequence[str] | None = None,
+                    exclude: Iterable[str] = ()) -> list[str]:
+    """The keys whose combinations are `draw_ablation`'s series: the other swept parameters (`by`; inferred when
+    None) that vary among the trials with a `score`."""
+    return series_columns(table[table[score].notna()], [x, *exclude], by)
 
 
 def slice_sort_key(label: str) -> tuple:

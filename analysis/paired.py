@@ -141,6 +141,12 @@ def has_pairs(table: pd.DataFrame, by: Sequence[str], score: str, reference: dic
     return any(len(a & b) >= MIN_PAIRED for i, (_, a) in enumerate(seeds) for _, b in seeds[i + 1:])
 
 
+def configuration_trials(table: pd.DataFrame, configuration: dict[str, Any]) -> pd.DataFrame:
+    """The rows of `table` that ran `configuration` (a PairedDifference's or the Reference's): equal in each of its
+    keys, a missing value matching a missing one."""
+    return table[_matching(table, configuration)]
+
+
 def _scored_seeds(table: pd.DataFrame, by: Sequence[str], score: str) -> list[tuple[dict[str, Any], frozenset]]:
     """(configuration, the seeds with a score) of each configuration of `by`."""
     by = list(by)
@@ -310,6 +316,11 @@ def _cell(value: Any) -> str:
     if _missing(value):
         return "-"
     return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def configuration_text(configuration: dict[str, Any]) -> str:
+    """A configuration as the tables' notes name it: "key=value, ..." ("-" where it sets no value)."""
+    return _text(configuration)
 
 
 def _text(configuration: dict[str, Any]) -> str:

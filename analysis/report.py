@@ -282,10 +282,11 @@ def applicable_figures(
 
     `params` keep series (and MTD points) apart; `knobs` (default: `params`) decide which figures apply;
     `mtd_source` names the x of the MTD figures (the table's "mtd" column must hold that distance); every
-    figure is drawn at `size`.
+    figure is drawn at `size`; `reference` (the study's) goes to the figures that state differences against it
+    (the knob figure's paired panel), as to the paired table.
     """
     called = set(figures_called_for(params if knobs is None else knobs))
-    arguments = {"score": score, "by": params, "mtd_source": mtd_source, "size": size}
+    arguments = {"score": score, "by": params, "mtd_source": mtd_source, "size": size, "reference": reference}
     plans: list[tuple[str, Callable]] = []
     for entry in FIGURES:
         if entry.name in called and entry.applies(table, score):

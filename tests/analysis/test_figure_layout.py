@@ -396,3 +396,27 @@ def test_a_legend_taller_than_the_figure_makes_the_figure_taller(size):
     assert fig.get_size_inches()[1] > first_height
     assert ax.bbox.height / fig.dpi >= figure_style.PANEL_HEIGHT[size] - 0.05
     assert layout_problems(fig) == []
+
+
+@pytest.mark.parametrize("size", ["single", "double"])
+def test_the_knob_figure_and_its_paired_panel_are_laid_out_for_print(size):
+    """The generic knob figure (no study in studies/ sweeps such a key): two methods along the temperature, with
+    the panel of paired differences beneath (beside, at the double width) against a named reference and against
+    the best mean, with seed counts that differ between points; and without shared seeds, the score alone."""
+    from analysis.figures import figure_knob
+
+    rng = np.random.default_rng(7)
+    seed_effect = rng.normal(0.0, 1.0, 3)
+    rows = [{"method": method, "temperature": tau, "seed": seed,
+             "avg": 76.0 + shift + (0.4 if method == "gs" else 0.0) + seed_effect[seed] + rng.normal(0.0, 0.15)}
+            for method in ("simcse", "gs") for tau, shift in ((0.05, 0.0), (0.1, 0.5), (0.2, -0.6))
+            for seed in range(3)
+            if not ((method, tau) == ("gs", 0.2) and seed == 2) and not ((method, tau) == ("simcse", 0.2) and seed)]
+    table = pd.DataFrame(rows)
+    by = ["method", "temperature"]
+    for reference in ({"method": "simcse", "temperature": 0.05}, None):
+        fig, _ = figure_knob(table, "avg", by=by, size=size, reference=reference)
+        assert len(fig.axes) == 2
+        assert layout_problems(fig) == []
+    fig, _ = figure_knob(table[table["seed"] == 0], "avg", by=by, size=size, reference=None)
+    assert len(fig.axes) == 1 and layout_problems(fig) == []

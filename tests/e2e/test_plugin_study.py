@@ -57,7 +57,16 @@ def test_the_dcl_plugin_study_runs_analyses_and_exports(tmp_path, shared_data_di
     assert sorted(row["method"] for row in paired) == ["dcl", "dcl", "dcl"]  # each against SimCSE, seed by seed
     assert (figures / "paired_differences.png").is_file() and (figures / "scores.csv").is_file()
     knob = list(csv.DictReader((figures / "knob.csv").open()))  # the figure for the plugin's knob: DCL's trials
-    assert sorted((row["x_label"], row["n"]) for row in knob) == [("0.5", "3"), ("1", "3"), ("default", "3")]
+    scores = [row for row in knob if row["panel"] == "score"]
+    assert sorted((row["x_label"], row["n"]) for row in scores) == [("0.5", "3"), ("1", "3"), ("default", "3")]
+    # beneath them each value against SimCSE, the study's reference: the paired table's rows, on the knob's axis
+    differences = {row["x_label"]: row for row in knob if row["panel"] == "paired difference"}
+    assert sorted(differences) == ["0.5", "1", "default"]
+    for row in paired:
+        drawn = differences[f"{float(row['dcl.sigma']):g}" if row["dcl.sigma"] else "default"]
+        assert [float(drawn[key]) for key in ("mean", "ci_low", "ci_high")] == pytest.approx(
+            [float(row[key]) for key in ("mean_difference", "ci_low", "ci_high")])
+        assert (drawn["n"], drawn["interval"]) == (row["n"], "paired t")
 
     export = run_sweep(["export", str(folder), "--best", str(tmp_path / "model")], tmp_path, timeout=300, env=env)
     assert export.returncode == 0, export.stdout + export.stderr

@@ -1,0 +1,181 @@
+"""The knob figure's lower panel (analysis.figures.figure_knob): each value of a swept knob against the study's
+reference, seed by seed, as the study's paired table states it (analysis.paired).
+
+The numbers are the paired table's own rows: `paired.paired_differences` over the whole study (every configuration
+of its declared keys, the same reference, the same family), of which the panel draws the rows whose trials are
+the knob's. The reference is the study's `reference` (the interval: the paired t-interval; filled where Holm's p,
+over the table's comparisons, is below 0.05) or, where the study names none, the best mean (the interval: Hsu's
+MCB over the table's configurations, which holds each configuration's difference to the best of the others;
+filled where MCB's p is below 0.05). A value with two shared seeds is a mean alone (no bar); one sharing fewer is
+left out and counted. Nothing is drawn (`knob_differences` is None) where no value of the knob shares two seeds
+with the reference.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import pandas as pd
+from matplotlib.lines import Line2D
+
+from analysis import paired
+from analysis.figure_marks import label_n, score_label, series_label
+from analysis.figure_style import series_style
+
+SCORE_PANEL, DIFFERENCE_PANEL = "score", "paired difference"  # the knob figure's `panel` column
+COLUMNS = ["panel", "ci_low", "ci_high", "interval", "p_adjusted"]  # what the lower panel adds to the data
+GEQ = "\u2265"
+REFERENCE_MARK = dict(marker="x", markersize=5, markeredgewidth=1.2, color="black", linestyle="none", zorder=5)
+
+
+@dataclass(frozen=True)
+class Point:
+    """One of the paired table's rows, at the knob value and in the series its trials are drawn at above."""
+
+    difference: paired.PairedDifference
+    x: Any
+    x_label: str
+    series: str
+
+
+@dataclass(frozen=True)
+class KnobDifferences:
+    """The paired comparison behind the panel and where each of its rows stands on the knob's axis."""
+
+    comparison: paired.PairedComparison
+    points: list[Point]
+    reference_at: tuple[Any, str, str] | None  # (x, x_label, series) where the reference is one of the knob's
+    left_out: int  # the knob's configurations sharing fewer than MIN_PAIRED seeds with the reference
+
+
+def knob_differences(table: pd.DataFrame, trials: pd.DataFrame, knob: str, by: Sequence[str], score: str,
+                     named: dict[str, Any] | None, x_format: Callable[[Any], str], series: Sequence[str]
+                     ) -> KnobDifferences | None:
+    """The paired table's comparison of `table` (configurations of `by`, against the study's reference `named`, or
+    the best mean; analysis.report does the same) located on the knob's axis: each row whose trials are among
+    `trials` (the knob figure's), at their x label (`x_format`) and series (the combination of `series`' values).
+    None where seeds do not allow it (no row of the knob's shares MIN_PAIRED seeds with the reference), where the
+    study's reference has no finished trial (the paired table warns of it), or where a row's trials stand at more
+    than one point of the figure."""
+    by = list(by)
+    if not by or not paired.has_pairs(table, by, score):
+        return None
+    try:
+        reference = paired.reference_configuration(table, by, score, named)
+        if not paired.has_pairs(table, by, score, reference.configuration):
+            return None
+        comparison = paired.paired_differences(table, by, reference, score)
+    except ValueError:
+        return None
+    scored = trials[trials[score].notna()]
+    try:
+        points = [Point(d, *at) for d in comparison.rows
+                  if (at := _located(scored, d.configuration, knob, x_format, series)) is not None]
+        reference_at = _located(scored, reference.configuration, knob, x_format, series)
+    except _Ambiguous:
+        return None
+    places = [(p.x_label, p.series) for p in points] + ([reference_at[1:]] if reference_at else [])
+    if not points or len(set(places)) != len(places):
+        return None
+    configurations = scored.groupby(by, dropna=False, sort=True).ngroups
+    return KnobDifferences(comparison, points, reference_at,
+                           left_out=configurations - len(points) - (reference_at is not None))
+
+
+class _Ambiguous(Exception):
+    """A configuration's trials stand at more than one point of the figure."""
+
+
+def _located(scored: pd.DataFrame, configuration: dict[str, Any], knob: str, x_format: Callable[[Any], str],
+             series: Sequence[str]) -> tuple[Any, str, str] | None:
+    rows = paired.configuration_trials(scored, configuration)
+    if rows.empty:
+        return None  # not one of the knob's trials (another method's, the reference of a method without the knob)
+    labels = {x_format(value) for value in rows[knob]}
+    names = {series_label(series, tuple(key)) if series else "this study"
+             for key in rows[list(series)].itertuples(index=False)}
+    if len(labels) != 1 or len(names) != 1:
+        raise _Ambiguous
+    return rows[knob].iloc[0], labels.pop(), names.pop()
+
+
+def draw_differences(ax, found: KnobDifferences, position: dict[str, int], offset: dict[str, float],
+                     index: dict[str, int], knob: str, score: str, series: Sequence[str], where: str = "lower"
+                     ) -> tuple[pd.DataFrame, list, list[str], str]:
+    """Draw the panel on `ax` at the score panel's x positions, series offsets and styles; (its data, legend
+    handles and labels, the legend title's line on it, which names it the `where` panel)."""
+    comparison = found.comparison
+    adjusted = "p (Holm)" if comparison.procedure == paired.PAIRED_T else "p (MCB)"
+    finite = [v for p in found.points for v in (p.difference.mean, p.difference.ci_low, p.difference.ci_high)
+              if v is not None and np.isfinite(v)]
+    low_end, high_end = min(finite) - 1.0, max(finite) + 1.0  # an unbounded MCB end: one point past the bounded
+    ns = {p.difference.n for p in found.points}
+    kinds: set[bool] = set()  # True: the difference stands at 0.05; False: it does not
+    rows = []
+    for p in found.points:
+        d, style = p.difference, series_style(index[p.series])
+        x = position[p.x_label] + offset[p.series]
+        if d.ci_low is None:  # n = 2: the mean alone
+            ax.plot([x], [d.mean], linestyle="none", marker=style["marker"], color=style["color"],
+                    markerfacecolor="white", zorder=4)
+        else:
+            stands = d.p_adjusted < 0.05
+            kinds.add(stands)
+            low, high = max(d.ci_low, low_end), min(d.ci_high, high_end)
+            ax.errorbar([x], [d.mean], yerr=[[max(0.0, d.mean - low)], [max(0.0, high - d.mean)]],
+                        fmt=style["marker"], color=style["color"], elinewidth=0.8, zorder=4,
+                        markerfacecolor=style["color"] if stands else "white")
+        if len(ns) > 1:
+            label_n(ax, [x], [d.mean], [d.n], style["color"])
+        rows.append({**{key: d.configuration.get(key) for key in series}, "series": p.series, "x": p.x,
+                     "x_label": p.x_label, "mean": d.mean, "n": d.n, "ci_low": d.ci_low, "ci_high": d.ci_high,
+                     "interval": comparison.procedure if d.ci_low is not None else "", "p_adjusted": d.p_adjusted})
+
+    reference = comparison.reference
+    zero = ax.axhline(0.0, color="0.4", linewidth=0.8, linestyle=":", zorder=0)
+    handles, labels = [zero], [f"\u0394 = 0: the reference, {paired.configuration_text(reference.configuration)} "
+                               f"({reference.how})"]
+    if found.reference_at is not None:  # the reference is one of the knob's values: its own point, at 0
+        x, x_label, name = found.reference_at
+        (mark,) = ax.plot([position[x_label] + offset[name]], [0.0], **REFERENCE_MARK)
+        handles.append(mark)
+        labels.append("the reference itself")
+        rows.append({"series": "reference", "x": x, "x_label": x_label, "mean": 0.0, "interval": ""})
+    one = len({p.series for p in found.points}) == 1
+    style = series_style(index[found.points[0].series]) if one else {"color": "black", "marker": "o"}
+    for stands in sorted(kinds, reverse=True):
+        handles.append(Line2D([], [], linestyle="none", marker=style["marker"], color=style["color"],
+                              markerfacecolor=style["color"] if stands else "white"))
+        labels.append(f"\u0394 and its interval, {adjusted} {'<' if stands else GEQ} 0.05")
+
+    order = sorted(position, key=position.get)
+    ax.set_xticks(range(len(order)), order)
+    ax.set_xlim(-0.5, len(order) - 0.5)
+    ax.margins(y=0.1)
+    ax.grid(False, axis="x")
+    ax.set_xlabel(knob)
+    ax.set_ylabel(f"\u0394 {score_label(score)}")
+    ax.set_title("Paired difference to the reference")
+    frame = pd.DataFrame(rows).assign(panel=DIFFERENCE_PANEL)
+    return frame, handles, labels, _note(found, adjusted, ns, where)
+
+
+def _note(found: KnobDifferences, adjusted: str, ns: set[int], where: str) -> str:
+    """What the lower panel's marks are: the difference, over how many seeds, its interval and what fills a mark."""
+    comparison = found.comparison
+    seeds = f"over {min(ns)} shared seeds" if len(ns) == 1 else "over the shared seeds (n at each point)"
+    text = f"{where} panel: \u0394 = value \u2212 reference, seed by seed, mean {seeds}; "
+    if comparison.procedure == paired.PAIRED_T:
+        text += (f"bar: its 95% CI (paired t); filled where {adjusted} < 0.05, Holm over the study's "
+                 f"{comparison.family} comparisons")
+    else:
+        text += (f"bar: its simultaneous 95% CI (MCB, over the study's {comparison.family} configurations) on "
+                 f"value \u2212 the best of the others; filled where {adjusted} < 0.05")
+    if any(p.difference.ci_low is None for p in found.points):
+        text += f"; no bar: {paired.MIN_PAIRED} shared seeds, no interval"
+    if found.left_out:
+        text += (f"; not drawn: {found.left_out} of the knob's configurations, sharing fewer than "
+                 f"{paired.MIN_PAIRED} seeds with the reference")
+    return text
