@@ -5,6 +5,7 @@
     trial_states(spec) -> {key: state shown}   (read-only: creates no storage, writes nothing)
     other_code_states(spec, keys) -> {key: the other code state a finished trial ran on}
     former_keys(folder, trials, by_key) -> FormerKeys   (ended trials whose key a knob they never read still named)
+    take_former_keys(folder, trials, by_key) -> FormerKeys   (`sweep run`: moved to the keys of their runs)
 
 - skip: Optuna holds a final attempt (COMPLETE, PRUNED, or FAIL diverged/collapsed).
 - record: summary.json holds a final verdict that never reached Optuna (the driver died in between);
@@ -22,6 +23,7 @@ count such a trial as done already.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
@@ -29,11 +31,12 @@ from typing import Any, Callable, Iterable, Mapping
 # is_final lives in sweep.records.store, below both this module and sweep.records.mirror (which reads it
 # too); which statuses are final is trainer.vocabulary's.
 from sweep.records.store import StudyFolder, is_final
+from sweep.text import plural
 from trainer.provenance import other_code_state
 from trainer.vocabulary import FINAL_FAIL_STATUSES, FINAL_STATUSES
 
 __all__ = ["FINAL_FAIL_STATUSES", "FormerKeys", "decide", "former_keys", "is_done", "is_final", "optuna_attempts",
-           "other_code_states", "trial_states"]
+           "other_code_states", "take_former_keys", "trial_states"]
 
 
 def decide(attempts: list[Any], summary: Mapping[str, Any] | None) -> str:
@@ -139,6 +142,9 @@ def other_code_states(spec: Any, keys: list[str]) -> dict[str, str]:
     return found
 
 
+FORMER_KEY = "former_key"  # trials/<key>/<this>: the key the trial ended under
+SUPERSEDED = "superseded"  # results/<study>/<this>/<former key>/: a run repeated under another value of a knob it
+# never read, kept out of the analysis
 FORMER_MARK = " (former key)"  # trial_states: the state of a trial that ended under its former key
 
 
@@ -151,6 +157,15 @@ class FormerKeys:
     adopted: dict[str, str] = field(default_factory=dict)
     repeats: dict[str, str] = field(default_factory=dict)
     knobs: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        """What `sweep run` did with them, in one line."""
+        repeats = (f"; {plural(len(self.repeats), 'repeat')} of them (the same run under another value) moved to "
+                   f"{SUPERSEDED}/" if self.repeats else "")
+        return (f"{plural(len(self.adopted), 'finished trial')} recorded under the keys of the runs they are, no "
+                f"longer named by "
+                f"{', '.join(self.knobs)}, which their method does not read (trials/<key>/{FORMER_KEY} holds the "
+                f"old key){repeats}")
 
 
 def former_keys(folder: StudyFolder, trials: Callable[[], Iterable[Any]], by_key: Mapping[str, list[Any]]
@@ -189,6 +204,21 @@ def former_keys(folder: StudyFolder, trials: Callable[[], Iterable[Any]], by_key
             adopted[new] = key
         knobs.update(set(requested_fields(config)) - set(requested_fields(scoped(config))))
     return FormerKeys(adopted, repeats, tuple(sorted(knobs)))
+
+
+def take_former_keys(folder: StudyFolder, planned: list[Any], by_key: Mapping[str, list[Any]]) -> FormerKeys:
+    """former_keys, acted on (`sweep run`, before it sorts the planned trials): each adopted folder moved to its new
+    key with the old key in trials/<key>/former_key, so that the run records it under that key instead of running
+    it; each repeat moved to superseded/<former key>/."""
+    found = former_keys(folder, lambda: planned, by_key)
+    for new, old in found.adopted.items():
+        os.replace(folder.trial_dir(old), folder.trial_dir(new))
+        (folder.trial_dir(new) / FORMER_KEY).write_text(old + "\n")
+    if found.repeats:
+        (folder.path / SUPERSEDED).mkdir(exist_ok=True)
+    for old in found.repeats:
+        os.replace(folder.trial_dir(old), folder.path / SUPERSEDED / old)
+    return found
 
 
 def is_done(state: str | None) -> bool:

@@ -5,14 +5,9 @@ folder, the Optuna mirror, trials.csv, the trials to run, the keeper of saved we
 line), and `prepare()`, which writes study.yaml, opens the Optuna study, sorts every planned trial into
 done and to run, and prints the plan.
 
-The resume rule (sweep.records.resume.decide, shared with `--dry-run` and `sweep status`):
-- Optuna trials left RUNNING/WAITING by a dead driver become FAIL with reason "interrupted".
-- A key is done, and skipped, when Optuna holds a final attempt for it: COMPLETE, PRUNED, or FAIL with
-  status diverged/collapsed (a deterministic verdict that a re-run would repeat).
-- A key whose summary.json holds a final verdict (ok, diverged, collapsed, pruned) that never reached
-  Optuna (the driver died between the two) is recorded from disk, not re-run.
-- Every other key (never run, interrupted, or failed with an error) runs (again) as a new Optuna trial;
-  the stale attempt stays FAIL. So each key ends final exactly once.
+The resume rule is sweep.records.resume's (skip, record or run each key, shared with `--dry-run` and `sweep
+status`; trials ended under a former key): Optuna trials left RUNNING/WAITING by a dead driver first become FAIL
+("interrupted"); a key that runs again does so as a new Optuna trial, so each key ends final exactly once.
 
 Weights the study keeps again (`weights_to_restore`): when `keep_weights` changed since the study last ran,
 every finished trial the new value keeps (all, or the top k by the study metric) that ended ok but has no
@@ -27,7 +22,6 @@ attribute `study_file`, which `sweep export` names when it tells how to get a tr
 from __future__ import annotations
 
 import math
-import os
 import subprocess
 from collections import deque
 from pathlib import Path
@@ -35,7 +29,7 @@ from typing import Any, Mapping
 
 from sweep.records.history import keep_weights_changed, record_change
 from sweep.records.mirror import OptunaMirror, infer_distributions, rebuild_storage
-from sweep.records.resume import FormerKeys, decide, former_keys
+from sweep.records.resume import FormerKeys, decide, take_former_keys
 from sweep.records.seed_means import SeedMeans, asks_made, tpe_known_trials, uses_seed_means
 from sweep.records.store import StudyFolder, TrialsTable, is_final
 from sweep.records.weights import WeightKeeper
@@ -49,9 +43,6 @@ from trainer.summary import metric_value, older_reading, summary_from_attrs
 from trainer.vocabulary import OK
 
 WEIGHTS_WANTED = "weights.wanted"  # trials/<key>/<this>: the trial runs again until its weights are back
-FORMER_KEY = "former_key"  # trials/<key>/<this>: the key the trial ended under (sweep.records.resume.former_keys)
-SUPERSEDED = "superseded"  # results/<study>/<this>/<former key>/: a run repeated under another value of a knob it
-# never read, kept out of the analysis
 REPLACED = "replaced"  # trials/<key>/summary.json.replaced-<time>: a finished trial's record before its re-run
 
 
@@ -127,9 +118,7 @@ class StudyPlan:
         stale = self.mirror.fail_interrupted()
         self.table = TrialsTable(self.folder, self.param_names)
         ended: dict[str, dict[str, Any]] = {}  # key -> summary.json of each trial that already ended
-        by_key = self.mirror.trials_by_key()
-        self._take_former_keys(planned, by_key)
-        skipped = self._resume(planned, ended, by_key) - self._restore_weights(ended, keep_changed)
+        skipped = self._resume(planned, ended) - self._restore_weights(ended, keep_changed)
         for key, state in self.keeper.scan(ended).items():
             self.table.update(key, weights=state)
         self.table.write()
@@ -172,22 +161,11 @@ class StudyPlan:
         space.update(infer_distributions(planned, rest))
         return space
 
-    def _take_former_keys(self, planned: list[Trial], by_key: dict[str, list[Any]]) -> None:
-        """Move each ended trial that a knob of another method still named (sweep.records.resume.former_keys) to the
-        key of the planned trial it ran, its former key in trials/<key>/former_key, so that _resume records it
-        under that key instead of running it; its repeats go to superseded/<former key>/."""
-        self.former = former_keys(self.folder, lambda: planned, by_key)
-        for new, old in self.former.adopted.items():
-            os.replace(self.folder.trial_dir(old), self.folder.trial_dir(new))
-            (self.folder.trial_dir(new) / FORMER_KEY).write_text(old + "\n")
-        if self.former.repeats:
-            (self.folder.path / SUPERSEDED).mkdir(exist_ok=True)
-        for old in self.former.repeats:
-            os.replace(self.folder.trial_dir(old), self.folder.path / SUPERSEDED / old)
-
-    def _resume(self, planned: list[Trial], ended: dict[str, dict[str, Any]], by_key: dict[str, list[Any]]) -> int:
+    def _resume(self, planned: list[Trial], ended: dict[str, dict[str, Any]]) -> int:
         """Sort planned trials into done (skipped) and to run; return how many were skipped. The summary of
         each trial that ended is added to `ended`."""
+        by_key = self.mirror.trials_by_key()
+        self.former = take_former_keys(self.folder, planned, by_key)  # moved to their keys first: recorded below
         skipped = 0
         if self.spec.method == "tpe":
             planned = tpe_known_trials(self.spec, by_key, self.seed_means)
@@ -350,12 +328,7 @@ class StudyPlan:
                               f"code state ({', '.join(sorted(set(self.other_code.values())))}) than this one "
                               f"({short_commit({'code': code_state()})}); {what}")
         if self.former.adopted:
-            repeats = (f"; {plural(len(self.former.repeats), 'repeat')} of them (the same run under another value) "
-                       f"moved to {SUPERSEDED}/" if self.former.repeats else "")
-            self.progress.say(
-                f"study {spec.name}: {plural(len(self.former.adopted), 'finished trial')} recorded under the keys of "
-                f"the runs they are, no longer named by {', '.join(self.former.knobs)}, which their method does not "
-                f"read (trials/<key>/{FORMER_KEY} holds the old key){repeats}")
+            self.progress.say(f"study {spec.name}: {self.former.describe()}")
         if self.restoring:
             self.progress.say(f"study {spec.name}: running {plural(len(self.restoring), 'finished trial')} again "
                               f"to save the weights keep_weights: {spec.to_dict()['keep_weights']} keeps (deleted "
