@@ -38,10 +38,10 @@ def study_estimate(spec: StudySpec) -> StudyEstimate:
     attempts = optuna_attempts(spec.name, spec.storage_url)
     spent, measured = spent_seconds(attempts)
     fallback = sum(measured) / len(measured) if measured else None
-    if spec.method == "tpe":
+    if not spec.search.expands:  # tpe: its trials are asked during the run, each estimated at the first values
         done = sum(1 for tries in (attempts or {}).values()
                    if any(is_done(_state(a)) for a in tries))
-        left = max(0, (spec.budget or 0) * len(spec.seeds) - done)
+        left = max(0, spec.search.total_trials(0, spec.budget, len(spec.seeds)) - done)
         (one,) = trial_estimates(spec, [planning_config(spec)])
         one = one if one is not None else fallback
         per_trial: dict[str, float | None] = {}

@@ -111,24 +111,27 @@ def _dry_run_text(spec: StudySpec) -> str:
                       f"scheduler {scheduler}")
     line("storage", spec.storage_url)
     line("results", f"{spec.study_dir}/")
-    configs = [planning_config(spec)] if spec.method == "tpe" else [t.config for t in expansion(spec).trials]
+    search = spec.search
+    # the configs the study is planned with: its expanded trials', or tpe's before its first ask
+    configs = [t.config for t in expansion(spec).trials] if search.expands else [planning_config(spec)]
     for text in corpus_lines(configs):
         line("corpus", text)
     for text in final_eval_lines(configs):
         line("eval", text)
     for text in mteb_lines(configs):
         line("mteb", text)
-    for text in training_lines(configs, None if spec.method == "tpe" else [t.requested for t in expansion(spec).trials],
+    for text in training_lines(configs, [t.requested for t in expansion(spec).trials] if search.expands else None,
                                spec.base):
         line("training", text)
     for text in compile_lines(spec, configs):
         line("compile", text)
     for text in seed_count_lines(spec, configs):
         line("seeds", text)
-    if spec.method == "tpe":
+    if not search.expands:
+        total = search.total_trials(0, spec.budget, len(spec.seeds))
         line("trials", f"up to {spec.budget} per seed x {plural(len(spec.seeds), 'seed')} = "
-                       f"{spec.budget * len(spec.seeds)}, chosen by TPE during the run")
-        for text in study_cost_lines(spec, configs, trials=spec.budget * len(spec.seeds))[0]:
+                       f"{total}, chosen by TPE during the run")
+        for text in study_cost_lines(spec, configs, trials=total)[0]:
             line("cost", text)
         for text in _limit_lines(spec):
             line("limit", text)
@@ -139,12 +142,12 @@ def _dry_run_text(spec: StudySpec) -> str:
 
     planned = expansion(spec)
     trials = planned.trials
-    unit = "combination" if spec.method == "grid" else "sample"
+    wanted = search.configurations(spec.budget)  # random: its budget; a grid: every combination (None)
     line("trials", f"{len(trials)} ({plural(planned.configurations, 'configuration')} x "
-                   f"{plural(len(spec.seeds), 'seed')}; {plural(planned.dropped, unit)} dropped by "
+                   f"{plural(len(spec.seeds), 'seed')}; {plural(planned.dropped, search.unit)} dropped by "
                    f"constraints, {plural(planned.duplicates, 'duplicate')} collapsed)"
                    + (f"; only {planned.configurations} distinct configurations for budget {spec.budget}"
-                      if spec.method == "random" and planned.configurations < (spec.budget or 0) else ""))
+                      if wanted is not None and planned.configurations < wanted else ""))
     mtds = [t.mtd for t in trials if t.mtd is not None]
     if mtds:
         line("MTD", f"{min(mtds):.2f} to {max(mtds):.2f} ({len(mtds)} of {len(trials)} trials)")

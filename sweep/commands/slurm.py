@@ -245,7 +245,7 @@ def progress(study: str) -> str:
     keys = [t.key for t in expansion(spec).trials]
     states = trial_states(spec, keys) or {}
     done = sum(1 for key in keys if is_done(states.get(key)))
-    total = len(keys) if spec.method != "tpe" else max(len(keys), (spec.budget or 1) * len(spec.seeds))
+    total = spec.search.total_trials(len(keys), spec.budget, len(spec.seeds))
     return f"{done} of {total}"
 
 

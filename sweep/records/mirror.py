@@ -36,6 +36,7 @@ from sweep.records.optuna_private import trial_id
 from sweep.records.optuna_reads import first_distributions, group_by_key, read_trials
 from sweep.spec.expand import ask_in_space
 from sweep.spec.schema import StudySpec, Trial
+from sweep.spec.search import SearchMethod
 from sweep.text import hide_password
 from trainer.errors import UserError
 from trainer.files import json_safe
@@ -83,10 +84,12 @@ def sqlite_problem(url: str) -> str | None:
     return None if row and row[0] == "ok" else f"integrity check: {row[0] if row else 'no answer'}"
 
 
-def rebuild_storage(url: str, rebuild: bool, study: str, method: str, set_aside: Callable[[Path], Path]) -> None:
+def rebuild_storage(url: str, rebuild: bool, study: str, search: SearchMethod,
+                    set_aside: Callable[[Path], Path]) -> None:
     """An unreadable SQLite storage: one line naming `--rebuild-storage` (exit 2), or with `rebuild` the file
     kept aside, so the run that follows records every finished trial again from its summary.json (the
-    storage is a mirror of those records: sweep.records.resume's "record"). Nothing happens to a storage that reads."""
+    storage is a mirror of those records: sweep.records.resume's "record"), where the study's search method
+    (`search`: sweep.spec.search) keeps nothing else there. Nothing happens to a storage that reads."""
     problem = sqlite_problem(url)
     if problem is None:
         if rebuild:
@@ -96,9 +99,9 @@ def rebuild_storage(url: str, rebuild: bool, study: str, method: str, set_aside:
     if not rebuild:
         raise UserError(f"cannot read the Optuna storage {path} ({problem}); it only mirrors the trials' "
                         f"summary.json files: `sweep run {study} --rebuild-storage` keeps it aside and rebuilds it")
-    if method == "tpe":
-        raise UserError(f"cannot read the Optuna storage {path} ({problem}); a tpe study's sampler history lives "
-                        "only there, so it is not rebuilt: restore the file from a backup, or start a new study")
+    if not search.rebuildable:
+        raise UserError(f"cannot read the Optuna storage {path} ({problem}); a {search.name} study's sampler history "
+                        "lives only there, so it is not rebuilt: restore the file from a backup, or start a new study")
     aside = set_aside(path)
     print(f"Optuna storage {path} unreadable ({problem}): kept as {aside.name}; rebuilding it from the trials' "
           "summary.json", flush=True)

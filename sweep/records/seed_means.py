@@ -45,7 +45,8 @@ def seed_means_name(name: str) -> str:
 
 
 def uses_seed_means(spec: StudySpec) -> bool:
-    return spec.method == "tpe" and len(spec.seeds) > 1
+    """Whether the study's sampler learns from seed means (sweep.spec.search: tpe with several seeds)."""
+    return spec.search.uses_seed_means(len(spec.seeds))
 
 
 class SeedMeans:

@@ -34,7 +34,7 @@ from sweep.records.seed_means import SeedMeans, asks_made, tpe_known_trials, use
 from sweep.records.store import StudyFolder, TrialsTable, is_final
 from sweep.records.weights import WeightKeeper
 from sweep.run.progress import Progress
-from sweep.spec import StudySpec, Trial, expansion, planning_config, search_space
+from sweep.spec import StudySpec, Trial, expansion, planning_config
 from sweep.text import hide_password, plural
 from trainer.files import flatten
 from trainer.methods.plugins import plugin_digests, plugin_sources
@@ -97,7 +97,7 @@ class StudyPlan:
     def prepare(self) -> int:
         """Write study.yaml, open the Optuna study, sort the trials into done and to run, write
         trials.csv; return how many trials this run will run."""
-        rebuild_storage(self.storage_url, self.rebuild_storage, self.spec.path or "STUDY", self.spec.method,
+        rebuild_storage(self.storage_url, self.rebuild_storage, self.spec.path or "STUDY", self.spec.search,
                         self.folder.set_aside)
         keep_changed = keep_weights_changed(self.spec)  # read before study.yaml records the new value
         self.folder.path.mkdir(parents=True, exist_ok=True)  # the default SQLite storage lives in it
@@ -133,13 +133,13 @@ class StudyPlan:
 
     def configs_planned(self) -> list[dict[str, Any]]:
         """Every config the study plans, before anything is resumed (tpe: as configs_to_run)."""
-        if self.spec.method != "tpe":
+        if self.spec.search.expands:
             return [t.config for t in self._planned_trials()]
         return self.configs_to_run()
 
     def configs_to_run(self) -> list[dict[str, Any]]:
         """The configs this run will start (tpe: the base with each model the study may choose)."""
-        if self.spec.method != "tpe":
+        if self.spec.search.expands:
             return [t.config for t in self.to_run]
         values = self.spec.parameters.get("model", [])
         models = values.get("choices", []) if isinstance(values, dict) else [v for v in values if isinstance(v, str)]
@@ -147,16 +147,16 @@ class StudyPlan:
         return [base] + [{**base, "model": model} for model in models]
 
     def _planned_trials(self) -> list[Trial]:
-        if self.spec.method == "tpe":
-            return []
+        if not self.spec.search.expands:
+            return []  # tpe: its trials are asked during the run
         # The expansion's own trials, not expand()'s copies: the plan never edits one (the feed copies a
         # trial's config into its job), so a resume copies no config it does not hand out.
         return list(expansion(self.spec).trials)
 
     def _distributions(self, planned: list[Trial]) -> dict[str, Any]:
-        """Optuna distributions of the swept parameters: the spec's search space (random, tpe), and
+        """Optuna distributions of the swept parameters: the sampler's (random, tpe: the spec's search space), and
         for grid values and derived (expr) values, ranges/choices inferred from the expanded trials."""
-        space = dict(search_space(self.spec)) if self.spec.method in ("tpe", "random") else {}
+        space = self.spec.search.distributions(self.spec)
         rest = [name for name in self.param_names if name not in space]
         space.update(infer_distributions(planned, rest))
         return space
@@ -167,7 +167,7 @@ class StudyPlan:
         by_key = self.mirror.trials_by_key()
         self.former = take_former_keys(self.folder, planned, by_key)  # moved to their keys first: recorded below
         skipped = 0
-        if self.spec.method == "tpe":
+        if not self.spec.search.expands:  # tpe: the trials of its asks in earlier runs
             planned = tpe_known_trials(self.spec, by_key, self.seed_means)
         for trial in planned:
             self.trials[trial.key] = trial
@@ -210,7 +210,7 @@ class StudyPlan:
                 skipped += 1
             else:
                 self.to_run.append(trial)
-        if self.spec.method == "tpe":
+        if not self.spec.search.expands:  # tpe: `budget` asks in all, each run once per seed
             self.asks_left = max(0, (self.spec.budget or 1) - asks_made(by_key, self.seed_means))
         if self.seed_means is not None:  # seeds that ended before: their configurations told when complete
             self.seed_means.tell_ended(self.table.rows, ended)

@@ -16,7 +16,7 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sweep.run.ray_private import route_cluster_errors_to_log
 from sweep.run.ray_start import RayStartError, ray_start_failure, ray_start_precheck
@@ -28,6 +28,9 @@ from sweep.run.stopping import (
     raised_by_stop,
     reassert_handlers,
 )
+
+if TYPE_CHECKING:  # annotations only
+    from sweep.spec.search import SearchMethod
 
 # Environment variables a trial needs where it runs (forwarded to the workers through runtime_env).
 FORWARDED_ENV = ("SWEEP_DATA_DIR", "SWEEP_STAGING_DIR", "HF_HOME", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE",
@@ -144,19 +147,22 @@ def shutdown_ray(local: bool, keep: set[int]) -> None:
         kill_leftovers(keep=keep)
 
 
-def trial_room(resources: dict[str, float], address: str | None, method: str, remaining: int) -> int:
+def trial_room(resources: dict[str, float], address: str | None, method: str | SearchMethod, remaining: int) -> int:
     """How many trials Tune may have pending or running at once: as many as the cluster's CPUs and GPUs
     hold. Without a limit Tune lets a custom searcher have one trial pending at a time, so trials would
     start one after another however much room there is (and an autoscaler would see one trial's demand).
     On an existing cluster (`--address`) a grid asks for its remaining trials, up to PENDING_CAP, so an
-    autoscaler sees the study's demand; tpe asks only for what fits (each ask is a sampler decision)."""
+    autoscaler sees the study's demand; tpe asks only for what fits (each ask is a sampler decision): the search
+    method's `pending_cap` (sweep.spec.search; `method` the object or its word)."""
     import ray
+
+    from sweep.spec.search import search_method
 
     total = ray.cluster_resources()
     fits = [int(total.get("CPU", 1.0) // max(resources["cpu"], 1e-9))]
     if resources["gpu"] > 0:
         fits.append(int(total.get("GPU", 0.0) // resources["gpu"]))
     room = max(1, min(fits))
-    if address and method != "tpe":
-        room = max(room, min(remaining, PENDING_CAP))
+    if address:
+        room = max(room, search_method(method).pending_cap(remaining, PENDING_CAP))
     return room

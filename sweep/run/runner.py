@@ -294,7 +294,7 @@ class StudyRun:
         plan = self.plan
         resources = {"cpu": float(plan.spec.resources.cpu), "gpu": float(plan.spec.resources.gpu)}
         if max_concurrent is None:
-            max_concurrent = trial_room(resources, address, plan.spec.method, len(plan.to_run))
+            max_concurrent = trial_room(resources, address, plan.spec.search, len(plan.to_run))
         searcher = TrialFeed(plan, self.stop)
         watch = [plan.node_watch] if plan.node_watch is not None else []
         tuner = tune.Tuner(

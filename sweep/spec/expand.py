@@ -1,17 +1,14 @@
 """Expansion: a StudySpec -> its Trials (grid, random), one Trial from sampled values (tpe); their keys: keys.py.
 
-Order: seeds outermost, then the cartesian product of the parameters in the order written (last key
-fastest). Combinations that resolve to the same trainer config are collapsed to the first.
+Order: seeds outermost, then the candidates of the study's search method (sweep.spec.search: a grid's cartesian
+product of the parameters in the order written, last key fastest; random's draws). Combinations that resolve to
+the same trainer config are collapsed to the first.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import itertools
 import json
-import math
-import random
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -19,6 +16,7 @@ from sweep.spec.expressions import compile_expression, evaluate
 from sweep.spec.key_lines import KeyLines
 from sweep.spec.keys import FORMER_DEFAULTS, key_of_requested, requested_fields
 from sweep.spec.schema import StudySpec, Trial
+from sweep.spec.search import optuna_choice
 from sweep.spec.values import default_config, queue_overfull
 from sweep.text import (
     copy_plain,
@@ -45,20 +43,6 @@ def expand(spec: StudySpec) -> list[Trial]:
                                 requested=copy_plain(t.requested)) for t in expansion(spec).trials]
 
 
-def search_space(spec: StudySpec) -> dict[str, Any]:
-    """Optuna distributions of the sampled parameters (random/tpe); lists with `expr` values are left out.
-
-    Categorical choices that are lists (queue slices) are offered to Optuna as strings joined with
-    "+", which `trial_from_params` turns back into lists.
-    """
-    space: dict[str, Any] = {}
-    for key, values in spec.parameters.items():
-        distribution = _optuna_distribution(values)
-        if distribution is not None:
-            space[key] = distribution
-    return space
-
-
 def ask_in_space(study: Any, spec: StudySpec, distributions: dict[str, Any]) -> Any:
     """`study.ask` over `distributions` (search_space), a key of a method's own section drawn only where the trial's
     method (drawn first, else the base's) reads it: a SimCSE trial of a tpe study holds no `dcl.sigma`. A study
@@ -82,39 +66,6 @@ def ask_in_space(study: Any, spec: StudySpec, distributions: dict[str, Any]) -> 
     return live
 
 
-def _optuna_distribution(values: Any) -> Any:
-    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
-
-    if isinstance(values, list):
-        if any(is_expr(v) for v in values):
-            return None  # computed per trial, not chosen by the sampler
-        return CategoricalDistribution([_optuna_choice(v) for v in values])
-    kind = values["distribution"]
-    if kind == "categorical":
-        return CategoricalDistribution([_optuna_choice(v) for v in values["choices"]])
-    if kind == "int":
-        return IntDistribution(values["low"], values["high"], step=values.get("step") or 1)
-    return FloatDistribution(values["low"], values["high"], log=kind == "loguniform", step=values.get("step"))
-
-
-def check_search_space(spec: StudySpec) -> None:
-    """Each distribution of a random or tpe study is one Optuna accepts, checked before anything is written: the
-    ones Optuna itself refuses (e.g. a uniform range with a step too small to divide it) are refused here."""
-    import warnings
-
-    for key, values in spec.parameters.items():
-        try:
-            with warnings.catch_warnings():  # "the range is not divisible by step": Optuna's own note, at run time
-                warnings.simplefilter("ignore")
-                _optuna_distribution(values)
-        except ArithmeticError:  # decimal's DivisionImpossible: (high - low) / step past 28 digits
-            raise spec.where().error(("parameters", key), "Optuna cannot sample this distribution: its step "
-                                     "splits high - low into too many parts; expected a larger step") from None
-        except ValueError as exc:
-            raise spec.where().error(("parameters", key), f"Optuna cannot sample this distribution: "
-                                     f"{shorten(str(exc), 160)}") from None
-
-
 def trial_from_params(spec: StudySpec, params: dict[str, Any], seed: int) -> Trial | None:
     """The Trial for values a sampler chose (keys of `search_space`); None when a constraint drops it."""
     raw: dict[str, Any] = {}
@@ -127,7 +78,7 @@ def trial_from_params(spec: StudySpec, params: dict[str, Any], seed: int) -> Tri
         if key not in params:
             raise UserError(f"study '{spec.name}': no value for parameter '{key}'")
         choices = values if isinstance(values, list) else values.get("choices", [])
-        decoded = {_optuna_choice(c): c for c in choices if not is_expr(c)}
+        decoded = {optuna_choice(c): c for c in choices if not is_expr(c)}
         value = params[key]
         raw[key] = decoded.get(value, value) if isinstance(value, str) else value
     return _make_trial(spec, raw, seed, spec.where())
@@ -154,14 +105,10 @@ def expansion(spec: StudySpec) -> Expansion:
 
 def _expand_uncached(spec: StudySpec) -> Expansion:
     where = spec.where()
-    if spec.method == "tpe":
-        return Expansion([], 0, 0, 0)
-    if spec.method == "grid":
-        candidates: Iterator[dict[str, Any]] = _grid_combinations(spec.parameters)
-        limit = None
-    else:
-        candidates = _random_samples(spec.parameters, spec.name)
-        limit = spec.budget
+    if not spec.search.expands:
+        return Expansion([], 0, 0, 0)  # tpe: its trials are asked during the run
+    candidates = spec.search.candidates(spec.parameters, spec.name)
+    limit = spec.search.configurations(spec.budget)
     first_seed_trials, dropped, duplicates = _distinct_configurations(spec, candidates, limit, where)
     seed_matters = _mentions_seed(spec)
     trials, seen = [], set()
@@ -217,37 +164,6 @@ def _mentions_seed(spec: StudySpec) -> bool:
     texts = list(spec.constraints) + [v["expr"] for values in spec.parameters.values()
                                       if isinstance(values, list) for v in values if is_expr(v)]
     return any("seed" in compile_expression(text)[1] for text in texts)
-
-
-def _grid_combinations(parameters: dict[str, list[Any]]) -> Iterator[dict[str, Any]]:
-    keys = list(parameters)
-    for values in itertools.product(*(parameters[key] for key in keys)):
-        yield dict(zip(keys, values))
-
-
-def _random_samples(parameters: dict[str, Any], study_name: str) -> Iterator[dict[str, Any]]:
-    # Seeded from the name, not from Python's salted hash(), so every process draws the same trials.
-    rng = random.Random(int.from_bytes(hashlib.sha256(study_name.encode()).digest()[:8], "big"))
-    while True:
-        yield {key: _sample(rng, values) for key, values in parameters.items()}
-
-
-def _sample(rng: random.Random, values: Any) -> Any:
-    if isinstance(values, list):
-        return rng.choice(values)
-    kind = values["distribution"]
-    if kind == "categorical":
-        return rng.choice(values["choices"])
-    low, high, step = values["low"], values["high"], values.get("step")
-    if kind == "int":
-        return rng.randrange(low, high + 1, step or 1)
-    if kind == "loguniform":
-        return math.exp(rng.uniform(math.log(low), math.log(high)))
-    value = rng.uniform(low, high)
-    if step:
-        value = min(high, low + round((value - low) / step) * step)
-        value = round(value, 12)  # keep 0.1-steps from printing as 0.30000000000000004
-    return value
 
 
 def _distinct_configurations(
@@ -369,9 +285,8 @@ def _evaluate_constraint(index: int, text: str, config: dict[str, Any], where: K
 def check_expansion(spec: StudySpec) -> None:
     """load_study's last check: a grid or random study keeps at least one combination; a tpe study's
     first point is a valid trial (TPE picks its points during the run, so check one now)."""
-    if spec.method in ("random", "tpe"):
-        check_search_space(spec)
-    if spec.method == "tpe":
+    spec.search.check_space(spec)
+    if not spec.search.expands:
         planning_config(spec)
     elif not expansion(spec).trials:
         raise spec.where().error(("parameters",), f"every combination is dropped ({expansion(spec).dropped} by "
@@ -393,8 +308,3 @@ def planning_config(spec: StudySpec) -> dict[str, Any]:
         return resolve(run_config.RunConfig.from_dict(spec.base)).to_dict()
     except ConfigError as exc:
         raise _combination_error(exc, {}, spec, where) from None
-
-
-def _optuna_choice(value: Any) -> Any:
-    """Optuna's categorical choices must be scalars; lists (queue slices) become 'a+b'."""
-    return "+".join(map(str, value)) if isinstance(value, list) else value

@@ -1,7 +1,11 @@
 """How big a study is, known before any trial is built: planning stays bounded by the file, not its numbers.
 
-    planned_trials(parameters, method, budget, seeds) -> int      # an upper bound, from the lists' lengths
-    space_size(parameters) -> int | None                          # configurations random/tpe can draw; None: endless
+    combinations_written(parameters) -> int       # a grid's combinations, from the lists' lengths as written
+    space_size(parameters) -> int | None          # configurations random/tpe can draw; None: endless
+    budget_problem(parameters, budget) -> str | None   # why a budget is more than the space holds
+
+The most trials a study plans (a grid's combinations or a budget, times the seeds) is its search method's
+answer: sweep.spec.search, `planned_trials`.
 
 A grid of 100 x 100 x 100 values is a million trials from a 2 KB file, each of which would be built and
 checked; `budget: 1000000000` over two values would ask the sampler for a billion distinct configurations.
@@ -23,17 +27,14 @@ MAX_TRIALS = 100_000
 MANY_TRIALS_FLAG = "--many-trials"
 
 
-def planned_trials(parameters: Any, method: str, budget: int | None, seeds: int) -> int:
-    """The most trials the study can plan: the grid's combinations (the product of its list lengths; a
-    value that is not a list counts as one) or the budget, times the seeds. Read from the file as written,
-    before a value is checked, so that it costs nothing however large the grid."""
-    if method != "grid":
-        return (budget or 0) * seeds
+def combinations_written(parameters: Any) -> int:
+    """A grid's combinations: the product of its list lengths (a value that is not a list counts as one). Read
+    from the file as written, before a value is checked, so that it costs nothing however large the grid."""
     combinations = 1
     for values in (parameters.values() if isinstance(parameters, dict) else ()):
         if isinstance(values, list):
             combinations *= len(values)
-    return combinations * seeds
+    return combinations
 
 
 def space_size(parameters: dict[str, Any]) -> int | None:
@@ -67,9 +68,9 @@ def _choices(values: Any) -> int | None:
     return math.floor(steps + 0.5) + 1
 
 
-def budget_problem(parameters: dict[str, Any], method: str, budget: int | None) -> str | None:
+def budget_problem(parameters: dict[str, Any], budget: int | None) -> str | None:
     """Why a random/tpe budget cannot be met (more configurations than the space holds), or None."""
-    if method == "grid" or budget is None:
+    if budget is None:
         return None
     size = space_size(parameters)
     if size is None or budget <= size:

@@ -26,7 +26,8 @@ from pydantic import (
 
 from sweep.spec.expressions import check_expression
 from sweep.spec.key_lines import KeyLines
-from sweep.spec.limits import MANY_TRIALS_FLAG, budget_problem, planned_trials
+from sweep.spec.limits import MANY_TRIALS_FLAG
+from sweep.spec.search import SEARCH_METHOD_NAMES, SearchMethod, search_method
 from sweep.text import count_text, suggestion
 from trainer.config import path_text
 from trainer.errors import excerpt
@@ -219,7 +220,7 @@ class StudySpec(BaseModel):
     base: dict[str, Any]  # a trainer config (RunConfig.from_dict validates it)
     parameters: Annotated[dict[str, Any], BeforeValidator(_none_is_default)] = {}  # dotted key -> list or distribution
     seeds: list[Annotated[Int, Field(ge=0, lt=2**32)]] = Field([42], min_length=1)
-    method: Literal["grid", "random", "tpe"] = "grid"
+    method: Literal[SEARCH_METHOD_NAMES] = "grid"  # grid | random | tpe: the object is `search` (sweep.spec.search)
     metric: Annotated[Metric, BeforeValidator(_none_is_default)] = Field(default_factory=Metric)
     budget: Int | None = Field(None, ge=1)  # number of trials for random/tpe (per seed)
     resources: Annotated[Resources, BeforeValidator(_none_is_default)] = Field(default_factory=Resources)
@@ -273,20 +274,17 @@ class StudySpec(BaseModel):
             if written and len(written) == len(values) and not any(v == value for v in written):
                 raise where.error(("reference", key), f"{value!r} is none of the values parameters.{key} lists "
                                   f"({', '.join(map(repr, values[:8]))})")
-        if self.method == "grid" and self.budget is not None:
-            raise where.error(("budget",), "applies to method random or tpe; a grid runs every combination")
-        if self.method != "grid" and self.budget is None:
-            raise where.error(("method",), f"method {self.method} needs a budget: the number of configurations "
-                              "to try (e.g. budget: 20)")
+        search = self.search
+        search.check_budget(self.budget, where)
         max_trials = (info.context or {}).get("max_trials")
-        if self.method == "grid":
+        if search.sized_by_lists:
             self._check_size(max_trials)  # before any value is checked or trial built
         self.base = check_base(self.base, set(self.parameters), where)
-        self.parameters = check_parameters(self.parameters, self.method, self.base, where)
-        problem = budget_problem(self.parameters, self.method, self.budget)
+        self.parameters = check_parameters(self.parameters, search, self.base, where)
+        problem = search.budget_problem(self.parameters, self.budget)
         if problem:  # a budget beyond the space first: asking for the flag would not help
             raise where.error(("budget",), problem)
-        if self.method != "grid":
+        if not search.sized_by_lists:
             self._check_size(max_trials)
         device = str(self.base.get("device", "auto"))
         if device.startswith("cuda") and self.resources.gpu == 0:
@@ -298,18 +296,21 @@ class StudySpec(BaseModel):
     def _check_size(self, max_trials: int | None) -> None:
         """More than `max_trials` trials (load_study's MAX_TRIALS unless `--many-trials`) is refused, saying
         how many, before the work that grows with them (checking, building and keying each trial)."""
-        trials = planned_trials(self.parameters, self.method, self.budget, len(self.seeds))
+        trials = self.search.planned_trials(self.parameters, self.budget, len(self.seeds))
         if max_trials is None or trials <= max_trials:
             return
         seeds = f"{len(self.seeds)} seed{'s' if len(self.seeds) != 1 else ''}"
-        if self.method == "grid":
-            path, what = ("parameters",), f"the grid has {count_text(trials // len(self.seeds))} combinations"
-        else:
-            path, what = ("budget",), f"budget {count_text(self.budget)}"
+        path, what = self.search.size_words(trials // len(self.seeds), self.budget)
         raise self.where().error(path, f"{what} x {seeds} = {count_text(trials)} trials, more than the "
                                  f"{count_text(max_trials)} a study plans unasked (each is planned before any "
                                  f"runs); pass {MANY_TRIALS_FLAG} to plan them all, or make the "
                                  "study smaller")
+
+    @property
+    def search(self) -> SearchMethod:
+        """The study's search method as an object (sweep.spec.search: Grid, Random or Tpe), chosen by `method`;
+        what a method means is asked of it, never compared as a word."""
+        return search_method(self.method)
 
     @property
     def plugin_folder(self) -> Path:

@@ -12,7 +12,7 @@ import math
 import types
 import typing
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sweep.spec.expressions import check_expression
 from sweep.spec.key_lines import KeyLines
@@ -35,6 +35,9 @@ from trainer.config import (
 )
 from trainer.errors import ConfigError, excerpt
 from trainer.files import MISSING, dotted_get, dotted_pop, flatten
+
+if TYPE_CHECKING:  # annotations only
+    from sweep.spec.search import SearchMethod
 
 DISTRIBUTION_KEYS = {
     "uniform": ("low", "high", "step"),
@@ -138,8 +141,9 @@ def check_base(base: Any, swept: set[str], where: KeyLines) -> dict[str, Any]:
     return base
 
 
-def check_parameters(raw: Any, method: str, base: dict[str, Any], where: KeyLines) -> dict[str, Any]:
-    """The swept keys: each value list or distribution checked against the trainer config and the base."""
+def check_parameters(raw: Any, search: SearchMethod, base: dict[str, Any], where: KeyLines) -> dict[str, Any]:
+    """The swept keys: each value list or distribution checked against the trainer config and the base, and
+    against what the study's search method plans (`search`: sweep.spec.search)."""
     context = _ValueContext(overlay(default_config(), base), set(raw) if isinstance(raw, dict) else set())
     if not isinstance(raw, dict):
         raise where.error(("parameters",), "expected a mapping of dotted trainer keys to value lists or "
@@ -155,13 +159,12 @@ def check_parameters(raw: Any, method: str, base: dict[str, Any], where: KeyLine
         if key in PER_TRIAL_KEYS:
             raise where.error(path, f"is set per trial: {PER_TRIAL_KEYS[key]}")
         if isinstance(spec_value, list):
-            parameters[key] = _read_value_list(key, spec_value, method, context, where)
+            parameters[key] = _read_value_list(key, spec_value, search, context, where)
         elif is_expr(spec_value):
             _check_expression(spec_value["expr"], path, where)
             parameters[key] = [spec_value]  # a derived value: one "choice", computed per trial
         elif isinstance(spec_value, dict) and "distribution" in spec_value:
-            if method == "grid":
-                raise where.error(path, "a distribution needs method random or tpe; a grid needs a list of values")
+            search.check_distribution(path, where)
             parameters[key] = _read_distribution(key, spec_value, context, where)
         else:
             raise where.error(path, "expected a list of values (grid), a distribution mapping "
@@ -171,7 +174,7 @@ def check_parameters(raw: Any, method: str, base: dict[str, Any], where: KeyLine
 
 
 def _read_value_list(
-    key: str, values: list[Any], method: str, context: _ValueContext, where: KeyLines,
+    key: str, values: list[Any], search: SearchMethod, context: _ValueContext, where: KeyLines,
 ) -> list[Any]:
     if not values:
         raise where.error(("parameters", key), "expected a non-empty list of values")
@@ -181,9 +184,7 @@ def _read_value_list(
     for index, value in enumerate(values):
         path = ("parameters", key, index)
         if is_expr(value):
-            if method == "tpe" and len(values) > 1:
-                raise where.error(path, "expr values in a list need method grid or random (TPE samples "
-                                  "plain values); write a lone {expr: ...} for a derived value")
+            search.check_listed_expr(values, path, where)
             _check_expression(value["expr"], path, where)
             out.append(value)
             continue
