@@ -217,21 +217,25 @@ def code_text(block: dict[str, Any] | None) -> str:
     if not code.get("commit"):
         return f"{code.get('source') or 'unknown'} (version {code.get('version') or '?'})"
     text = f"{code['commit']} (version {code.get('version') or '?'})"
-    if code.get("dirty"):
+    if code.get("source_sha256"):  # the changes, the untracked files under the packages and the plugins
+        text += f", with source beyond it (source sha256 {code['source_sha256'][:16]})"
+    elif code.get("dirty"):  # recorded before source_sha256: the tracked changes alone
         text += f", with uncommitted changes (diff sha256 {str(code.get('diff_sha256'))[:16]})"
     return text
 
 
 def code_differs(summary: Mapping[str, Any]) -> str | None:
-    """A line when the trial's code is not the code of this checkout (a commit, or uncommitted changes, apart);
-    None when they are the same or the trial recorded none."""
+    """A line when the trial's code is not the code of this checkout: another commit, or other source beyond it
+    (trainer.provenance's source_sha256: changes, untracked files under the packages, plugins; for a record written
+    before it, the tracked changes' diff_sha256); None when they are the same or the trial recorded none."""
     from trainer.provenance import code_state
 
     trial = ((summary.get("provenance") or {}).get("code")) or {}
     if not trial.get("commit"):
         return None
     here = code_state()
-    same = (trial.get("commit"), trial.get("diff_sha256")) == (here.get("commit"), here.get("diff_sha256"))
+    beyond = "source_sha256" if "source_sha256" in trial else "diff_sha256"
+    same = (trial.get("commit"), trial.get(beyond)) == (here.get("commit"), here.get(beyond))
     if same:
         return None
     return f"the trial ran at {code_text({'code': trial})}; this checkout is at {code_text({'code': here})}"

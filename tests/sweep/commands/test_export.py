@@ -315,3 +315,19 @@ def test_the_card_gives_the_trials_own_code_and_says_when_the_exporter_runs_othe
         f"checkout is at {'b' * 40} (version 0.1.0)")
     monkeypatch.setattr("trainer.provenance.code_state", lambda: summary["provenance"]["code"])
     assert export_module.code_differs(summary) is None
+
+
+def test_the_export_names_another_plugin_or_untracked_source_at_the_same_commit(monkeypatch):
+    """Two code states at one commit with the same tracked changes, whose plugin (or an untracked file under the
+    packages) differs: their source_sha256 differs, and the export says the code differs and names both."""
+    from sweep.commands import export as export_module
+
+    ran = {"version": "0.1.0", "commit": "a" * 40, "dirty": True, "diff_sha256": "d" * 64,
+           "source_sha256": "1" * 64, "plugins": {"/s/dcl.py": "2" * 64}, "source": "git checkout"}
+    here = {**ran, "source_sha256": "3" * 64, "plugins": {"/s/dcl.py": "4" * 64}}
+    monkeypatch.setattr("trainer.provenance.code_state", lambda: here)
+    assert export_module.code_differs({"provenance": {"code": ran}}) == (
+        f"the trial ran at {'a' * 40} (version 0.1.0), with source beyond it (source sha256 {'1' * 16}); this "
+        f"checkout is at {'a' * 40} (version 0.1.0), with source beyond it (source sha256 {'3' * 16})")
+    monkeypatch.setattr("trainer.provenance.code_state", lambda: ran)
+    assert export_module.code_differs({"provenance": {"code": ran}}) is None
