@@ -40,7 +40,7 @@ from trainer.evaluation.sts_average import AVG
 from trainer.method_rules import traces_distance
 from trainer.mtd import ETA_CHOICES, K_CHOICES, config_traceable_distance
 from trainer.summary import PROVENANCE_WORDS, analysis_row, older_reading, provenance_spread, read_summary_file
-from trainer.vocabulary import FINAL_FAIL_STATUSES, OK, PRUNED, STS_TASKS, TRANSFER_TASKS, optuna_state_name
+from trainer.vocabulary import FINAL_FAIL_STATUSES, OK, PRUNED, STS_TASKS, TRANSFER_TASKS, TrialState, optuna_state_name
 
 MTD_SOURCES = ("formula", "measured")
 SCORES = STS_TASKS + ("avg",)
@@ -109,7 +109,7 @@ def load_results(
 
     table = _normalise(table)
     if not include_failed:
-        finished = table[(table["state"] == "COMPLETE") & (table["status"] == OK)]
+        finished = table[(table["state"] == TrialState.COMPLETE) & (table["status"] == OK)]
         if finished.empty:
             counts = ", ".join(f"{n} {s}" for s, n in _state_counts(table).items())
             raise ResultsError(
@@ -343,7 +343,8 @@ def _normalise(table: pd.DataFrame) -> pd.DataFrame:
         table = table.rename(columns={"heads.predictor_dim": "heads.embedding_dim"})
     if "mtd" in table.columns:
         table = table.rename(columns={"mtd": "mtd_recorded"})
-    for name, default in (("key", None), ("seed", np.nan), ("state", "COMPLETE"), ("status", OK), ("method", None)):
+    defaults = (("key", None), ("seed", np.nan), ("state", TrialState.COMPLETE), ("status", OK), ("method", None))
+    for name, default in defaults:
         if name not in table.columns:
             table[name] = default
     if table["key"].isna().all():
@@ -369,7 +370,7 @@ def _without_partial_averages(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def _state_counts(table: pd.DataFrame) -> dict[str, int]:
-    labels = [state if state != "COMPLETE" else f"COMPLETE/{status}"
+    labels = [state if state != TrialState.COMPLETE else f"{state}/{status}"
               for state, status in zip(table["state"], table["status"])]
     return pd.Series(labels).value_counts().to_dict()
 

@@ -17,9 +17,11 @@ import math
 from typing import Any
 
 from sweep.commands.cost import study_cost_lines
+from sweep.records.store import sweep_state
 from sweep.run.cost_limit import StudyEstimate, devices_per_trial, spent_seconds
 from sweep.spec.schema import StudySpec, Trial
 from trainer.errors import UserError
+from trainer.vocabulary import TrialState
 
 
 def trial_estimates(spec: StudySpec, configs: list[dict[str, Any]]) -> list[float | None]:
@@ -58,8 +60,8 @@ def study_estimate(spec: StudySpec) -> StudyEstimate:
 
 
 def _state(attempt: Any) -> str:
-    status = attempt.user_attrs.get("status")
-    return attempt.state.name if attempt.state.name != "FAIL" else f"FAIL/{status}"
+    status, state = attempt.user_attrs.get("status"), sweep_state(attempt.state)
+    return state if state is not TrialState.FAIL else f"{state}/{status}"
 
 
 def _hours(seconds: float) -> str:

@@ -16,7 +16,7 @@ from trainer.errors import UserError
 from trainer.files import flatten
 from trainer.method_rules import method_label, traces_distance
 from trainer.run_plan import RunPlan
-from trainer.vocabulary import STS_BENCHMARK, STS_TASKS, STS_TEST_PAIRS
+from trainer.vocabulary import STS_BENCHMARK, STS_TASKS, STS_TEST_PAIRS, TrialState
 
 # A training sentence costs a few encodings (two views forward, then backward), an evaluated one a single
 # forward pass: a final evaluation of EVALUATION_DOMINATES times the sentences a trial trains on is most of the trial.
@@ -47,7 +47,7 @@ def weights_rerun(spec: StudySpec, trials: list[Trial], states: dict[str, str]) 
     folder = StudyFolder(spec.study_dir)
     ended = {}
     for trial in trials:
-        if states.get(trial.key) in ("COMPLETE", "ended-not-in-optuna"):
+        if states.get(trial.key) in (TrialState.COMPLETE, "ended-not-in-optuna"):
             summary = folder.read_summary(trial.key)
             if summary is not None:
                 ended[trial.key] = summary

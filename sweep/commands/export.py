@@ -33,7 +33,7 @@ from trainer.errors import UserError
 from trainer.files import apply_umask_modes
 from trainer.models import EMBEDDED, EMBEDDED_HUB_ID
 from trainer.summary import metric_value
-from trainer.vocabulary import STS_TASKS
+from trainer.vocabulary import STS_TASKS, TrialState
 
 EXPORTABLE_POOLERS = ("cls_before_pooler", "avg", "avg_top2", "avg_first_last")
 _CHECK_SENTENCES = ["A man is playing a guitar.", "Two dogs run through a field of tall grass .",
@@ -198,7 +198,7 @@ def _best_trial(folder: StudyFolder, rows: dict[str, dict[str, str]], metric: tu
     name, goal = metric
     scored = []
     for key, row in rows.items():
-        summary = folder.read_summary(key) if row.get("state") == "COMPLETE" else None
+        summary = folder.read_summary(key) if row.get("state") == TrialState.COMPLETE else None
         value = metric_value(summary, name) if summary else None
         if value is not None:
             scored.append((value, key))

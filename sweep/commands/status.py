@@ -11,12 +11,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from sweep.records.store import StudyFolder, StudyLocation, locate_study
+from sweep.records.store import StudyFolder, StudyLocation, locate_study, sweep_state
 from sweep.run.cost_limit import spent_seconds
 from sweep.text import shorten
 from trainer.errors import UserError
 from trainer.summary import provenance_columns, provenance_spread
-from trainer.vocabulary import STS_TASKS
+from trainer.vocabulary import STS_TASKS, TrialState
 
 SHOWN_RESULTS = ("dev_stsb", "avg", "mtd")
 
@@ -41,8 +41,9 @@ def show_status(study: str) -> int:
         cells["avg"] = seven_task_average(row)
         frozen = latest.get(row.get("key"))
         cells["optuna"] = row.get("optuna_trial") or (str(frozen.number) if frozen is not None else "")
-        if frozen is not None and cells["optuna"] == str(frozen.number) and frozen.state.name != row.get("state"):
-            cells["state"] = f"{row.get('state')} (optuna {frozen.state.name})"
+        in_optuna = sweep_state(frozen.state) if frozen is not None else None
+        if in_optuna is not None and cells["optuna"] == str(frozen.number) and in_optuna != row.get("state"):
+            cells["state"] = f"{row.get('state')} (optuna {in_optuna})"
         cells["reason"] = shorten(row.get("reason") or "", 60)
         table.append([_format(cells[name]) for name in headers])
     headers, table = without_empty_columns(headers, table)
@@ -52,7 +53,7 @@ def show_status(study: str) -> int:
     counts = Counter(row.get("state") or "?" for row in rows)
     print(f"{len(rows)} trials: " + ", ".join(f"{n} {state}" for state, n in sorted(counts.items())))
     if optuna_trials is not None:
-        optuna_counts = Counter(t.state.name for t in optuna_trials)
+        optuna_counts = Counter(sweep_state(t.state) for t in optuna_trials)
         print(f"optuna ({_display(location.storage)}): {len(optuna_trials)} trials: "
               + ", ".join(f"{n} {state}" for state, n in sorted(optuna_counts.items())))
         spent, _ = spent_seconds({"": optuna_trials})
@@ -74,7 +75,7 @@ def show_status(study: str) -> int:
     spread = provenance_spread([provenance_columns(summary) for summary in _ended_summaries(location.folder, rows)])
     if spread:
         print(f"the study's finished trials ran on {spread}: `sweep analyze` warns where it compares them")
-    if counts.get("RUNNING") and not _driver_running(location.folder):
+    if counts.get(TrialState.RUNNING) and not _driver_running(location.folder):
         print("no `sweep run` is running this study: its RUNNING trials were interrupted and run again "
               "on the next `sweep run`")
     return 0
@@ -98,7 +99,7 @@ def _ended_summaries(folder: StudyFolder, rows: list[dict[str, str]]) -> list[di
     """The summary.json of every trial that ended with a result (a COMPLETE or PRUNED row)."""
     summaries = []
     for row in rows:
-        if row.get("key") and row.get("state") in ("COMPLETE", "PRUNED"):
+        if row.get("key") and row.get("state") in (TrialState.COMPLETE, TrialState.PRUNED):
             summary = folder.read_summary(row["key"])
             if summary is not None:
                 summaries.append(summary)
@@ -181,7 +182,7 @@ def without_empty_columns(headers: list[str], table: list[list[str]]) -> tuple[l
 
 def _row_from_optuna(frozen: Any) -> dict[str, Any]:
     row = {"key": frozen.user_attrs.get("key", f"#{frozen.number}"), "seed": frozen.user_attrs.get("seed", ""),
-           "state": frozen.state.name, "status": frozen.user_attrs.get("status", ""),
+           "state": sweep_state(frozen.state), "status": frozen.user_attrs.get("status", ""),
            "reason": frozen.user_attrs.get("reason", ""), "optuna_trial": str(frozen.number),
            "dev_stsb": frozen.user_attrs.get("best_dev_stsb", ""), "avg": frozen.user_attrs.get("avg", ""),
            "mtd": frozen.user_attrs.get("mtd", ""), **{task: frozen.user_attrs.get(task, "") for task in STS_TASKS}}

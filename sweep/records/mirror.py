@@ -34,6 +34,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from sweep.records.optuna_private import trial_id
 from sweep.records.optuna_reads import first_distributions, group_by_key, read_trials
+from sweep.records.store import sweep_state
 from sweep.spec.expand import ask_in_space
 from sweep.spec.schema import StudySpec, Trial
 from sweep.spec.search import SearchMethod
@@ -298,7 +299,7 @@ class OptunaMirror:
         live.report(float(value), int(step))
 
     def finish(self, number: int, summary: Mapping[str, Any]) -> str:
-        """End a live trial from its summary; return the Optuna state name it got."""
+        """End a live trial from its summary; return the state it got (trainer.vocabulary.TrialState, a str)."""
         live = self.running.pop(number)
         self._reported_steps.pop(number, None)
         self._set_summary_attrs(trial_id(live), summary)
@@ -307,7 +308,7 @@ class OptunaMirror:
             self.study.tell(live, value)
         else:
             self.study.tell(live, state=state)
-        return state.name
+        return sweep_state(state)
 
     def fail(self, number: int, reason: str, status: str = ERROR) -> None:
         self.finish(number, {"status": status, "reason": reason})
@@ -329,7 +330,7 @@ class OptunaMirror:
         # What study.add_trial does (create_trial has validated the trial), keeping the new trial's id: its
         # number then costs one lookup, where reading the study's trials back cost O(trials) per record.
         trial_id = self.storage.create_new_trial(self._study_id(), template_trial=frozen)
-        return self.storage.get_trial_number_from_id(trial_id), state.name
+        return self.storage.get_trial_number_from_id(trial_id), sweep_state(state)
 
     def _study_id(self) -> int:
         if self._storage_study_id is None:

@@ -30,10 +30,10 @@ from typing import Any, Callable, Iterable, Mapping
 
 # is_final lives in sweep.records.store, below both this module and sweep.records.mirror (which reads it
 # too); which statuses are final is trainer.vocabulary's.
-from sweep.records.store import StudyFolder, is_final
+from sweep.records.store import StudyFolder, is_final, sweep_state
 from sweep.text import plural
 from trainer.provenance import other_code_state
-from trainer.vocabulary import FINAL_FAIL_STATUSES, FINAL_STATUSES
+from trainer.vocabulary import FINAL_FAIL_STATUSES, FINAL_STATUSES, TrialState
 
 __all__ = ["FINAL_FAIL_STATUSES", "FormerKeys", "decide", "former_keys", "is_done", "is_final", "optuna_attempts",
            "other_code_states", "take_former_keys", "trial_states"]
@@ -116,13 +116,14 @@ def trial_states(spec: Any, keys: list[str] | None = None, by_key: dict[str, lis
         if action == "skip":
             last = [a for a in attempts if is_final(a)][-1]
             status = last.user_attrs.get("status")
-            states[key] = last.state.name if last.state.name != "FAIL" else f"FAIL/{status}"
+            state = sweep_state(last.state)
+            states[key] = state if state is not TrialState.FAIL else f"{state}/{status}"
         elif action == "record":
             states[key] = "ended-not-in-optuna"
         elif problem:
             states[key] = "damaged"
         elif attempts:
-            states[key] = f"{attempts[-1].state.name}->rerun"
+            states[key] = f"{sweep_state(attempts[-1].state)}->rerun"
         if key in former and key in states:
             states[key] += FORMER_MARK
     return states

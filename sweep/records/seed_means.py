@@ -27,14 +27,13 @@ from __future__ import annotations
 from typing import Any
 
 import optuna
-from optuna.trial import TrialState
 
 from sweep.records.optuna_private import trial_id
 from sweep.spec import trial_from_params
 from sweep.spec.expand import ask_in_space
 from sweep.spec.schema import StudySpec, Trial
 from trainer.summary import metric_value
-from trainer.vocabulary import ends_for_good
+from trainer.vocabulary import TrialState, ends_for_good
 
 SEED_MEANS_SUFFIX = ".seed-means"
 
@@ -73,7 +72,7 @@ class SeedMeans:
         live = self.live.pop(number)
         live.set_user_attr("status", status)
         live.set_user_attr("reason", reason)
-        self.study.tell(live, state=TrialState.FAIL)
+        self.study.tell(live, state=optuna.trial.TrialState.FAIL)
 
     def register(self, number: int, keys: dict[int, str]) -> None:
         """The configuration `number` runs as these trials (seed -> key)."""
@@ -105,15 +104,15 @@ class SeedMeans:
         live = self.live.pop(number)
         results = [self.ended[key] for key in self.keys[number]]
         live.set_user_attr("values", [value for _, _, value in results])
-        if all(state == "COMPLETE" and value is not None for state, _, value in results):
+        if all(state == TrialState.COMPLETE and value is not None for state, _, value in results):
             self.study.tell(live, sum(value for _, _, value in results) / len(results))
             return
-        failed = [status for state, status, _ in results if state == "FAIL"]
-        if not failed and any(state == "PRUNED" for state, _, _ in results):
-            self.study.tell(live, state=TrialState.PRUNED)
+        failed = [status for state, status, _ in results if state == TrialState.FAIL]
+        if not failed and any(state == TrialState.PRUNED for state, _, _ in results):
+            self.study.tell(live, state=optuna.trial.TrialState.PRUNED)
             return
         live.set_user_attr("status", failed[0] if failed else "no value")
-        self.study.tell(live, state=TrialState.FAIL)
+        self.study.tell(live, state=optuna.trial.TrialState.FAIL)
 
     # ---- resume ---------------------------------------------------------------------------------
     def asked(self) -> list[tuple[int, dict[str, Any]]]:
@@ -126,7 +125,7 @@ class SeedMeans:
                 continue
             out.append((frozen.number, dict(frozen.params)))
             self._hold(frozen.number, list(keys.values()))
-            if frozen.state == TrialState.RUNNING:
+            if frozen.state == optuna.trial.TrialState.RUNNING:
                 self.live[frozen.number] = optuna.Trial(self.study, trial_id(frozen))
         return out
 
@@ -134,7 +133,7 @@ class SeedMeans:
         """On resume: every seed that ended before (its trials.csv row and summary), told as if it ended now."""
         for key in [k for k in self.of if k in ended]:
             row, summary = rows[key], ended[key]
-            value = metric_value(summary, self.spec.metric.name) if row["state"] == "COMPLETE" else None
+            value = metric_value(summary, self.spec.metric.name) if row["state"] == TrialState.COMPLETE else None
             self.seed_ended(key, row["state"], row.get("status") or summary.get("status"), value)
 
 

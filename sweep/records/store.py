@@ -26,7 +26,7 @@ import yaml
 from sweep.spec.schema import StudySpec, Trial
 from trainer.files import dotted_get, json_safe, write_text_atomic
 from trainer.summary import Summary, read_summary_file, trials_csv_row
-from trainer.vocabulary import STS_TASKS, TRAINED_STATUSES, TRANSFER_TASKS, ends_for_good
+from trainer.vocabulary import STS_TASKS, TRAINED_STATUSES, TRANSFER_TASKS, TrialState, ends_for_good
 
 # STS_TASKS, TRANSFER_TASKS (summary["transfer"] = {task: acc, ..., "avg": ...}) and what each trial status means
 # (final, a result, its Optuna state) are trainer.vocabulary's.
@@ -208,7 +208,7 @@ class TrialsTable:
                 columns.append(name)
         return columns
 
-    def add(self, trial: Trial, state: str = "PENDING") -> dict[str, Any]:
+    def add(self, trial: Trial, state: TrialState = TrialState.PENDING) -> dict[str, Any]:
         row = self.rows.get(trial.key)
         if row is None:
             row = {"key": trial.key, "seed": trial.seed, "state": state, "mtd": trial.mtd}
@@ -263,11 +263,18 @@ def weights_state(folder: StudyFolder, key: str, summary: Mapping[str, Any]) -> 
     return "deleted" if saved else "none"
 
 
+def sweep_state(state: Any) -> TrialState:
+    """The sweep's TrialState (trainer.vocabulary) of an Optuna `optuna.trial.TrialState`, by its name: the one
+    place the sweep reads an Optuna trial's state (`sweep_state(frozen.state)`). Duck-typed, so that this module
+    imports no Optuna."""
+    return TrialState[state.name]
+
+
 def is_final(attempt: Any) -> bool:
     """True when this Optuna attempt (a FrozenTrial) ended its key for good: COMPLETE, PRUNED, or FAIL with a
     final status (trainer.vocabulary.ends_for_good). Read by the resume decision (sweep.records.resume) and the mirror
     (sweep.records.mirror)."""
-    return ends_for_good(attempt.state.name, attempt.user_attrs.get("status"))
+    return ends_for_good(sweep_state(attempt.state), attempt.user_attrs.get("status"))
 
 
 def csv_cell(value: Any) -> Any:

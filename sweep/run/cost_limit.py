@@ -64,7 +64,8 @@ class StudyEstimate:
 def spent_seconds(attempts: dict[str, list[Any]] | None) -> tuple[float, list[float]]:
     """(device-seconds recorded on every attempt, those of the attempts that ended with a result): read from the
     Optuna attempts (key -> FrozenTrials) that sweep.records.resume.optuna_attempts gives."""
-    from trainer.vocabulary import RESULT_STATUSES
+    from sweep.records.store import sweep_state
+    from trainer.vocabulary import RESULT_STATUSES, TrialState
 
     total, with_result = 0.0, []
     for tries in (attempts or {}).values():
@@ -72,7 +73,8 @@ def spent_seconds(attempts: dict[str, list[Any]] | None) -> tuple[float, list[fl
             seconds = attempt.user_attrs.get(DEVICE_SECONDS)
             if isinstance(seconds, (int, float)) and seconds >= 0:
                 total += float(seconds)
-                if attempt.state.name == "COMPLETE" or attempt.user_attrs.get("status") in RESULT_STATUSES:
+                complete = sweep_state(attempt.state) is TrialState.COMPLETE
+                if complete or attempt.user_attrs.get("status") in RESULT_STATUSES:
                     with_result.append(float(seconds))
     return total, with_result
 

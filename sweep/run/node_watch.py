@@ -20,6 +20,7 @@ import time
 from typing import Any, Callable
 
 from ray import tune
+from ray.tune.experiment import Trial  # Tune's trial: its `status` is Ray's word, not a TrialState
 
 from sweep.text import shorten
 
@@ -112,8 +113,8 @@ class NodeWatch(tune.Callback):
 
     # ---- waiting for room ------------------------------------------------------------------------------
     def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
-        pending = [t for t in trials if t.status == "PENDING"]
-        running = [t for t in trials if t.status == "RUNNING"]
+        pending = [t for t in trials if t.status == Trial.PENDING]
+        running = [t for t in trials if t.status == Trial.RUNNING]
         now = time.monotonic()
         if not pending or running:
             self.idle_since = None

@@ -31,7 +31,7 @@ from sweep.records.history import keep_weights_changed, record_change
 from sweep.records.mirror import OptunaMirror, infer_distributions, rebuild_storage
 from sweep.records.resume import FormerKeys, decide, take_former_keys
 from sweep.records.seed_means import SeedMeans, asks_made, tpe_known_trials, uses_seed_means
-from sweep.records.store import StudyFolder, TrialsTable, is_final
+from sweep.records.store import StudyFolder, TrialsTable, is_final, sweep_state
 from sweep.records.weights import WeightKeeper
 from sweep.run.progress import Progress
 from sweep.spec import StudySpec, Trial, expansion, planning_config
@@ -40,7 +40,7 @@ from trainer.files import flatten
 from trainer.methods.plugins import plugin_digests, plugin_sources
 from trainer.provenance import code_state, other_code_state, short_commit
 from trainer.summary import metric_value, older_reading, summary_from_attrs
-from trainer.vocabulary import OK
+from trainer.vocabulary import OK, TrialState
 
 WEIGHTS_WANTED = "weights.wanted"  # trials/<key>/<this>: the trial runs again until its weights are back
 REPLACED = "replaced"  # trials/<key>/summary.json.replaced-<time>: a finished trial's record before its re-run
@@ -127,7 +127,7 @@ class StudyPlan:
         self.progress = Progress(total, self.spec.metric.name, self.spec.metric.goal, skipped=skipped)
         self._print_plan(skipped, len(stale))
         for key, row in self.table.rows.items():
-            if row["state"] == "COMPLETE":
+            if row["state"] == TrialState.COMPLETE:
                 self.progress.offer_best(key, number_or_none(row.get(self.spec.metric.name)))
         return total
 
@@ -195,7 +195,7 @@ class StudyPlan:
                 self.to_run.append(trial)
             elif action == "skip":
                 last = final[-1]
-                row.update(state=last.state.name, optuna_trial=last.number)
+                row.update(state=sweep_state(last.state), optuna_trial=last.number)
                 if summary is not None:
                     self.table.set_summary(trial.key, summary)
                     ended[trial.key] = summary
@@ -243,7 +243,7 @@ class StudyPlan:
     def _summary_of_stopped_rerun(self, key: str, final: Any) -> dict[str, Any] | None:
         """A finished trial whose re-run was stopped (the re-run cleared its files): its summary.json back from
         the final Optuna attempt, so that it stays recorded as it was and runs again when asked."""
-        if final.state.name != "COMPLETE":
+        if sweep_state(final.state) is not TrialState.COMPLETE:
             return None
         self.folder.write_summary(key, summary_from_attrs(dict(final.user_attrs)))
         if (self.folder.trial_dir(key) / WEIGHTS_WANTED).is_file():

@@ -24,6 +24,7 @@ import time
 from typing import Callable, TextIO
 
 from sweep.text import shorten
+from trainer.vocabulary import TrialState
 
 MOST_DECIMALS = 6  # beyond this two scores count as equal on the terminal
 
@@ -100,10 +101,10 @@ class Progress:
             self.timed += 1
             self.timed_seconds += max(0.0, self.clock() - started)
         self.ended += 1
-        if state != "COMPLETE":
-            self.failed += state == "FAIL"
+        if state != TrialState.COMPLETE:
+            self.failed += state == TrialState.FAIL
         self.offer_best(key, value)
-        if state == "COMPLETE":
+        if state == TrialState.COMPLETE:
             what = f"done  {key} {status}"
             if value is not None:
                 what += f" {self.metric}={self._score_text(key, value)}"

@@ -65,7 +65,7 @@ from sweep.run.worker import CURVE_KEY, run_trial
 from sweep.spec import StudySpec, planning_config
 from sweep.text import hide_password, shorten
 from trainer.errors import UserError
-from trainer.vocabulary import ERROR, RESULT_STATUSES, ends_for_good
+from trainer.vocabulary import ERROR, RESULT_STATUSES, TrialState, ends_for_good
 
 DEFAULT_TRAIN_FN = "trainer.train:train"
 # RESULT_STATUSES: trainer statuses that are results, not errors: a study with only these exits 0.
@@ -260,7 +260,7 @@ class StudyRun:
         if self._stopped_on_limit():
             return EXIT_COST_LIMIT
         errors = [r for r in self.plan.table.rows.values()
-                  if r["state"] == "FAIL" and (r.get("status") or ERROR) not in RESULT_STATUSES]
+                  if r["state"] == TrialState.FAIL and (r.get("status") or ERROR) not in RESULT_STATUSES]
         return 1 if errors or self.interrupted else 0
 
     def _abandon(self, local: bool) -> None:
@@ -336,7 +336,7 @@ class StudyRun:
         rows = list(plan.table.rows.values())
         counts: dict[str, int] = {}
         for row in rows:
-            label = row["state"] if row["state"] != "FAIL" else f"FAIL/{row.get('status') or ERROR}"
+            label = row["state"] if row["state"] != TrialState.FAIL else f"{row['state']}/{row.get('status') or ERROR}"
             counts[label] = counts.get(label, 0) + 1
         text = ", ".join(f"{n} {label}" for label, n in sorted(counts.items()))
         head = "interrupted" if self.interrupted else "finished"
@@ -347,7 +347,7 @@ class StudyRun:
             value, key = plan.progress.best
             say(f"best {plan.spec.metric.name}: {value:.2f} (trial {key})")
         for row in rows:
-            if row["state"] == "FAIL" and row.get("reason"):
+            if row["state"] == TrialState.FAIL and row.get("reason"):
                 log = plan.folder.log_path(row["key"])
                 where = f"log: {log}" if log.is_file() else "no log here: it stayed on the trial's node"
                 say(f"  {row['key']} {row.get('status')}: {shorten(row['reason'])}  ({where})")

@@ -27,7 +27,7 @@ from sweep.run.plan import StudyPlan, number_or_none
 from sweep.run.worker import CURVE_KEY, ERROR_KEY, STEP_KEY, SUMMARY_KEY
 from sweep.text import shorten
 from trainer.summary import Summary, ended_summary, metric_value, metrics_lines
-from trainer.vocabulary import ERROR, INTERRUPTED, PRUNED, RESULT_STATUSES
+from trainer.vocabulary import ERROR, INTERRUPTED, PRUNED, RESULT_STATUSES, TrialState
 
 # The keys Tune adds to every result a trial reports; the rest is the trainer's metrics line as it reported it.
 TUNE_RESULT_KEYS = frozenset({*tune_result.AUTO_RESULT_KEYS, tune_result.DONE, tune_result.TRIAL_ID,
@@ -66,7 +66,7 @@ class TrialEvents(tune.Callback):
                 {"configuration": configuration} if configuration is not None else {})})
         else:
             plan.mirror.set_attrs(number, {"tune_trial_id": tune_trial_id})
-        plan.table.update(key, state="RUNNING", status=None, reason=None, optuna_trial=number,
+        plan.table.update(key, state=TrialState.RUNNING, status=None, reason=None, optuna_trial=number,
                           steps=None, best_step=None, dev_stsb=None, weights=None)
         plan.table.write_soon()
         plan.progress.trial_started(key, " ".join(f"{k}={format_value(v)}" for k, v in trial.params.items()))
@@ -96,7 +96,7 @@ class TrialEvents(tune.Callback):
         for other, weights in plan.keeper.trial_ended(key, summary).items():
             plan.table.update(other, weights=weights)
         plan.table.write_soon()
-        value = metric_value(summary, plan.spec.metric.name) if state == "COMPLETE" else None
+        value = metric_value(summary, plan.spec.metric.name) if state == TrialState.COMPLETE else None
         if plan.seed_means is not None:
             plan.seed_means.seed_ended(key, state, summary.get("status"), value)
         plan.progress.trial_ended(key, state, summary.get("status"), value, summary.get("reason"))
@@ -111,7 +111,7 @@ class TrialEvents(tune.Callback):
             self._measure(key, number, False)
             plan.mirror.fail(number, INTERRUPTED, status=INTERRUPTED)
             if key in plan.table.rows:
-                plan.table.update(key, state="FAIL", status=INTERRUPTED, reason=INTERRUPTED)
+                plan.table.update(key, state=TrialState.FAIL, status=INTERRUPTED, reason=INTERRUPTED)
                 plan.progress.trial_interrupted(key)
         plan.table.write()
 

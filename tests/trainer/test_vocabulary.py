@@ -7,6 +7,10 @@ of one of its lists (read from the source with `ast`, so docstrings and comments
 from __future__ import annotations
 
 import ast
+import csv
+import io
+import json
+import re
 import subprocess
 import sys
 import typing
@@ -32,6 +36,7 @@ from trainer.vocabulary import (
     TRANSFER_TASK_LABELS,
     TRANSFER_TASKS,
     TRIAL_STATUSES,
+    TrialState,
     ends_for_good,
     optuna_state_name,
 )
@@ -125,6 +130,37 @@ def test_the_config_allows_exactly_the_vocabularys_poolers_and_methods():
     assert RunConfig().pooler in POOLERS and RunConfig().method in method_names()
     assert [name for name, entry in registered().items() if entry.origin == "built in"] == [
         SIMCSE, MOCOSE, GS_INFONCE, MIXCSE]  # the built-in methods, registered as plugins are
+
+
+# ---- the trial states ---------------------------------------------------------------------------------
+# issue 80's grep for a state spelled out, and the same with a status after it (`f"FAIL/{status}"`)
+STATE_LITERAL = re.compile(r'"(COMPLETE|PRUNED|FAIL|RUNNING|WAITING|PENDING)["/]')
+
+
+def test_the_trial_states_are_spelled_out_in_the_enum_only():
+    found = [(path.relative_to(REPO).as_posix(), line.strip())
+             for package in ("sweep", "trainer", "analysis") for path in sorted((REPO / package).rglob("*.py"))
+             for line in path.read_text().splitlines() if STATE_LITERAL.search(line)]
+    assert found == [(VOCABULARY, f'{state.name} = "{state.value}"') for state in TrialState]
+
+
+def test_the_states_are_optunas_by_name_and_the_sweeps_pending():
+    assert {state.name for state in optuna.trial.TrialState} | {"PENDING"} == {state.name for state in TrialState}
+    assert {status.optuna_state for status in TRIAL_STATUSES.values()} == {
+        TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL}
+
+
+def test_a_state_is_its_name_wherever_it_is_written():
+    """trials.csv, JSON, pandas columns and printed tables hold the same bytes as when the states were strings."""
+    buffer = io.StringIO()
+    csv.writer(buffer, lineterminator="\n").writerows([[state] for state in TrialState])
+    assert buffer.getvalue() == "".join(f"{state.name}\n" for state in TrialState)
+    for state in TrialState:
+        assert state == state.name and hash(state) == hash(state.name) and isinstance(state, str)
+        assert str(state) == f"{state}" == f"{state:>8}".strip() == "%s" % state == state.name
+        assert json.dumps({"state": state}) == json.dumps({"state": state.name})
+        assert TrialState(state.name) is TrialState[state.name] is state
+    assert ends_for_good(TrialState.COMPLETE, None) and ends_for_good(TrialState.FAIL, "diverged")
 
 
 # ---- the trial statuses -------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from optuna.trial import TrialState
 from sweep.commands.status import show_status
 from sweep.records.history import check_same_study
 from sweep.records.mirror import OptunaMirror, infer_distributions, optuna_value
-from sweep.records.store import StudyFolder, TrialsTable, is_final, locate_study
+from sweep.records.store import StudyFolder, TrialsTable, is_final, locate_study, sweep_state
 from sweep.run.feed import TrialFeed
 from sweep.run.runner import StudyRun
 from sweep.spec import Metric, Resources, StudySpec, Trial, load_study
@@ -27,6 +27,7 @@ from trainer.errors import UserError
 from trainer.files import write_text_atomic
 from trainer.summary import metric_value
 from trainer.vocabulary import STS_TASKS
+from trainer.vocabulary import TrialState as SweepState
 
 
 def make_spec(tmp_path: Path, name: str = "unit", storage: str | None = None) -> StudySpec:
@@ -113,6 +114,11 @@ def test_locate_study_from_results_folder_and_unknown_path(tmp_path):
 
 
 # ---- the Optuna mirror ------------------------------------------------------------------------------
+def test_each_optuna_state_is_read_as_the_sweeps_state_of_its_name_and_back():
+    for state in TrialState:
+        assert sweep_state(state) is SweepState[state.name] and TrialState[sweep_state(state)] is state
+
+
 def test_infer_distributions_numeric_ranges_and_categorical_slices():
     dists = infer_distributions(TRIALS, ["ema.decay", "queue.slices"])
     assert isinstance(dists["ema.decay"], optuna.distributions.FloatDistribution)
