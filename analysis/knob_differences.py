@@ -94,8 +94,9 @@ def _located(scored: pd.DataFrame, configuration: dict[str, Any], knob: str, x_f
     if rows.empty:
         return None  # not one of the knob's trials (another method's, the reference of a method without the knob)
     labels = {x_format(value) for value in rows[knob]}
-    names = {series_label(series, tuple(key)) if series else "this study"
-             for key in rows[list(series)].itertuples(index=False)}
+    # (not rows[[]].itertuples(): a frame without columns yields no rows under pandas < 2.2)
+    names = ({series_label(series, tuple(key)) for key in rows[list(series)].itertuples(index=False)} if series
+             else {"this study"})
     if len(labels) != 1 or len(names) != 1:
         raise _Ambiguous
     return rows[knob].iloc[0], labels.pop(), names.pop()
