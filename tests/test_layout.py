@@ -16,8 +16,9 @@ from tests.helpers import REPO
 TESTS = REPO / "tests"
 PROJECT_PACKAGES = ("trainer", "sweep", "analysis")
 # the modules under tests/ a test module may import: the helpers, the synthetic results, the deadlines, the fake
-# trainer, the import hook and the namespace cluster (conftest.py's fixtures come by name, never by import)
-IMPORTABLE = {"tests.helpers", "tests.synthetic_results", "tests.deadlines", "tests.fake_train",
+# trainer, the statistics written out as references, the import hook and the namespace cluster (conftest.py's
+# fixtures come by name, never by import)
+IMPORTABLE = {"tests.helpers", "tests.synthetic_results", "tests.deadlines", "tests.fake_train", "tests.written_out",
               "tests.signal_at_import", "tests.cluster.netns_cluster"}
 # tests/<package>/ and tests/<package>/<subpackage>/ as the project's packages are laid out; e2e: the slow
 # end-to-end tests; docs: the site (tests/docs)

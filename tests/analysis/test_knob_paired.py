@@ -21,6 +21,7 @@ from analysis.load import load_results
 from analysis.report import analyze, applicable_figures, study_knobs
 from tests import synthetic_results as fx
 from tests.helpers import REPO
+from tests.written_out import holm_written_out, mcb_written_out
 from trainer.methods.plugins import load_plugins
 
 SIGMAS = (None, 0.5, 1.0)  # DCL's knob: null (plain DCL), and DCLW at two weight temperatures
@@ -57,30 +58,6 @@ def scores(table: pd.DataFrame, method: str, sigma: float | None) -> pd.Series:
     rows = table[(table["method"] == method)
                  & (table["dcl.sigma"].isna() if sigma is None else table["dcl.sigma"] == sigma)]
     return rows.set_index("seed")["avg"].sort_index()
-
-
-def holm_written_out(p: np.ndarray) -> np.ndarray:
-    """Holm's step-down: the i-th smallest p times (m - i), kept monotone, capped at 1."""
-    order = np.argsort(p)
-    steps = np.minimum(1.0, np.maximum.accumulate(p[order] * (len(p) - np.arange(len(p)))))
-    adjusted = np.empty_like(p)
-    adjusted[order] = steps
-    return adjusted
-
-
-def mcb_written_out(matrix: np.ndarray, level: float = 0.95) -> list[tuple[float, float]]:
-    """Hsu's MCB from paired t's, pair by pair (configurations x seeds): for configuration i, the one-sided
-    Bonferroni bounds over its k - 1 comparisons, low = min(0, min_j (m - c se)), high = max(0, min_j (m + c se))."""
-    k, out = len(matrix), []
-    for i in range(k):
-        lows, highs = [], []
-        for j in (j for j in range(k) if j != i):
-            d = matrix[i] - matrix[j]
-            c = scipy_stats.t.ppf(1 - (1 - level) / (k - 1), len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d))
-            lows.append(d.mean() - c)
-            highs.append(d.mean() + c)
-        out.append((min(0.0, min(lows)), max(0.0, min(highs))))
-    return out
 
 
 def drawn_differences(fig) -> dict[str, dict]:

@@ -18,6 +18,7 @@ from analysis.load import load_results
 from analysis.report import analyze
 from tests import synthetic_results as fx
 from tests.helpers import REPO, first_fast
+from tests.written_out import holm_written_out, mcb_written_out
 from trainer.vocabulary import STS_TASKS
 
 
@@ -95,28 +96,8 @@ def test_holm_adjusts_the_named_references_family_as_written_out():
         per_seed[eta] = list(reference + shift + rng.normal(0.0, 0.3, 5))
     rows = paired.paired_differences(stand_in(per_seed), ["ema.decay"], NAMED, "avg").rows
     p = np.array([t_interval(np.array(per_seed[d.configuration["ema.decay"]]) - reference)[2] for d in rows])
-    order = np.argsort(p)  # Holm: the i-th smallest p times (m - i), kept monotone, capped at 1
-    steps = np.minimum(1.0, np.maximum.accumulate(p[order] * (len(p) - np.arange(len(p)))))
-    expected = np.empty_like(p)
-    expected[order] = steps
-    assert [d.p_adjusted for d in rows] == pytest.approx(list(expected))
+    assert [d.p_adjusted for d in rows] == pytest.approx(list(holm_written_out(p)))
     assert rows[0].configuration == {"ema.decay": 0.5} and rows[0].p_adjusted < 0.05
-
-
-def mcb_written_out(scores: np.ndarray, level: float = 0.95) -> list[tuple[float, float]]:
-    """Hsu's MCB from paired t's, pair by pair: for each i, min over j of the one-sided bounds."""
-    k, out = len(scores), []
-    for i in range(k):
-        lows, highs = [], []
-        for j in range(k):
-            if j == i:
-                continue
-            d = scores[i] - scores[j]
-            c = scipy_stats.t.ppf(1 - (1 - level) / (k - 1), len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d))
-            lows.append(d.mean() - c)
-            highs.append(d.mean() + c)
-        out.append((min(0.0, min(lows)), max(0.0, min(highs))))
-    return out
 
 
 def test_against_a_best_chosen_from_the_data_the_intervals_are_hsus_mcb():
