@@ -4,8 +4,8 @@
     decide(attempts, summary) -> "skip" | "record" | "run"
     trial_states(spec) -> {key: state shown}   (read-only: creates no storage, writes nothing)
     other_code_states(spec, keys) -> {key: the other code state a finished trial ran on}
-    former_keys(folder, trials, by_key) -> FormerKeys   (ended trials whose key a knob they never read still named)
-    take_former_keys(folder, trials, by_key) -> FormerKeys   (`sweep run`: moved to the keys of their runs)
+    former_keys(folder, keys, trials, by_key) -> FormerKeys   (ended trials a knob they never read still keyed)
+    take_former_keys(folder, planned, by_key) -> FormerKeys   (`sweep run`: moved to the keys of their runs)
 
 - skip: Optuna holds a final attempt (COMPLETE, PRUNED, or FAIL diverged/collapsed).
 - record: summary.json holds a final verdict that never reached Optuna (the driver died in between);
@@ -104,7 +104,8 @@ def trial_states(spec: Any, keys: list[str] | None = None, by_key: dict[str, lis
     planned = expansion(spec).trials if keys is None else None
     if keys is None:
         keys = [t.key for t in planned]  # keys only: no copy of each trial's config
-    former = former_keys(folder, lambda: planned if planned is not None else expansion(spec).trials, by_key).adopted
+    former = former_keys(folder, keys, lambda: planned if planned is not None else expansion(spec).trials,
+                         by_key).adopted
     states = {}
     for key in keys:
         source = former.get(key, key)  # a trial ended under its former key is what `sweep run` will record
@@ -164,21 +165,22 @@ class FormerKeys:
         repeats = (f"; {plural(len(self.repeats), 'repeat')} of them (the same run under another value) moved to "
                    f"{SUPERSEDED}/" if self.repeats else "")
         return (f"{plural(len(self.adopted), 'finished trial')} recorded under the keys of the runs they are, no "
-                f"longer named by "
-                f"{', '.join(self.knobs)}, which their method does not read (trials/<key>/{FORMER_KEY} holds the "
-                f"old key){repeats}")
+                f"longer named by {', '.join(self.knobs)}, which their method does not read (trials/<key>/"
+                f"{FORMER_KEY} holds the old key){repeats}")
 
 
-def former_keys(folder: StudyFolder, trials: Callable[[], Iterable[Any]], by_key: Mapping[str, list[Any]]
-                ) -> FormerKeys:
+def former_keys(folder: StudyFolder, keys: Iterable[str], trials: Callable[[], Iterable[Any]],
+                by_key: Mapping[str, list[Any]]) -> FormerKeys:
     """The ended trials under trials/ whose key the study no longer plans but whose run (trainer config and seed:
-    sweep.spec.keys.run_signature) is that of a planned trial that never ran; `trials()` gives the planned
-    sweep.spec.Trial objects (called only when such a folder exists). The first such folder in key order is the
-    planned trial's record; the others repeat it."""
+    sweep.spec.keys.run_signature) is that of a planned trial that never ran. `keys`: planned keys already known;
+    `trials()` gives every planned sweep.spec.Trial, called only when a folder is under none of `keys`. The first
+    such folder in key order is the planned trial's record; the others repeat it."""
     trials_dir = folder.path / "trials"
     if not trials_dir.is_dir():
         return FormerKeys()
     folders = {path.name for path in trials_dir.iterdir() if path.is_dir()}
+    if not folders - set(keys):  # every folder is a planned trial's (a study resumed as planned)
+        return FormerKeys()
     planned = list(trials())
     if not planned:  # tpe: its trials are Optuna's asks, keyed as they are drawn
         return FormerKeys()
@@ -211,7 +213,7 @@ def take_former_keys(folder: StudyFolder, planned: list[Any], by_key: Mapping[st
     """former_keys, acted on (`sweep run`, before it sorts the planned trials): each adopted folder moved to its new
     key with the old key in trials/<key>/former_key, so that the run records it under that key instead of running
     it; each repeat moved to superseded/<former key>/."""
-    found = former_keys(folder, lambda: planned, by_key)
+    found = former_keys(folder, [t.key for t in planned], lambda: planned, by_key)
     for new, old in found.adopted.items():
         os.replace(folder.trial_dir(old), folder.trial_dir(new))
         (folder.trial_dir(new) / FORMER_KEY).write_text(old + "\n")
