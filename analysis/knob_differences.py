@@ -16,7 +16,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-import numpy as np
 import pandas as pd
 from matplotlib.lines import Line2D
 
@@ -108,10 +107,8 @@ def draw_differences(ax, found: KnobDifferences, position: dict[str, int], offse
     """Draw the panel on `ax` at the score panel's x positions, series offsets and styles; (its data, legend
     handles and labels, the legend title's line on it, which names it the `where` panel)."""
     comparison = found.comparison
-    adjusted = "p (Holm)" if comparison.procedure == paired.PAIRED_T else "p (MCB)"
-    finite = [v for p in found.points for v in (p.difference.mean, p.difference.ci_low, p.difference.ci_high)
-              if v is not None and np.isfinite(v)]
-    low_end, high_end = min(finite) - 1.0, max(finite) + 1.0  # an unbounded MCB end: one point past the bounded
+    adjusted = paired.adjusted_p_label(comparison)
+    low_end, high_end = paired.drawn_ends([p.difference for p in found.points])
     ns = {p.difference.n for p in found.points}
     kinds: set[bool] = set()  # True: the difference stands at 0.05; False: it does not
     rows = []

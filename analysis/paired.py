@@ -344,6 +344,19 @@ def _paper_column(comparison: PairedComparison) -> list[str] | None:
             if d.configuration.get("method") in PAPER_VS_SIMCSE else "" for d in comparison.rows]
 
 
+def adjusted_p_label(comparison: PairedComparison) -> str:
+    """The adjusted p's name in tables and figures: Holm's over the family beside a named reference, MCB's beside a
+    best chosen from the data."""
+    return "p (Holm)" if comparison.procedure == PAIRED_T else "p (MCB)"
+
+
+def drawn_ends(differences: Sequence[PairedDifference]) -> tuple[float, float]:
+    """Where a figure ends an unbounded interval (an MCB end at +-inf): one point past the finite means and interval
+    ends of `differences`."""
+    finite = [v for d in differences for v in (d.mean, d.ci_low, d.ci_high) if v is not None and np.isfinite(v)]
+    return min(finite) - 1.0, max(finite) + 1.0
+
+
 def interval_label(comparison: PairedComparison) -> str:
     """The interval column's name, which says its procedure."""
     return "95% CI (paired t)" if comparison.procedure == PAIRED_T else "simultaneous 95% CI (MCB)"
@@ -387,7 +400,7 @@ def _seed_note(comparison: PairedComparison) -> list[str]:
 def paired_markdown(comparison: PairedComparison, latex: bool = False) -> str:
     """The paired table (Markdown, or LaTeX with `latex`), its reference and procedures named under it."""
     by, paper = comparison.by, _paper_column(comparison)
-    adjusted = "p (Holm)" if comparison.procedure == PAIRED_T else "p (MCB)"
+    adjusted = adjusted_p_label(comparison)
     header = [*by, f"{comparison.score} difference", interval_label(comparison), adjusted, "sign-flip p",
               "P(better)", "IQM", "n"] + (["paper"] if paper else [])
     rows = []
@@ -451,11 +464,9 @@ def figure_paired_differences(table: pd.DataFrame, by: Sequence[str], reference:
     with_ci = [i for i, d in enumerate(differences) if d.ci_low is not None]
     without = [i for i, d in enumerate(differences) if d.ci_low is None]
     if with_ci:
-        finite = [v for i in with_ci for v in (differences[i].mean, differences[i].ci_low, differences[i].ci_high)
-                  if np.isfinite(v)]
-        ends = {i: (max(differences[i].ci_low, min(finite) - 1.0), min(differences[i].ci_high, max(finite) + 1.0))
-                for i in with_ci}  # an unbounded end is drawn one point past the bounded ones
-        adjusted = "p (Holm)" if comparison.procedure == PAIRED_T else "p (MCB)"
+        low_end, high_end = drawn_ends([differences[i] for i in with_ci])
+        ends = {i: (max(differences[i].ci_low, low_end), min(differences[i].ci_high, high_end)) for i in with_ci}
+        adjusted = adjusted_p_label(comparison)
         stands = [i for i in with_ci if differences[i].p_adjusted < 0.05]
         for rows, fill, what in ((stands, style["color"], f"{adjusted} < 0.05"),
                                  ([i for i in with_ci if i not in stands], "white", f"{adjusted} >= 0.05")):
