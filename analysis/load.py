@@ -30,7 +30,7 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable
 
 import numpy as np
 import pandas as pd
@@ -39,13 +39,20 @@ import yaml
 from trainer.evaluation.sts_average import AVG
 from trainer.method_rules import traces_distance
 from trainer.mtd import ETA_CHOICES, K_CHOICES, config_traceable_distance
-from trainer.summary import PROVENANCE_WORDS, analysis_row, older_reading, provenance_spread, read_summary_file
+from trainer.summary import (
+    PROVENANCE_WORDS,
+    Summary,
+    analysis_row,
+    older_reading,
+    provenance_spread,
+    read_summary_file,
+)
 from trainer.vocabulary import FINAL_FAIL_STATUSES, OK, PRUNED, STS_TASKS, TRANSFER_TASKS, TrialState, optuna_state_name
 
 MTD_SOURCES = ("formula", "measured")
 SCORES = STS_TASKS + ("avg",)
 ENDED_EARLY = (*FINAL_FAIL_STATUSES, PRUNED)  # statuses of runs that stopped before their planned steps
-# SentEval transfer accuracies (summary["transfer"]; "avg" there is the column transfer_avg)
+# SentEval transfer accuracies (summary.transfer; "avg" there is the column transfer_avg)
 TRANSFER_SCORES = TRANSFER_TASKS + ("transfer_avg",)
 
 # Columns that are never swept parameters (bookkeeping, measurements, per-trial paths).
@@ -118,10 +125,10 @@ def load_results(
             )
         table = finished.copy()
 
-    measured = {key: ((s.get("mtd") or {}).get("measured")) for key, s in summaries.items()}
+    measured = {key: (s.mtd or {}).get("measured") for key, s in summaries.items()}
     for name in ("ema_age", "queue_age_mean", "queue_age_max"):
         if name not in table.columns:
-            table[name] = [((summaries.get(str(k)) or {}).get("mtd") or {}).get(name) for k in table["key"]]
+            table[name] = [_mtd_field(summaries.get(str(k)), name) for k in table["key"]]
     table["mtd_measured"] = pd.to_numeric(pd.Series([measured.get(str(k)) for k in table["key"]],
                                                     index=table.index, dtype=object), errors="coerce")
     if mtd_source == "measured":
@@ -308,7 +315,7 @@ def slices_label(value: Any, size: Any = None) -> str:
 
 
 # ---- internals ----------------------------------------------------------------------------------
-def _read_summaries(study_dir: Path) -> dict[str, dict[str, Any]]:
+def _read_summaries(study_dir: Path) -> dict[str, Summary]:
     summaries = {}
     for path in sorted(study_dir.glob("trials/*/summary.json")):
         summary, _ = read_summary_file(path)  # None: damaged or gone since the glob; trials.csv still has the row
@@ -325,12 +332,16 @@ def _read_trials_csv(path: Path) -> pd.DataFrame:
         return pd.DataFrame()
 
 
-def _row_from_summary(key: str, summary: Mapping[str, Any], state: str | None = None) -> dict[str, Any]:
+def _mtd_field(summary: Summary | None, name: str) -> Any:
+    return (summary.mtd or {}).get(name) if summary is not None else None
+
+
+def _row_from_summary(key: str, summary: Summary, state: str | None = None) -> dict[str, Any]:
     """A trials.csv-like row from one summary.json (trainer.summary's analysis view: its config flattened
     to dotted columns; its `mtd` is renamed mtd_recorded with the CSV's column); `state` is the Optuna state
     from trials.csv, else the one the status implies (trainer.vocabulary)."""
-    config = summary.get("config") or {}
-    state = state if isinstance(state, str) else optuna_state_name(summary.get("status"))
+    config = summary.config or {}
+    state = state if isinstance(state, str) else optuna_state_name(summary.status)
     row: dict[str, Any] = {"key": key, "seed": config.get("seed"), "state": state}
     row.update(analysis_row(summary))
     return row
@@ -375,19 +386,19 @@ def _state_counts(table: pd.DataFrame) -> dict[str, int]:
     return pd.Series(labels).value_counts().to_dict()
 
 
-def trial_mtd(row: pd.Series, summary: Mapping[str, Any] | None, eta_choice: str, k_choice: str) -> float:
-    config = (summary or {}).get("config") or _config_from_row(row)
+def trial_mtd(row: pd.Series, summary: Summary | None, eta_choice: str, k_choice: str) -> float:
+    config = (summary.config if summary is not None else None) or _config_from_row(row)
     if config is None or not traces_distance(config.get("method")):
         return math.nan
     steps = row.get("steps")
-    if _is_missing(steps) and summary:
-        steps = summary.get("steps")
+    if _is_missing(steps) and summary is not None:
+        steps = summary.steps
     steps_run = None if _is_missing(steps) else int(steps)
     # the planned length sets the cosine period; a run that ended early averages the etas of its own steps
     # (a trial that ended as planned ran them all; one that ended early says how many it planned, or the
     # config does)
-    planned = (summary or {}).get("total_steps")
-    status = row.get("status") if not _is_missing(row.get("status")) else (summary or {}).get("status")
+    planned = summary.total_steps if summary is not None else None
+    status = row.get("status") if not _is_missing(row.get("status")) else (summary.status if summary else None)
     if _is_missing(planned) and status in ENDED_EARLY:
         planned = config.get("max_steps") or planned_steps_or_none(config)
     total_steps = steps_run if _is_missing(planned) else int(planned)

@@ -95,14 +95,14 @@ def main(argv: list[str] | None = None) -> int:
                                                "error": "out of memory"})
                         continue
                     timed = widths[1:args.steps - 1]  # the steps the clock timed: 2 .. steps - 1
-                    row = {"method": method, "precision": precision, "batch": batch, "status": run["status"],
-                           "steps_per_s": run["steps_per_s"], "sentences_per_s": run["sentences_per_s"],
-                           "peak_memory_mib": run["peak_memory_mib"],
+                    row = {"method": method, "precision": precision, "batch": batch, "status": run.status,
+                           "steps_per_s": run.steps_per_s, "sentences_per_s": run.sentences_per_s,
+                           "peak_memory_mib": run.peak_memory_mib,
                            "mean_width": round(sum(timed) / len(timed), 2) if timed else None,
-                           "wiki1m_epoch_min": (round(WIKI1M / run["sentences_per_s"] / 60, 1)
-                                                if run["sentences_per_s"] else None)}
-                    if method == "simcse" and timed and run["steps_per_s"]:
-                        tflops = simcse_step_flops(timed, batch, BERT_BASE) * run["steps_per_s"] / 1e12
+                           "wiki1m_epoch_min": (round(WIKI1M / run.sentences_per_s / 60, 1)
+                                                if run.sentences_per_s else None)}
+                    if method == "simcse" and timed and run.steps_per_s:
+                        tflops = simcse_step_flops(timed, batch, BERT_BASE) * run.steps_per_s / 1e12
                         row["model_tflops"] = round(tflops, 1)
                         row["mfu_vs_bf16_peak"] = round(tflops / args.peak_tflops, 4)
                     report["runs"].append(row)

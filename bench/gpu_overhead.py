@@ -102,8 +102,8 @@ def main(argv: list[str] | None = None) -> int:
                                              cache), cuda=device == "cuda")
             row = {"device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu", "shape": args.shape,
                    "batch": args.batch, "precision": precision, "minimal_steps_per_s": round(minimal, 3),
-                   "trainer_steps_per_s": ours["steps_per_s"],
-                   "trainer_vs_minimal_step_time": round(minimal / ours["steps_per_s"], 3)}
+                   "trainer_steps_per_s": ours.steps_per_s,
+                   "trainer_vs_minimal_step_time": round(minimal / ours.steps_per_s, 3)}
             rows.append(row)
             print(json.dumps(row), flush=True)
     if args.json:

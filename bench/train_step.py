@@ -73,10 +73,10 @@ def ours(method: str, model_name: str, steps: int, batch: int, device: str, extr
            "data": {"corpus": "wiki1m_sample"}, "compile": compile,
            "eval": {"eval_steps": 10**6, "final_tasks": ["STSBenchmark"], "align_uniform_split": "dev"}, **extra}
     summary = train(RunConfig.from_dict(cfg))
-    return {"seconds_per_step": summary["train_seconds"] / summary["steps"],
-            "sentences_per_s": summary["sentences_per_s"], "compiled": summary["compile"]["used"],
-            "compile_seconds": summary["compile"]["seconds"], "graphs": summary["compile"]["graphs"],
-            "loss": summary["history"][-1]["loss"]}
+    return {"seconds_per_step": summary.train_seconds / summary.steps,
+            "sentences_per_s": summary.sentences_per_s, "compiled": summary.compile["used"],
+            "compile_seconds": summary.compile["seconds"], "graphs": summary.compile["graphs"],
+            "loss": summary.history[-1]["loss"]}
 
 
 def main() -> None:

@@ -45,7 +45,8 @@ sys.path.insert(0, str(REPO))
 
 import table  # noqa: E402  bench/table.py, beside this script
 
-from trainer.vocabulary import STS_TASKS  # noqa: E402  (after the path set-up above)
+from trainer.summary import read_summary_file  # noqa: E402  (after the path set-up above)
+from trainer.vocabulary import STS_TASKS  # noqa: E402
 
 
 def study_yaml(folder: Path, name: str, data_dir: Path, seeds: list[int], max_steps: int, eval_steps: int,
@@ -100,16 +101,16 @@ def measure_overhead(trials: list, study_dir: Path) -> list[dict[str, float]]:
         key = trial.user_attrs["key"]
         folder = study_dir / "trials" / key
         times = log_times(folder / "log.txt")
-        summary = json.loads((folder / "summary.json").read_text())
+        summary, _ = read_summary_file(folder / "summary.json")
         first_eval = json.loads((folder / "metrics.jsonl").read_text().splitlines()[0])
         start, end = epoch(trial.datetime_start), epoch(trial.datetime_complete)
         row = {
             "schedule": times["entered"] - epoch(trials[i - 1].datetime_complete) if i else float("nan"),
             "imports": times["train_start"] - times["entered"],
-            "setup": first_eval["elapsed_s"] - summary["train_seconds"] - summary["eval_seconds"],
-            "step": summary["train_seconds"],
-            "dev_eval": summary["eval_seconds"],
-            "final_eval": summary["wall_time_s"] - first_eval["elapsed_s"],
+            "setup": first_eval["elapsed_s"] - summary.train_seconds - summary.eval_seconds,
+            "step": summary.train_seconds,
+            "dev_eval": summary.eval_seconds,
+            "final_eval": summary.wall_time_s - first_eval["elapsed_s"],
             "report": end - times["train_end"],
             "trial_total": end - start,
         }

@@ -38,6 +38,8 @@ import table  # bench/table.py, beside this script
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # tests.helpers
 
+from trainer.summary import read_summary_file  # noqa: E402  (after the path set-up above)
+
 
 def write_study(folder: Path, name: str, trials: int, reuse: bool, data_dir: Path) -> Path:
     from tests.helpers import study_file
@@ -123,8 +125,8 @@ def run_once(folder: Path, trials: int, step_s: float, reuse: bool, data_dir: Pa
         raise SystemExit(f"sweep run exited {done.returncode}:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
     intervals, pids = [], set()
     for trial_dir in (folder / "results" / name / "trials").iterdir():
-        summary = json.loads((trial_dir / "summary.json").read_text())
-        intervals.append((summary["started_at"], summary["ended_at"]))
+        summary, _ = read_summary_file(trial_dir / "summary.json")
+        intervals.append((summary.started_at, summary.ended_at))
         pids.add((trial_dir / "log.txt").read_text().split()[4])  # "=== trial KEY pid PID ..."
     work = sum(end - start for start, end in intervals)
     at_once = most_at_once(intervals)

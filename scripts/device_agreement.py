@@ -224,9 +224,9 @@ def train_run(model: Path, device: str, steps: int, batch: int, root: str, cache
         seconds = time.perf_counter() - started
     finally:
         loop._step = original
-    return {"device": summary.get("device"), "precision": summary.get("precision"), "status": summary.get("status"),
-            "step_losses": [float(x) for x in losses], "dev_stsb": summary.get("best_dev_stsb"),
-            "test": summary.get("test"), "seconds": round(seconds, 2)}
+    return {"device": summary.device, "precision": summary.precision, "status": summary.status,
+            "step_losses": [float(x) for x in losses], "dev_stsb": summary.best_dev_stsb,
+            "test": summary.test, "seconds": round(seconds, 2)}
 
 
 def cmd_train(args: argparse.Namespace) -> int:

@@ -1,7 +1,8 @@
 """A fast stand-in for trainer.train (`SWEEP_TRAIN_FN=tests.fake_train:train`): no model, no data.
 
 Each trial "trains" for $FAKE_TRAIN_STEPS steps of $FAKE_TRAIN_STEP_S seconds, reporting dev_stsb after
-each step, and returns a summary whose score is a function of the config (so results can be checked).
+each step, and returns a summary (a trainer.summary.Summary, as the trainer does) whose score is a function of the
+config (so results can be checked).
 A config with optim.lr >= 1 "diverges"; a model path containing "raise" raises; a batch_size of at least
 $FAKE_TRAIN_OOM_BATCH (when set) raises torch.OutOfMemoryError, as CUDA does when a batch does not fit.
 While the file $FAKE_TRAIN_GATE exists (when set), every trial waits before its first step, so a test can
@@ -28,10 +29,11 @@ from typing import Any
 
 from trainer.provenance import provenance
 from trainer.readings import READING
+from trainer.summary import Summary
 from trainer.vocabulary import STS_TASKS, TRANSFER_TASKS
 
 
-def train(config: Any, report: Any = None) -> dict[str, Any]:
+def train(config: Any, report: Any = None) -> Summary:
     steps = int(os.environ.get("FAKE_TRAIN_STEPS", "3"))
     step_s = float(os.environ.get("FAKE_TRAIN_STEP_S", "0.2"))
     started_at = time.time()
@@ -48,7 +50,7 @@ def train(config: Any, report: Any = None) -> dict[str, Any]:
             marker.touch()
             _wait_at_barrier(Path(barrier), int(os.environ["FAKE_TRAIN_BARRIER_N"]),
                              float(os.environ.get("FAKE_TRAIN_BARRIER_S", "120")))
-        return _train(config, report, steps, step_s, started_at)
+        return Summary.from_json(_train(config, report, steps, step_s, started_at))
     finally:
         if marker is not None:
             marker.unlink(missing_ok=True)

@@ -7,6 +7,7 @@ import json
 import os
 import shlex
 import sys
+from pathlib import Path
 
 from trainer.vocabulary import OK
 
@@ -54,20 +55,24 @@ def main(argv: list[str] | None = None) -> int:
 
         print(f"training {config.method} on {config.model} (batch {config.resolved().batch_size})", flush=True)
         summary = train(config, report=progress)
+        if config.output_dir:
+            from trainer.files import write_text_atomic
+
+            write_text_atomic(Path(config.output_dir) / "summary.json", json.dumps(summary.to_json(), indent=2))
     except UserError as exc:
         print(f"trainer: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("trainer: interrupted", file=sys.stderr)
         return 130
-    test = summary.get("test") or {}
-    print(f"status: {summary['status']}" + (f" ({summary['reason']})" if summary.get("reason") else ""))
+    test = summary.test or {}
+    print(f"status: {summary.status}" + (f" ({summary.reason})" if summary.reason else ""))
     if test:
         print("test: " + "  ".join(f"{k} {v:.2f}" for k, v in test.items()))
     keys = ("best_step", "best_dev_stsb", "align", "uniform", "mtd", "sentences_per_s", "wall_time_s")
-    brief = {k: summary[k] for k in keys}
+    brief = {k: getattr(summary, k) for k in keys}
     print(json.dumps(brief))
-    return 0 if summary["status"] == OK else 1
+    return 0 if summary.status == OK else 1
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -328,8 +329,10 @@ class RunConfig(Section):
         return super().__getattr__(item)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any] | None) -> RunConfig:
-        """Validate plain data (a null section keeps its defaults); the first problem is a ConfigError."""
+    def from_dict(cls, data: dict[str, Any] | None, validated: Mapping[str, BaseModel] | None = None) -> RunConfig:
+        """Validate plain data (a null section keeps its defaults); the first problem is a ConfigError.
+        `validated`: sections validated alone from what `data` holds there, taken (and shared) as they are:
+        a valid section adds no error, so the config and the first error are those of `data`."""
         data = {k: ({} if v is None and k in _SECTIONS else v) for k, v in (data or {}).items()}
         method = data.get("method", MOCOSE)
         sections = method_sections()
@@ -338,6 +341,7 @@ class RunConfig(Section):
                 raise ConfigError(name, f": the config section of method {name}, read by its runs only; this "
                                         f"config's method is {excerpt(method)} (set method: {name}, or remove it)")
         own = data.pop(method, None) if isinstance(method, str) and method in sections else None
+        data.update((name, validated[name]) for name in validated or () if name in data and name in _SECTIONS)
         try:
             config = cls.model_validate(data)
         except ValidationError as exc:
@@ -436,13 +440,6 @@ def scoped(data: dict[str, Any]) -> dict[str, Any]:
 def own_section(data: dict[str, Any], method: str) -> dict[str, Any]:
     """`method`'s own section in a config dict: its defaults under what `data` already sets (a new dict)."""
     return {**method_sections()[method]().model_dump(mode="json"), **(data.get(method) or {})}
-
-
-def method_section_defaults() -> dict[str, Any]:
-    """Every registered method's own keys with their defaults, by dotted key ('dcl.sigma': None)."""
-    from trainer.files import flatten
-
-    return flatten({name: section().model_dump(mode="json") for name, section in method_sections().items()})
 
 
 # ---- dotted keys ------------------------------------------------------------------------------

@@ -12,8 +12,9 @@ from __future__ import annotations
 import math
 import os
 import tempfile
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 
 def current_umask() -> int:

@@ -2,7 +2,7 @@
 
 Read top to bottom: build the method object for the config (trainer.methods: SimCSE, GS-InfoNCE, MixCSE,
 MoCoSE), load the tokenised corpus, run the optimiser loop (evaluating STS-B dev every `eval.eval_steps`
-and keeping the best state), then evaluate the final tasks with the best state and return (and write)
+and keeping the best state), then evaluate the final tasks with the best state and return
 the summary. The loop is the same for every method: the method object computes its loss on a batch and
 does what follows the optimiser step (MoCoSE's EMA update and queue push); FGSM and token shuffle wrap
 any method.
@@ -38,13 +38,13 @@ from trainer.evaluation.mteb_tasks import check_tasks, final_mteb, summary_parts
 from trainer.evaluation.sts import evaluate_sts, split_tasks
 from trainer.evaluation.transfer import evaluate_transfer
 from trainer.evaluation.transfer_data import load_transfer_tasks
-from trainer.files import apply_umask_modes, json_safe, write_text_atomic
+from trainer.files import apply_umask_modes, json_safe
 from trainer.methods import Method, method_class
 from trainer.models import ComputePrecision, load_encoder, pick_device
 from trainer.optim import build_optimizer
 from trainer.provenance import provenance
 from trainer.run_plan import RunPlan
-from trainer.summary import build_summary
+from trainer.summary import Summary, build_summary
 from trainer.vocabulary import COLLAPSED, DIVERGED, OK, STS_TASKS
 
 Report = Callable[[dict[str, Any]], None]
@@ -161,10 +161,11 @@ class _Run:
 
 
 def train(config: RunConfig, report: Report | None = None, host_reads: HostReadPolicy | None = None,
-          on_step: StepHook | None = None) -> dict[str, Any]:
-    """Train one model as `config` says; returns the summary (also written to config.output_dir if set).
+          on_step: StepHook | None = None) -> Summary:
+    """Train one model as `config` says; returns the summary, which its caller writes as summary.json (the
+    trainer's command line, trainer.__main__; the sweep's worker, with where the trial ran).
 
-    The summary is summary.json's dict (trainer.summary): `status` (ok, diverged or collapsed, with `reason`),
+    The summary is summary.json's record (trainer.summary.Summary): `status` (ok, diverged or collapsed, with `reason`),
     the best STS-B dev score and its step, the final test scores of the best-dev state (`test`, the STS tasks'
     Spearman x 100 and their `avg`; `transfer` when asked for), MTD, the method's own fields, timings and the
     resolved config. With `config.output_dir` set, the run also writes metrics.jsonl (one line per
@@ -454,7 +455,7 @@ def _final_evaluation(run: _Run) -> dict[str, Any]:
     return final
 
 
-def _summary(run: _Run, final: dict[str, Any]) -> dict[str, Any]:
+def _summary(run: _Run, final: dict[str, Any]) -> Summary:
     """summary.json (trainer.summary): the verdict, the scores, MTD and the method's own fields, timings, the
     resolved config."""
     config, best, best_test = run.config, run.best, run.best_test
@@ -482,6 +483,4 @@ def _summary(run: _Run, final: dict[str, Any]) -> dict[str, Any]:
         mteb=summary_parts(final["mteb"])[0],
         **extra,
     )
-    if run.out_dir:
-        write_text_atomic(run.out_dir / "summary.json", json.dumps(summary.to_json(), indent=2))
     return summary

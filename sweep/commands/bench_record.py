@@ -11,7 +11,9 @@
     record.run(method, precision, compiled=True)   # ... its compiled row (setup_seconds includes the compile)
 
 The file is `sweep doctor`'s JSON: its checklist, and the record under "bench". Every field is declared here, and
-a field the model does not declare is refused, so a writer and its readers cannot drift apart unnoticed.
+a field the model does not declare is refused, so a writer and its readers cannot drift apart unnoticed. The
+writer builds each row typed as it measures it (`replace` gives a checked, changed copy); `to_json` and `read` are
+the record's one boundary with plain data.
 """
 
 from __future__ import annotations
@@ -33,6 +35,10 @@ RUN_TIMINGS = ("step_seconds", "dev_eval_seconds", "final_eval_seconds", "setup_
 
 class _Record(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    def replace(self, **changes: Any) -> Any:
+        """A checked copy with `changes` (fields by name; a name the record does not declare is refused)."""
+        return type(self).model_validate({**dict(self), **changes})
 
 
 class SyncVerdict(_Record):

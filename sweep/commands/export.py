@@ -24,7 +24,7 @@ import math
 import os
 import shutil
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import yaml
 
@@ -32,7 +32,7 @@ from sweep.records.store import StudyFolder, locate_study, weights_state
 from trainer.errors import UserError
 from trainer.files import apply_umask_modes
 from trainer.models import EMBEDDED, EMBEDDED_HUB_ID
-from trainer.summary import metric_value
+from trainer.summary import Summary, metric_value
 from trainer.vocabulary import STS_TASKS, TrialState
 
 EXPORTABLE_POOLERS = ("cls_before_pooler", "avg", "avg_top2", "avg_first_last")
@@ -99,7 +99,7 @@ def export_trial(study: str | Path, dest: str | Path, trial_key: str | None = No
         raise UserError(f"trial '{key}' kept no weights ({why}; the study's keep_weights decides which trials "
                         f"keep them); to export it, {how}: it runs the finished trials whose weights are gone "
                         "again, with their own configs, and keeps their weights; then export it again")
-    config = summary.get("config") or {}
+    config = summary.config or {}
     pooler = config.get("pooler", "cls_before_pooler")
     if pooler not in EXPORTABLE_POOLERS:
         raise UserError(f"trial '{key}' was scored with pooler '{pooler}', which applies the training MLP (or "
@@ -224,13 +224,13 @@ def code_text(block: dict[str, Any] | None) -> str:
     return text
 
 
-def code_differs(summary: Mapping[str, Any]) -> str | None:
+def code_differs(summary: Summary) -> str | None:
     """A line when the trial's code is not the code of this checkout: another commit, or other source beyond it
     (trainer.provenance's source_sha256: changes, untracked files under the packages, plugins; for a record written
     before it, the tracked changes' diff_sha256); None when they are the same or the trial recorded none."""
     from trainer.provenance import code_state
 
-    trial = ((summary.get("provenance") or {}).get("code")) or {}
+    trial = ((summary.provenance or {}).get("code")) or {}
     if not trial.get("commit"):
         return None
     here = code_state()
@@ -242,10 +242,10 @@ def code_differs(summary: Mapping[str, Any]) -> str | None:
 
 
 # ---- the model card -------------------------------------------------------------------------------
-def model_card(study: str, folder: StudyFolder, key: str, summary: Mapping[str, Any], row: dict[str, str],
+def model_card(study: str, folder: StudyFolder, key: str, summary: Summary, row: dict[str, str],
                selection: str, pooler: str) -> str:
     """The README.md of the exported folder (Hub metadata header + what the model is and how it scored)."""
-    config = summary.get("config") or {}
+    config = summary.config or {}
     method = config.get("method", "?")
     base_model = base_model_text = str(config.get("model", "?"))
     if base_model == EMBEDDED:  # the hub id the card's readers can look up, not the project's alias
@@ -258,32 +258,32 @@ def model_card(study: str, folder: StudyFolder, key: str, summary: Mapping[str, 
     }
     if not Path(base_model).exists() and base_model != "?":
         meta["base_model"] = base_model
-    test = summary.get("test") or {}
+    test = summary.test or {}
     eval_cfg = config.get("eval") or {}
-    mtd = summary.get("mtd") or {}
+    mtd = summary.mtd or {}
     out = ["---", yaml.safe_dump(meta, sort_keys=False).strip(), "---", "",
            f"# {study} / {key}", "",
            f"A {method} sentence encoder trained by contrastive-sweep (study `{study}`, trial `{key}`).", "",
            "| | |", "|---|---|",
            f"| method | {method} |",
-           f"| variant | {summary.get('variant') or 'paper'} |",
+           f"| variant | {summary.variant or 'paper'} |",
            f"| base model | {base_model_text} |",
            f"| pooler | {pooler} ({_POOLER_TEXT[pooler]}) |",
            f"| seed | {seed} |",
-           f"| code | {code_text(summary.get('provenance'))} |",
+           f"| code | {code_text(summary.provenance)} |",
            *[f"| {label} | {text} |" for label, text in tracker_runs(folder.trial_dir(key))],
            f"| MTD (formula) | {_fmt(mtd.get('formula'))} |",
            f"| MTD (measured) | {_fmt(mtd.get('measured'))} |",
            "", "## How it was selected", "",
-           f"- Weights: the best STS-B dev state of the run: Spearman {_fmt(summary.get('best_dev_stsb'))} x100 at "
-           f"step {_fmt(summary.get('best_step'))} of {_fmt(summary.get('steps'))} (STS-B dev evaluated every "
+           f"- Weights: the best STS-B dev state of the run: Spearman {_fmt(summary.best_dev_stsb)} x100 at "
+           f"step {_fmt(summary.best_step)} of {_fmt(summary.steps)} (STS-B dev evaluated every "
            f"{_fmt(eval_cfg.get('eval_steps'))} steps; test sets were not used for selection).",
            f"- Trial: {selection}.", "",
            "## STS (Spearman x100, SentEval protocol, the best-dev state)", "",
            "| " + " | ".join([*STS_TASKS, "avg"]) + " |", "|" + "---|" * (len(STS_TASKS) + 1),
            "| " + " | ".join(_fmt(test.get(task)) for task in [*STS_TASKS, "avg"]) + " |", ""]
     out += provenance_lines(summary)
-    transfer = summary.get("transfer")
+    transfer = summary.transfer
     if isinstance(transfer, dict) and transfer:
         out += ["## Transfer tasks", "", "| task | score |", "|---|---|"]
         out += [f"| {task} | {_fmt(value)} |" for task, value in transfer.items()]
@@ -301,10 +301,10 @@ def model_card(study: str, folder: StudyFolder, key: str, summary: Mapping[str, 
     return "\n".join(out)
 
 
-def provenance_lines(summary: Mapping[str, Any]) -> list[str]:
+def provenance_lines(summary: Summary) -> list[str]:
     """The card's "What made it" section: the trial's own code, packages, device, precision, node and data
     (its summary.json's provenance block, written by the process that ran it); [] when it has none."""
-    block = summary.get("provenance")
+    block = summary.provenance
     if not isinstance(block, dict):
         return []
     packages = block.get("packages") or {}

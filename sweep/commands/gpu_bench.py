@@ -38,11 +38,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
-from sweep.commands.bench_record import BenchRecord
+from sweep.commands.bench_record import BenchRecord, BenchRun, Sharing, SizeProbe, SyncVerdict
 from trainer.errors import PrecisionFloorError
 from trainer.method_rules import built_in_methods
+from trainer.summary import Summary
 from trainer.vocabulary import STS_BENCHMARK
 
 BENCH_BUDGET_S = 600.0  # the whole bench, sharing test included
@@ -63,6 +64,7 @@ PROBE = dict(vocab_size=30522, hidden_size=384, num_hidden_layers=6, num_attenti
 PROBE_STEPS = 10  # at most, per probe run
 PROBE_FOLDER = "probe-encoder"  # in the bench's temporary folder
 PROBE_RESERVE_S = 60.0  # the time left that the first probe run needs to start (later ones: the longest so far)
+NO_GPU_SYNC = SyncVerdict(sync_free=None, first_sync="not checked: no GPU (sync debug mode is CUDA's)")
 
 
 def write_encoder(folder: Path, shape: dict[str, Any]) -> Path:
@@ -95,7 +97,7 @@ def bench_run_config(model: Path, method: str, precision: str, steps: int, batch
 
 
 def _train(config: dict[str, Any], on_step: Callable[[int], None] | None = None,
-           check_every: int | None = None) -> dict[str, Any]:
+           check_every: int | None = None) -> Summary:
     """One training run; `check_every`: steps between the loop's NaN/inf read-backs (None: the device's)."""
     from trainer.config import RunConfig
     from trainer.train import HostReadPolicy, train
@@ -104,11 +106,10 @@ def _train(config: dict[str, Any], on_step: Callable[[int], None] | None = None,
     return train(RunConfig.from_dict(config), host_reads=host_reads, on_step=on_step)
 
 
-def measure_run(config: dict[str, Any], cuda: bool, keep: Callable[[dict[str, Any]], None] | None = None
-                ) -> dict[str, Any]:
-    """One run: the precision it ran, its status, steady steps/s and sentences/s (StepClock), the summary's rate
-    over all steps, peak memory, the training loss over its steps, and run_timings. `keep(summary)`: handed the
-    trainer's summary."""
+def measure_run(config: dict[str, Any], cuda: bool, keep: Callable[[Summary], None] | None = None) -> BenchRun:
+    """One run's row (the config's method and precision asked): the precision it ran, its status, steady steps/s
+    and sentences/s (StepClock), the summary's rate over all steps, peak memory, the training loss over its steps,
+    and run_timings. `keep(summary)`: handed the trainer's summary."""
     import torch
 
     if cuda:
@@ -118,22 +119,22 @@ def measure_run(config: dict[str, Any], cuda: bool, keep: Callable[[dict[str, An
     summary = _train(config, on_step=clock.on_step)
     if keep is not None:
         keep(summary)
-    history = summary.get("history") or [{}]
+    history = summary.history or [{}]
     batch = config["batch_size"]
     steady = clock.step_seconds
-    over_all_steps = summary.get("sentences_per_s")  # steps x batch / train_seconds (unrounded), evaluations excluded
-    return {
-        "precision_ran": summary.get("precision"), "device": summary.get("device"), "steps": summary.get("steps"),
-        "status": summary.get("status"),
-        "steps_per_s": round(1.0 / steady, 3) if steady else None,
-        "sentences_per_s": round(batch / steady, 2) if steady else None,
-        "all_steps_per_s": round(over_all_steps / batch, 3) if over_all_steps else None,
-        "peak_memory_mib": round(torch.cuda.max_memory_allocated() / 2**20, 1) if cuda else None,
-        "loss": history[0].get("loss"), **run_timings(summary, batch, steady),
-    }
+    over_all_steps = summary.sentences_per_s  # steps x batch / train_seconds (unrounded), evaluations excluded
+    return BenchRun(
+        method=config["method"], precision_asked=config["precision"],
+        precision_ran=summary.precision, device=summary.device, steps=summary.steps, status=summary.status,
+        steps_per_s=round(1.0 / steady, 3) if steady else None,
+        sentences_per_s=round(batch / steady, 2) if steady else None,
+        all_steps_per_s=round(over_all_steps / batch, 3) if over_all_steps else None,
+        peak_memory_mib=round(torch.cuda.max_memory_allocated() / 2**20, 1) if cuda else None,
+        loss=history[0].get("loss"), **run_timings(summary, batch, steady),
+    )
 
 
-def measure_at_precision(config: dict[str, Any], cuda: bool) -> dict[str, Any]:
+def measure_at_precision(config: dict[str, Any], cuda: bool) -> BenchRun:
     """measure_run; where the trainer refuses the config's FGSM eps at its precision (MoCoSE's 5e-9 in bf16 or
     fp16: PrecisionFloorError), the same run without FGSM, `config` changed to match and the row's `note` saying
     so. Any other refusal is raised."""
@@ -141,31 +142,32 @@ def measure_at_precision(config: dict[str, Any], cuda: bool) -> dict[str, Any]:
         return measure_run(config, cuda)
     except PrecisionFloorError as refused:
         config["fgsm"] = {**config.get("fgsm", {}), "eps": 0.0}
-        return {**measure_run(config, cuda),
-                "note": f"fgsm.eps 0 ({refused.eps:g} is refused in {refused.precision}: below its resolution)"}
+        return measure_run(config, cuda).replace(
+            note=f"fgsm.eps 0 ({refused.eps:g} is refused in {refused.precision}: below its resolution)")
 
 
-def run_timings(summary: Mapping[str, Any], batch: int, step_seconds: float | None = None) -> dict[str, float | None]:
+def run_timings(summary: Summary, batch: int, step_seconds: float | None = None) -> dict[str, float | None]:
     """What a dry run's cost estimate reads from a bench run (sweep.commands.cost), from the trainer's summary:
     seconds per optimiser step (`step_seconds`, the steady step's, when given; else the summary's mean over all
     steps, the first included), per STS-B dev evaluation, for the final evaluation (STS-B test), and the rest of
     the run's wall time (set-up: model, corpus, evaluation data, and the first steps' time above the steady
     rate), so that the four add up to the run's wall time either way."""
-    rate, evaluations = summary.get("sentences_per_s"), len(summary.get("history") or ())
+    rate, evaluations = summary.sentences_per_s, len(summary.history or ())
     if step_seconds is None:
         step_seconds = batch / rate if rate else None
-    steps = summary.get("steps") or 0
-    train = step_seconds * steps if step_seconds is not None else summary.get("train_seconds") or 0.0
-    timed = train + sum(summary.get(key) or 0.0 for key in ("eval_seconds", "final_eval_seconds"))
+    steps = summary.steps or 0
+    train = step_seconds * steps if step_seconds is not None else summary.train_seconds or 0.0
+    timed = train + (summary.eval_seconds or 0.0) + (summary.final_eval_seconds or 0.0)
+    wall = summary.wall_time_s
     return {
         "step_seconds": round(step_seconds, 6) if step_seconds is not None else None,
-        "dev_eval_seconds": round(summary["eval_seconds"] / evaluations, 4) if evaluations else None,
-        "final_eval_seconds": summary.get("final_eval_seconds"),
-        "setup_seconds": round(max(0.0, summary["wall_time_s"] - timed), 2) if "wall_time_s" in summary else None,
+        "dev_eval_seconds": round(summary.eval_seconds / evaluations, 4) if evaluations else None,
+        "final_eval_seconds": summary.final_eval_seconds,
+        "setup_seconds": round(max(0.0, wall - timed), 2) if wall is not None else None,
     }
 
 
-def sync_check(config: dict[str, Any], steps: int) -> dict[str, Any]:
+def sync_check(config: dict[str, Any], steps: int) -> SyncVerdict:
     """CUDA: the `steps` training steps after a first evaluation run under set_sync_debug_mode("error"), from
     the step after it on (the evaluation copies the best state to the host: a sync of its own), so the first
     synchronising call raises. Sync-free when that call is the next evaluation's loss read-back, at the end of
@@ -192,16 +194,15 @@ def sync_check(config: dict[str, Any], steps: int) -> dict[str, Any]:
         where, step = window.site(exc.__traceback__)
         # sync-free: the first sync of the window is the loop's own loss read-back, which ends it
         free = step == warm + steps and getattr(exc, "host_read", None) == LOSS_READ_BACK
-        return {"sync_free": free, "first_sync": where, "at_step": step,
-                "steps_per_s": round(steps / seconds, 3) if free and seconds > 0 else None}
+        return SyncVerdict(sync_free=free, first_sync=where, at_step=step,
+                           steps_per_s=round(steps / seconds, 3) if free and seconds > 0 else None)
     finally:
         torch.cuda.set_sync_debug_mode(0)
     if window.start is None:  # the run ended at or before its first evaluation: the window never opened
-        return {"sync_free": None, "at_step": None, "steps_per_s": None,
-                "first_sync": f"not checked: the run ended at step {summary.get('steps')} "
-                              f"({summary.get('status')}: {summary.get('reason')})"}
-    return {"sync_free": None, "first_sync": "no synchronising call was flagged (not expected: the evaluation "
-                                             "reads the loss back)", "at_step": None, "steps_per_s": None}
+        return SyncVerdict(sync_free=None, first_sync=f"not checked: the run ended at step {summary.steps} "
+                                                      f"({summary.status}: {summary.reason})")
+    return SyncVerdict(sync_free=None, first_sync="no synchronising call was flagged (not expected: the evaluation "
+                                                  "reads the loss back)")
 
 
 class SyncWindow:
@@ -280,9 +281,10 @@ class StepClock:
                 raise StepsTimed
 
 
-def sharing_check(config: dict[str, Any]) -> dict[str, Any]:
+def sharing_check(config: dict[str, Any], encoder: str) -> Sharing:
     """Aggregate sentences/s of two trials (processes) sharing the device, against one alone: each process's
-    steady speed (StepClock), so that the processes' start-up is not what is compared."""
+    steady speed (StepClock), so that the processes' start-up is not what is compared. `encoder`: the shape name
+    of the encoder they train."""
     def start() -> subprocess.Popen:
         env = dict(os.environ) if config["device"] != "cpu" else {**os.environ, "OMP_NUM_THREADS": "1"}
         return subprocess.Popen([sys.executable, "-m", "sweep.commands.gpu_bench", "--one-run", json.dumps(config)],
@@ -297,10 +299,10 @@ def sharing_check(config: dict[str, Any]) -> dict[str, Any]:
     alone = result(start())
     pair = [start(), start()]
     together = [result(p) for p in pair]
-    return {"method": config["method"], "precision": config["precision"], "steps_timed": config["max_steps"] - 2,
-            "alone_sentences_per_s": alone, "shared_sentences_per_s": together,
-            "aggregate_sentences_per_s": round(sum(together), 2),
-            "aggregate_vs_alone": round(sum(together) / alone, 3) if alone else None}
+    return Sharing(method=config["method"], precision=config["precision"], steps_timed=config["max_steps"] - 2,
+                   alone_sentences_per_s=alone, shared_sentences_per_s=together,
+                   aggregate_sentences_per_s=round(sum(together), 2),
+                   aggregate_vs_alone=round(sum(together) / alone, 3) if alone else None, encoder=encoder)
 
 
 def run_bench(tiny: bool = False, methods: tuple[str, ...] | None = None, precisions: tuple[str, ...] = PRECISIONS,
@@ -333,7 +335,7 @@ def run_bench(tiny: bool = False, methods: tuple[str, ...] | None = None, precis
         # a tiny model's ops take microseconds: OpenMP's start-up and oversubscription on a shared CPU would be
         # most of what is timed (one thread gives the same results)
         torch.set_num_threads(1)
-    report: dict[str, Any] = {
+    header: dict[str, Any] = {  # what the record says before anything is measured
         "device": device, "gpu": torch.cuda.get_device_name(0) if cuda else None, "gpu_measured": cuda and not tiny,
         "note": None if cuda and not tiny else (NO_GPU_NOTE if not cuda else
                                                 "--tiny: a tiny encoder, not bert-base; the figures are not "
@@ -342,9 +344,12 @@ def run_bench(tiny: bool = False, methods: tuple[str, ...] | None = None, precis
         "encoder": {"shape": "tiny" if tiny else "bert-base", **(TINY if tiny else BERT_BASE)},
         "batch_size": batch, "max_length": BENCH_MAX_LENGTH, "final_tasks": [STS_BENCHMARK],
         "threads": 1 if not cuda else None, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "steps": steps, "budget_s": budget_s, "runs": [], "sharing": None, "size_probe": None, "skipped": [],
-        "not_supported": report_skip,
+        "steps": steps, "budget_s": budget_s, "not_supported": report_skip,
     }
+    runs: list[BenchRun] = []  # each row typed as it is measured
+    skipped: list[str] = []
+    probed: SizeProbe | None = None
+    sharing: Sharing | None = None
     with tempfile.TemporaryDirectory(prefix="sweep-doctor-") as tmp:
         model = write_encoder(Path(tmp) / "encoder", TINY if tiny else BERT_BASE)
         cache = Path(tmp) / "cache"
@@ -354,7 +359,7 @@ def run_bench(tiny: bool = False, methods: tuple[str, ...] | None = None, precis
             fp32_loss = None
             for precision in usable:
                 if time.monotonic() - started + longest > budget_s:
-                    report["skipped"].append(f"{method} {precision}")
+                    skipped.append(f"{method} {precision}")
                     continue
                 run_started = time.monotonic()
                 if not warm:  # the process's first-use costs (allocators, kernels, thread pools), untimed
@@ -363,79 +368,74 @@ def run_bench(tiny: bool = False, methods: tuple[str, ...] | None = None, precis
                     warm = True
                 config = bench_run_config(model, method, precision, steps, batch, device, root, cache)
                 say(f"bench: {method} {precision} ...")
-                run = {"method": method, "precision_asked": precision, **measure_at_precision(config, cuda)}
+                run = measure_at_precision(config, cuda)
                 if precision == "fp32":
-                    fp32_loss = run["loss"]
-                elif fp32_loss is not None and run["loss"] is not None and fp32_loss:
-                    run["loss_vs_fp32"] = round(abs(run["loss"] - fp32_loss) / abs(fp32_loss), 5)
-                run["sync"] = sync_check(config, steps) if cuda else {
-                    "sync_free": None, "first_sync": "not checked: no GPU (sync debug mode is CUDA's)"}
-                report["runs"].append(run)
+                    fp32_loss = run.loss
+                elif fp32_loss is not None and run.loss is not None and fp32_loss:
+                    run = run.replace(loss_vs_fp32=round(abs(run.loss - fp32_loss) / abs(fp32_loss), 5))
+                runs.append(run.replace(sync=sync_check(config, steps) if cuda else NO_GPU_SYNC))
                 longest = max(longest, time.monotonic() - run_started)
                 if compiled:
                     if time.monotonic() - started + longest > budget_s:
-                        report["skipped"].append(f"{method} {precision} compiled")
+                        skipped.append(f"{method} {precision} compiled")
                         continue
                     say(f"bench: {method} {precision} compiled ...")
-                    report["runs"].append(compiled_run(run, config, cuda, steps))
+                    runs.append(compiled_run(run, config, cuda, steps))
                     longest = max(longest, (time.monotonic() - run_started) / 2)
-        shape, share_steps = report["encoder"]["shape"], steps
+        shape, share_steps = header["encoder"]["shape"], steps
         if probe and not cuda:
             probe_started = time.monotonic()
             probed = size_probe(Path(tmp), methods, min(steps, PROBE_STEPS), batch, root,
                                 lambda: budget_s - (time.monotonic() - started), say)
-            report["size_probe"] = probed
-            if probed["runs"]:  # trials share the CPU as real encoders do, not as the tiny one's overhead does
-                model, shape, share_steps = Path(tmp) / PROBE_FOLDER, probed["encoder"]["shape"], probed["steps"]
-                longest = (time.monotonic() - probe_started) / len(probed["runs"])
+            if probed.runs:  # trials share the CPU as real encoders do, not as the tiny one's overhead does
+                model, shape, share_steps = Path(tmp) / PROBE_FOLDER, probed.encoder["shape"], probed.steps
+                longest = (time.monotonic() - probe_started) / len(probed.runs)
         if time.monotonic() - started + 2 * longest > budget_s:  # one alone, then two at once
-            report["skipped"].append("sharing")
+            skipped.append("sharing")
         else:
             say(f"bench: two trials sharing one device ({shape} encoder) ...")
             shared = bench_run_config(model, "simcse", "auto", max(share_steps, 3), batch, device, root, cache)
-            report["sharing"] = {**sharing_check(shared), "encoder": shape}
+            sharing = sharing_check(shared, shape)
     torch.set_num_threads(threads)
-    report["elapsed_s"] = round(time.monotonic() - started, 1)
-    return BenchRecord.model_validate(report)
+    return BenchRecord(**header, runs=runs, sharing=sharing, size_probe=probed, skipped=skipped,
+                       elapsed_s=round(time.monotonic() - started, 1))
 
 
-def compiled_run(eager: dict[str, Any], config: dict[str, Any], cuda: bool, steps: int) -> dict[str, Any]:
+def compiled_run(eager: BenchRun, config: dict[str, Any], cuda: bool, steps: int) -> BenchRun:
     """The bench run `eager` again with the compiled step: its row, marked `compiled`, with the compile's seconds and
     graphs (the trainer's summary), the loss against the eager run's and the sync check on CUDA."""
     config = {**config, "compile": "on"}
-    summaries: list[dict[str, Any]] = []
-    run = {"method": eager["method"], "precision_asked": eager["precision_asked"], "compiled": True,
-           **({"note": eager["note"]} if eager.get("note") else {}),
-           **measure_run(config, cuda, keep=summaries.append)}
-    block = summaries[0].get("compile") or {}
-    run.update(compile_seconds=block.get("seconds"), compile_graphs=block.get("graphs"))
-    if eager.get("loss") and run.get("loss") is not None:
-        run["loss_vs_eager"] = round(abs(run["loss"] - eager["loss"]) / abs(eager["loss"]), 7)
-    run["sync"] = sync_check(config, steps) if cuda else {
-        "sync_free": None, "first_sync": "not checked: no GPU (sync debug mode is CUDA's)"}
-    return run
+    summaries: list[Summary] = []
+    run = measure_run(config, cuda, keep=summaries.append)
+    block = summaries[0].compile or {}
+    loss_vs_eager = (round(abs(run.loss - eager.loss) / abs(eager.loss), 7)
+                     if eager.loss and run.loss is not None else None)
+    return run.replace(compiled=True, note=eager.note, compile_seconds=block.get("seconds"),
+                       compile_graphs=block.get("graphs"), loss_vs_eager=loss_vs_eager,
+                       sync=sync_check(config, steps) if cuda else NO_GPU_SYNC)
 
 
 def size_probe(tmp: Path, methods: tuple[str, ...], steps: int, batch: int, root: str,
-               time_left: Callable[[], float], say: Callable[[str], None]) -> dict[str, Any]:
+               time_left: Callable[[], float], say: Callable[[str], None]) -> SizeProbe:
     """The CPU bench's runs at PROBE's shape: each method at fp32, `steps` steps, timed as the main runs
     (`run_timings`); a run starts only while `time_left()` exceeds the longest one so far (PROBE_RESERVE_S
     before the first), the others are listed as skipped."""
-    probe: dict[str, Any] = {"encoder": {"shape": "MiniLM-L6-sized", **PROBE}, "steps": steps, "runs": [],
-                             "skipped": []}
+    encoder = {"shape": "MiniLM-L6-sized", **PROBE}
+    runs: list[BenchRun] = []
+    skipped: list[str] = []
     model = None
     longest = 0.0
     for method in methods:
         if time_left() < (longest or PROBE_RESERVE_S):
-            probe["skipped"].append(f"{method} fp32")
+            skipped.append(f"{method} fp32")
             continue
         run_started = time.monotonic()
         model = model or write_encoder(tmp / PROBE_FOLDER, PROBE)
-        say(f"bench: {method} fp32 on a {probe['encoder']['shape']} encoder (size probe) ...")
+        say(f"bench: {method} fp32 on a {encoder['shape']} encoder (size probe) ...")
         config = bench_run_config(model, method, "fp32", steps, batch, "cpu", root, tmp / "probe-cache")
-        probe["runs"].append({"method": method, "precision_asked": "fp32", **measure_run(config, cuda=False)})
+        runs.append(measure_run(config, cuda=False))
         longest = max(longest, time.monotonic() - run_started)
-    return probe
+    return SizeProbe(encoder=encoder, steps=steps, runs=runs, skipped=skipped)
 
 
 def _one_run(config_json: str) -> None:

@@ -48,6 +48,9 @@ INCOMING = ".incoming-"
 STAGING_ENV = "SWEEP_STAGING_DIR"
 # Files sent last: the log is still being written while the others go.
 SEND_LAST = ("log.txt",)
+# Files not sent: the driver writes the trial's summary.json itself, with how its files travelled
+# (sweep.run.trial_events), so it is written once on each node that holds it.
+NOT_SENT = ("summary.json",)
 
 
 # ---- the driver's side ------------------------------------------------------------------------------
@@ -230,9 +233,9 @@ def _sees_driver_folder(study_dir: Path, token: str) -> bool:
 
 
 def send_trial_folder(files: dict[str, Any], key: str, folder: Path, tries: int = 2) -> dict[str, Any]:
-    """Send every file under `folder` to the driver's receiver as trials/<key>/...; delete `folder` once they
-    are in place. Returns {"arrived": True, "files": n, "bytes": b, "seconds": s} or {"arrived": False, "problem": ...}
-    (the staging folder is then kept, and named in the problem)."""
+    """Send every file under `folder` but NOT_SENT to the driver's receiver as trials/<key>/...; delete `folder`
+    once they are in place. Returns {"arrived": True, "files": n, "bytes": b, "seconds": s} or {"arrived": False,
+    "problem": ...} (the staging folder is then kept, and named in the problem)."""
     import ray
 
     problem = "not sent"
@@ -254,7 +257,7 @@ def _send_once(receiver: Any, key: str, folder: Path) -> tuple[int, int]:
     import ray
 
     attempt = uuid.uuid4().hex[:12]
-    paths = sorted((p for p in folder.rglob("*") if p.is_file()),
+    paths = sorted((p for p in folder.rglob("*") if p.is_file() and p.relative_to(folder).as_posix() not in NOT_SENT),
                    key=lambda p: (p.name in SEND_LAST, p.relative_to(folder).as_posix()))
     ray.get(receiver.begin.remote(key, attempt))
     under_way: list[Any] = []

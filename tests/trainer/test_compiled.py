@@ -100,7 +100,7 @@ def run(tiny_model_dir, shared_data_dir, tmp_path_factory, monkeypatch):
         losses: list[float] = []
         widths.clear()
         summary = train_mod.train(config, report=lambda metrics: losses.append(metrics["loss"]))
-        assert summary["status"] == "ok" and summary["test"] is None
+        assert summary.status == "ok" and summary.test is None
         return summary, losses, set(widths)
 
     return run
@@ -108,7 +108,7 @@ def run(tiny_model_dir, shared_data_dir, tmp_path_factory, monkeypatch):
 
 def test_a_short_cpu_run_under_auto_runs_eager_and_says_why(run):
     summary, _, _ = run("simcse", "paper", "fp32", "auto")
-    assert summary["compile"] == {"asked": "auto", "used": False, "seconds": None, "graphs": None,
+    assert summary.compile == {"asked": "auto", "used": False, "seconds": None, "graphs": None,
                                   "reason": CompileRule("auto").decide("cpu", STEPS)[1]}
 
 
@@ -128,8 +128,8 @@ def check_compiled_run(run, method, variant, precision, model=None):
     eager_summary, eager, eager_widths = run(method, variant, precision, "off", model=model)
     summary, compiled, widths = run(method, variant, precision, "on", model=model)
     assert_same_losses(eager, compiled, precision)
-    assert summary["precision"] == eager_summary["precision"] == precision
-    block = summary["compile"]
+    assert summary.precision == eager_summary.precision == precision
+    block = summary.compile
     assert block["used"] is True and block["seconds"] > 0
     # one graph per call pattern of the encoders (MoCoSE: online and target), not one per batch width
     assert widths == eager_widths and len(widths) >= 2  # a graph of one width would have recompiled
@@ -158,7 +158,7 @@ def test_the_embedded_model_compiled_equals_eager(run, embedded_model_dir):
     _, eager, _ = run("simcse", "paper", "fp32", "off", model=embedded_model_dir)
     summary, compiled_losses, _ = run("simcse", "paper", "fp32", "on", model=embedded_model_dir)
     assert_same_losses(eager, compiled_losses, "fp32")
-    assert summary["compile"]["graphs"] == 1
+    assert summary.compile["graphs"] == 1
 
 
 @pytest.mark.parametrize("written, value", [("off", "off"), ("on", "on"), ("'off'", "off"), ("auto", "auto")])

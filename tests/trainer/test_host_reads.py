@@ -122,8 +122,8 @@ def counted_run(tiny_model_dir, shared_data_dir, tmp_path_factory, monkeypatch):
         finally:
             for mode in reversed(counter.modes):
                 mode.__exit__(None, None, None)
-        assert summary["status"] == "ok" and summary["steps"] == STEPS
-        assert summary["test"] is None  # the stand-ins above hold: no final evaluation ran
+        assert summary.status == "ok" and summary.steps == STEPS
+        assert summary.test is None  # the stand-ins above hold: no final evaluation ran
         return counter
 
     return run

@@ -17,6 +17,7 @@ import pytest
 from analysis.load import trial_mtd
 from trainer.config import RunConfig
 from trainer.methods.mocose import MoCoSE
+from trainer.summary import Summary
 
 K, B = 512, 64
 
@@ -95,11 +96,11 @@ def test_the_analysis_reads_an_early_end_the_same_way(schedule, variant):
         expected = hand_mean_eta(0.75, 0.95, 1000, 40)
     row = pd.Series({"method": "mocose", "steps": 40})
     # stopped by ASHA: the driver's summary has the steps and the config, no total_steps (max_steps plans it)
-    pruned = {"status": "pruned", "steps": 40, "config": config}
+    pruned = Summary(status="pruned", steps=40, config=config)
     assert trial_mtd(row, pruned, "mean", "oldest") == pytest.approx(hand_mtd(expected), abs=1e-9)
     # diverged in an epochs-planned run: the trainer's summary says how many steps it planned
     by_epochs = {**config, "max_steps": None, "epochs": 1.0}
-    diverged = {"status": "diverged", "steps": 40, "total_steps": 1000, "config": by_epochs}
+    diverged = Summary(status="diverged", steps=40, total_steps=1000, config=by_epochs)
     assert trial_mtd(row, diverged, "mean", "oldest") == pytest.approx(hand_mtd(expected), abs=1e-9)
 
 
@@ -116,7 +117,7 @@ def test_a_diverged_training_run_reports_the_mean_over_its_own_steps(tiny_model_
         # paper reading's) stays lr-sized
         "optim": {"lr": 1e8, "grad_clip": 0.0, "algorithm": "adamw"}})
     summary = train(config)
-    assert summary["status"] == "diverged" and 0 < summary["steps"] < summary["total_steps"] == planned
-    eta = hand_mean_eta(0.75, 0.95, planned, summary["steps"])
-    assert summary["mtd"]["eta"] == pytest.approx(eta, abs=1e-12)
-    assert summary["mtd"]["formula"] == pytest.approx(1 / (1 - eta) + queue / 8, abs=1e-9)
+    assert summary.status == "diverged" and 0 < summary.steps < summary.total_steps == planned
+    eta = hand_mean_eta(0.75, 0.95, planned, summary.steps)
+    assert summary.mtd["eta"] == pytest.approx(eta, abs=1e-12)
+    assert summary.mtd["formula"] == pytest.approx(1 / (1 - eta) + queue / 8, abs=1e-9)

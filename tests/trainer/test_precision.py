@@ -12,7 +12,6 @@ the step, not the evaluation), so every step can be an evaluation step and repor
 
 from __future__ import annotations
 
-import json
 import math
 import warnings
 
@@ -77,8 +76,8 @@ def run(tiny_model_dir, shared_data_dir, tmp_path_factory, monkeypatch):
         })
         losses = []
         summary = train_mod.train(config, report=lambda metrics: losses.append(metrics["loss"]))
-        assert json.loads((out / "summary.json").read_text())["precision"] == precision  # the precision that ran
-        assert summary["test"] is None  # the stand-ins above hold: no final evaluation ran
+        assert summary.to_json()["precision"] == precision  # the precision that ran, as summary.json holds it
+        assert summary.test is None  # the stand-ins above hold: no final evaluation ran
         return summary, losses, list(SpyScaler.built)
 
     return run
@@ -90,7 +89,7 @@ def test_every_precision_runs_on_cpu(run, method, fgsm):
     first = {}
     for precision in PRECISIONS:
         summary, losses, scalers = run(method, precision, fgsm)
-        assert summary["status"] == "ok" and summary["precision"] == precision and summary["steps"] == STEPS
+        assert summary.status == "ok" and summary.precision == precision and summary.steps == STEPS
         assert len(losses) == STEPS and all(math.isfinite(x) for x in losses), (precision, losses)
         if precision == "fp16":  # the scaler path, on the run's own device type, every step
             assert [(s.device_type, s.scaled, s.stepped) for s in scalers] == [("cpu", STEPS, STEPS)]
@@ -112,7 +111,7 @@ def test_fgsm_floor_refusal_fires_under_half_precision_only(run, method):
         with pytest.raises(UserError, match=f"fgsm.eps.*{precision} autocast.*precision: fp32"):
             run(method, precision, "lagged", eps=5e-9)
     summary, losses, _ = run(method, "fp32", "lagged", eps=5e-9, steps=1)  # fp32: the MoCoSE eps runs
-    assert summary["status"] == "ok" and summary["precision"] == "fp32" and len(losses) == 1
+    assert summary.status == "ok" and summary.precision == "fp32" and len(losses) == 1
 
 
 def test_auto_keeps_fp32_on_cpu_and_the_release_on_cuda():
@@ -131,6 +130,6 @@ def test_fp16_on_the_cpu_shows_no_scheduler_warning_for_the_steps_the_scaler_ski
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         summary, _, scalers = run("simcse", "fp16", "none")
-    assert summary["status"] == "ok"
+    assert summary.status == "ok"
     assert scalers[0].get_scale() < 2.0 ** 16  # the scaler did skip a step (its scale came down from 2^16)
     assert not [w for w in caught if "lr_scheduler.step()" in str(w.message)], [str(w.message) for w in caught]

@@ -31,7 +31,7 @@ def test_a_run_records_the_code_packages_device_and_data_it_used(tiny_model_dir,
         "data": {"data_dir": str(shared_data_dir), "cache_dir": str(tmp_path / "cache"), "max_sentences": 100,
                  "corpus": "wiki1m_sample"},
         "eval": {"eval_steps": 2, "final_tasks": ["STSBenchmark"]}})
-    block = train_mod.train(config)["provenance"]
+    block = train_mod.train(config).provenance
 
     code = block["code"]
     assert code["commit"] == git("rev-parse", "HEAD").strip() and code["source"] == "git checkout"
@@ -123,9 +123,9 @@ def test_a_corpus_the_manifest_does_not_list_is_hashed_once_and_cached(tmp_path,
 @pytest.mark.parametrize("commit, dirty, shown", [("f" * 40, False, "f" * 12), ("f" * 40, True, "f" * 12 + "+dirty"),
                                                  (None, None, None)])
 def test_trials_csv_shows_the_short_commit(commit, dirty, shown):
-    from trainer.summary import trials_csv_row
+    from trainer.summary import Summary, trials_csv_row
 
-    summary = {"status": "ok", "provenance": {"code": {"commit": commit, "dirty": dirty}}}
+    summary = Summary(status="ok", best_dev_stsb=70.0, provenance={"code": {"commit": commit, "dirty": dirty}})
     assert trials_csv_row(summary)["commit"] == shown
 
 

@@ -30,10 +30,10 @@ def test_the_plan_and_the_estimate_are_what_the_run_does(method, tiny_model_dir,
     resolved = config.resolved().to_dict()
     plan = RunPlan.of(resolved)
     estimate = trial_cost(resolved, "cpu", None)
-    assert summary["status"] == "ok", summary["reason"]
-    assert summary["total_steps"] == summary["steps"] == plan.total_steps == estimate.steps == 5
-    assert [h["step"] for h in summary["history"]] == [s for s in range(1, 6) if plan.evaluates_at(s)] == [2, 4, 5]
-    assert len(summary["history"]) == plan.evaluations == estimate.evaluations
-    scored = [task for task in summary["test"] if task != "avg"]
+    assert summary.status == "ok", summary.reason
+    assert summary.total_steps == summary.steps == plan.total_steps == estimate.steps == 5
+    assert [h["step"] for h in summary.history] == [s for s in range(1, 6) if plan.evaluates_at(s)] == [2, 4, 5]
+    assert len(summary.history) == plan.evaluations == estimate.evaluations
+    scored = [task for task in summary.test if task != "avg"]
     assert scored == list(plan.final_sts) == ["STSBenchmark", "SICKRelatedness"]
-    assert plan.precision_on("cpu") == summary["precision"] == "fp32"
+    assert plan.precision_on("cpu") == summary.precision == "fp32"

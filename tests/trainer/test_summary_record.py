@@ -17,6 +17,7 @@ from sweep.spec import load_study
 from tests.helpers import study_file
 from trainer.readings import READING, reading_changes
 from trainer.summary import (
+    Summary,
     analysis_row,
     build_summary,
     metric_value,
@@ -69,15 +70,16 @@ def full_summary(seed: int = 1) -> dict:
 
 def test_a_full_summary_round_trips_through_the_optuna_attributes(tmp_path):
     summary = full_summary()
+    record = Summary.from_json(summary)
     # through real Optuna storage, as the mirror records it (JSON in the database)
     storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 'optuna.db'}")
     study = optuna.create_study(storage=storage, study_name="record")
     trial = study.ask()
-    for name, value in optuna_attrs(summary).items():
+    for name, value in optuna_attrs(record).items():
         trial.set_user_attr(name, value)
     study.tell(trial, 1.0)
     attrs = optuna.load_study(study_name="record", storage=storage).trials[0].user_attrs
-    restored = dict(summary_from_attrs(attrs))  # a Summary is frozen: a copy to pop from
+    restored = summary_from_attrs(attrs).to_json()
     assert restored.pop("restored_from") == "optuna"
     assert restored == {k: v for k, v in summary.items() if k != "history"}
     # the dashboard's columns are there, flat
@@ -93,30 +95,31 @@ def test_a_full_summary_round_trips_through_the_optuna_attributes(tmp_path):
 def test_none_fields_and_a_method_without_mtd_come_back_as_they_were():
     summary = {**full_summary(), "mtd": None, "transfer": None, "transfer_mode": None, "align": None}
     # the mirror sets the planned MTD when the trial starts; a summary without one must not take it
-    attrs = {"mtd": 9.5, **optuna_attrs(summary)}
-    restored = dict(summary_from_attrs(attrs))  # a Summary is frozen: a copy to pop from
+    attrs = {"mtd": 9.5, **optuna_attrs(Summary.from_json(summary))}
+    restored = summary_from_attrs(attrs).to_json()
     restored.pop("restored_from")
     assert restored == {k: v for k, v in summary.items() if k != "history"}
     early = {**full_summary(), "mtd": {**full_summary()["mtd"], "formula": None}}
-    restored = summary_from_attrs({"mtd": 9.5, **optuna_attrs(early)})
-    assert restored["mtd"]["formula"] is None
+    restored = summary_from_attrs({"mtd": 9.5, **optuna_attrs(Summary.from_json(early))})
+    assert restored.mtd["formula"] is None
 
 
 def test_records_from_before_summary_other_still_give_their_flat_fields():
-    attrs = {k: v for k, v in optuna_attrs(full_summary()).items() if k != "summary_other"}
+    attrs = {k: v for k, v in optuna_attrs(Summary.from_json(full_summary())).items() if k != "summary_other"}
     restored = summary_from_attrs(attrs)
-    assert restored["test"] == full_summary()["test"] and restored["transfer"]["MR"] == 80.0
-    assert restored["mtd"]["formula"] == 12.04 and "config" not in restored
+    assert restored.test == full_summary()["test"] and restored.transfer["MR"] == 80.0
+    assert restored.mtd["formula"] == 12.04 and "config" not in restored.to_json()
 
 
 def test_a_damaged_summary_restored_from_optuna_keeps_its_trials_csv_row_and_weights(tmp_path):
     path = study_file(tmp_path, "name: record\nbase: {model: embedded, method: mocose, save_model: true}\n"
                       f"parameters: {{ema.decay: [0.75]}}\nseeds: [1]\nmethod: grid\nresults_dir: {tmp_path}\n")
     spec = load_study(path)
-    plan = StudyRun(spec, "unused:train").plan
-    plan.prepare()
+    driver = StudyRun(spec, "unused:train")
+    driver.prepare()
+    plan = driver.ledger
     trial = plan.to_run[0]
-    summary = {**full_summary(), "config": {**copy.deepcopy(trial.config), "save_model": True}}
+    summary = Summary.from_json({**full_summary(), "config": {**copy.deepcopy(trial.config), "save_model": True}})
     number = plan.mirror.start(trial)
     plan.folder.write_summary(trial.key, summary)
     plan.mirror.finish(number, summary)
@@ -125,10 +128,11 @@ def test_a_damaged_summary_restored_from_optuna_keeps_its_trials_csv_row_and_wei
     assert before_weights == "deleted"  # saved by the trainer, no model folder left
 
     folder.summary_path(trial.key).write_text('{"status": "ok", "test": {')  # damaged
-    again = StudyRun(spec, "unused:train").plan
-    again.prepare()
+    again_run = StudyRun(spec, "unused:train")
+    again_run.prepare()
+    again = again_run.ledger
     restored = folder.read_summary(trial.key)
-    assert restored["restored_from"] == "optuna"
+    assert restored.restored_from == "optuna"
     assert trials_csv_row(restored) == before_row
     assert weights_state(folder, trial.key, restored) == before_weights
     assert [p.name for p in Path(folder.trial_dir(trial.key)).iterdir() if "summary.json." in p.name]  # set aside
@@ -151,12 +155,13 @@ def test_the_mirror_records_the_same_attributes(tmp_path):
     spec = load_study(study_file(tmp_path, "name: attrs\nbase: {model: embedded, method: mocose}\n"
                                  "parameters: {ema.decay: [0.75]}\nseeds: [1]\nmethod: grid\n"
                                  f"results_dir: {tmp_path}\n"))
-    plan = StudyRun(spec, "unused:train").plan
-    plan.prepare()
+    driver = StudyRun(spec, "unused:train")
+    driver.prepare()
+    plan = driver.ledger
     summary = full_summary()
-    plan.mirror.finish(plan.mirror.start(plan.to_run[0]), summary)
+    plan.mirror.finish(plan.mirror.start(plan.to_run[0]), Summary.from_json(summary))
     frozen = optuna.load_study(study_name="attrs", storage=StudyFolder(spec.study_dir).default_storage()).trials[0]
-    restored = dict(summary_from_attrs(frozen.user_attrs))  # a Summary is frozen: a copy to pop from
+    restored = summary_from_attrs(frozen.user_attrs).to_json()
     restored.pop("restored_from")
     assert restored == {k: v for k, v in summary.items() if k != "history"}
 
@@ -166,10 +171,10 @@ def test_the_builder_derives_its_fields_and_refuses_a_field_summary_json_does_no
                  transfer=None, transfer_mode="fasttest", align=float("nan"), history=[{"step": 5}])
     summary = build_summary(steps=10, batch_size=64, train_seconds=2.0, eval_seconds=1.23456,
                             final_eval_seconds=0.0, wall_time_s=3.333, best_dev=0.712345678, **facts)
-    assert summary["best_dev_stsb"] == 71.2346 and summary["sentences_per_s"] == 320.0
-    assert summary["transfer_mode"] is None  # only beside transfer scores
-    assert summary["align"] is None and summary["eval_seconds"] == 1.23 and summary["wall_time_s"] == 3.33
-    assert summary["test_label"].startswith("STS-B test Spearman x100 only")
+    assert summary.best_dev_stsb == 71.2346 and summary.sentences_per_s == 320.0
+    assert summary.transfer_mode is None  # only beside transfer scores
+    assert summary.align is None and summary.eval_seconds == 1.23 and summary.wall_time_s == 3.33
+    assert summary.test_label.startswith("STS-B test Spearman x100 only")
     assert metrics_lines(summary) == [{"step": 5}]
     with pytest.raises(TypeError, match="best_dev_stsbb"):
         build_summary(steps=1, batch_size=1, train_seconds=0.0, eval_seconds=0.0, final_eval_seconds=0.0,
@@ -182,7 +187,7 @@ def test_every_writers_record_goes_through_every_view(tiny_model_dir, shared_dat
     Each holds only SummaryFields' fields, carries this code's version and reading, and gives every view: the
     trials.csv row (the same columns for all), the analysis row, the Optuna attributes and back, the curve."""
     from trainer.config import RunConfig
-    from trainer.summary import SUMMARY_VERSION, SummaryFields, ended_summary
+    from trainer.summary import SUMMARY_VERSION, ended_summary
     from trainer.train import train
 
     config = RunConfig.from_dict({
@@ -197,21 +202,21 @@ def test_every_writers_record_goes_through_every_view(tiny_model_dir, shared_dat
                            best_dev_stsb=41.5, config=resolved)
     restored = summary_from_attrs(optuna_attrs(trained))
     records = {"trainer": trained, "error": failed, "pruned": pruned, "restored": restored}
-    declared = set(SummaryFields.__annotations__)
+    declared = set(Summary.model_fields)
     for name, record in records.items():
-        assert set(record) <= declared, (name, set(record) - declared)
-        assert (record["version"], record["reading"]) == (SUMMARY_VERSION, READING), name
+        assert set(record.to_json()) <= declared, (name, set(record.to_json()) - declared)
+        assert (record.version, record.reading) == (SUMMARY_VERSION, READING), name
         row = trials_csv_row(record)
         assert set(row) <= {*HEAD_COLUMNS, *RESULT_COLUMNS}, (name, set(row) - {*HEAD_COLUMNS, *RESULT_COLUMNS})
         analysis = analysis_row(record)
-        assert analysis["status"] == record["status"] and analysis["reading"] == READING
-        assert analysis["method"] == "mocose" and analysis["dev_stsb"] == record.get("best_dev_stsb")
-        back = dict(summary_from_attrs(optuna_attrs(record)))  # a Summary is frozen: a copy to pop from
+        assert analysis["status"] == record.status and analysis["reading"] == READING
+        assert analysis["method"] == "mocose" and analysis["dev_stsb"] == record.best_dev_stsb
+        back = summary_from_attrs(optuna_attrs(record)).to_json()
         assert back.pop("restored_from") == "optuna"
-        assert back == {k: v for k, v in record.items() if k not in ("history", "restored_from")}, name
-        assert metrics_lines(record) == record.get("history", [])
+        assert back == {k: v for k, v in record.to_json().items() if k not in ("history", "restored_from")}, name
+        assert metrics_lines(record) == (record.history or [])
     assert trials_csv_row(restored) == trials_csv_row(trained)
-    assert json.loads(json.dumps(failed)) == failed  # JSON as written
+    assert json.loads(json.dumps(failed.to_json())) == failed.to_json()  # JSON as written
     with pytest.raises(TypeError, match="reasons"):
         ended_summary("error", "x", reasons="typo")
 
@@ -233,22 +238,23 @@ def test_an_older_record_is_read_through_one_upgrade_by_every_view(tmp_path):
     path.write_text(json.dumps(_version_one_record()))
     record, problem = read_summary_file(path)
     assert problem is None
-    assert record["reading"] == 1 and record["test"] == {"STSBenchmark": 76.5}  # its one score, not an average
-    raw = json.loads(path.read_text())  # each view, handed the file's own dict, reads it the same way
+    assert record.reading == 1 and record.test == {"STSBenchmark": 76.5}  # its one score, not an average
+    raw = json.loads(path.read_text())  # the file's own data, read by Summary.from_json as the reader does
+    again = Summary.from_json(raw)
     for view in (trials_csv_row, analysis_row):
-        assert view(raw) == view(record)
-        assert view(raw)["STSBenchmark"] == 76.5 and view(raw).get("avg") is None
-    assert optuna_attrs(raw) == optuna_attrs(record) and "avg" not in optuna_attrs(raw)
-    assert metric_value(raw, "avg") is None and metric_value(raw, "STSBenchmark") == 76.5
-    assert analysis_row(raw)["reading"] == 1
-    assert older_reading(raw) == older_reading(record) == reading_changes(raw["config"], 1) != []
-    assert summary_from_attrs(optuna_attrs(raw))["test"] == {"STSBenchmark": 76.5}
+        assert view(again) == view(record)
+        assert view(again)["STSBenchmark"] == 76.5 and view(again).get("avg") is None
+    assert optuna_attrs(again) == optuna_attrs(record) and "avg" not in optuna_attrs(again)
+    assert metric_value(again, "avg") is None and metric_value(again, "STSBenchmark") == 76.5
+    assert analysis_row(again)["reading"] == 1
+    assert older_reading(again) == older_reading(record) == reading_changes(raw["config"], 1) != []
+    assert summary_from_attrs(optuna_attrs(again)).test == {"STSBenchmark": 76.5}
 
 
 def test_a_current_record_comes_back_from_the_upgrade_equal():
     record = full_summary()
     assert upgrade_summary(record) == record and upgrade_summary(record) is not record
-    assert older_reading(record) == []
+    assert older_reading(Summary.from_json(record)) == []
 
 
 @pytest.mark.parametrize("text, problem", [
@@ -266,19 +272,36 @@ def test_the_summary_reader_tells_a_missing_file_from_a_damaged_one(tmp_path, te
 def test_a_record_refuses_every_change_and_replace_gives_a_checked_copy():
     import pickle
 
-    from trainer.summary import Summary, ended_summary
+    from pydantic import ValidationError
+
+    from trainer.summary import ended_summary
 
     record = ended_summary("error", "RuntimeError: boom", steps=3)
-    restored = summary_from_attrs(optuna_attrs(full_summary()))
-    for summary in (record, restored, upgrade_summary(full_summary())):
+    restored = summary_from_attrs(optuna_attrs(Summary.from_json(full_summary())))
+    for summary in (record, restored, Summary.from_json(full_summary())):
         assert isinstance(summary, Summary)
-        for change in (lambda s: s.__setitem__("status", "ok"), lambda s: s.pop("status"), lambda s: s.update(a=1),
-                       lambda s: s.setdefault("x", 1), lambda s: s.clear(), lambda s: s.__delitem__("status")):
-            with pytest.raises(TypeError, match="frozen"):
-                change(summary)
-    changed = record.replace(status="ok", steps=4)
-    assert (changed["status"], changed["steps"], record["status"], record["steps"]) == ("ok", 4, "error", 3)
+        with pytest.raises(ValidationError, match="frozen"):
+            summary.status = "ok"
+        assert not hasattr(summary, "get")  # read by attribute, not as a dict
+    changed = record.replace(status="diverged", steps=4)
+    assert (changed.status, changed.steps, record.status, record.steps) == ("diverged", 4, "error", 3)
     with pytest.raises(TypeError, match="not summary.json fields: \\['colour'\\]"):
         record.replace(colour="red")
     back = pickle.loads(pickle.dumps(record))
-    assert isinstance(back, Summary) and back == record and json.loads(json.dumps(record)) == record
+    assert isinstance(back, Summary) and back == record and back.to_json() == record.to_json()
+
+
+@pytest.mark.parametrize("fields, problem", [
+    ({"status": "ok", "steps": 3}, "status ok without best_dev_stsb"),
+    ({"status": "ok", "best_dev_stsb": 70.0, "steps": 5, "total_steps": 4}, "steps 5 beyond total_steps 4"),
+    ({"status": "error", "colour": "red"}, "colour"),
+])
+def test_a_record_is_checked_across_its_fields(fields, problem, tmp_path):
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match=problem):
+        Summary.from_json(fields)
+    path = tmp_path / "summary.json"
+    path.write_text(json.dumps(fields))
+    record, found = read_summary_file(path)  # a file that holds no record is damaged, never "no result"
+    assert record is None and found.startswith("is not a record this code reads") and problem.split()[0] in found

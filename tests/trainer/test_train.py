@@ -28,6 +28,7 @@ from tests.deadlines import scaled
 from tests.helpers import REPO, first_fast
 from trainer.config import RunConfig
 from trainer.methods import MoCoSE, method_class
+from trainer.summary import Summary
 
 B = 8  # batch size of every run here
 K, K0 = 32, 8  # queue size and initial (random) size of every MoCoSE run here
@@ -140,18 +141,18 @@ def test_short_run_of_each_method(method, make_config, tmp_path, encoder_forward
     reports: list[dict] = []
     summary = train_mod.train(config, report=reports.append)
 
-    assert summary["status"] == "ok" and summary["reason"] is None
-    assert SUMMARY_KEYS <= summary.keys()
-    assert summary["steps"] == summary["total_steps"] == 4
-    assert summary["config"] == config.resolved().to_dict()
-    assert summary["device"] == "cpu" and summary["corpus_sentences"] == 200
+    assert summary.status == "ok" and summary.reason is None
+    assert SUMMARY_KEYS <= summary.to_json().keys()
+    assert summary.steps == summary.total_steps == 4
+    assert summary.config == config.resolved().to_dict()
+    assert summary.device == "cpu" and summary.corpus_sentences == 200
     # test numbers for the requested tasks only, of the best-dev state
-    assert set(summary["test"]) == {"STSBenchmark"}  # one task: no avg, which is the seven tasks' mean
-    assert -100 <= summary["test"]["STSBenchmark"] <= 100
-    assert summary["test_label"].startswith("STS-B test Spearman x100 only")
-    assert summary["align_uniform_split"] == "stsb-dev"
-    assert 0 <= summary["align"] <= 4 and summary["uniform"] <= 0
-    assert summary["sentences_per_s"] > 0 and summary["wall_time_s"] > 0
+    assert set(summary.test) == {"STSBenchmark"}  # one task: no avg, which is the seven tasks' mean
+    assert -100 <= summary.test["STSBenchmark"] <= 100
+    assert summary.test_label.startswith("STS-B test Spearman x100 only")
+    assert summary.align_uniform_split == "stsb-dev"
+    assert 0 <= summary.align <= 4 and summary.uniform <= 0
+    assert summary.sentences_per_s > 0 and summary.wall_time_s > 0
 
     # report() at every evaluation (every 2 steps), with the documented fields
     assert [r["step"] for r in reports] == [2, 4]
@@ -159,18 +160,19 @@ def test_short_run_of_each_method(method, make_config, tmp_path, encoder_forward
         assert METRIC_KEYS <= r.keys()
         assert math.isfinite(r["loss"]) and r["loss"] > 0
         assert r["dev_stsb"] is not None and -100 <= r["dev_stsb"] <= 100
-    assert summary["history"] == reports
+    assert summary.history == reports
     best = max(reports, key=lambda r: r["dev_stsb"])
-    assert summary["best_step"] == best["step"] and summary["best_dev_stsb"] == best["dev_stsb"]
+    assert summary.best_step == best["step"] and summary.best_dev_stsb == best["dev_stsb"]
     # linear decay to 0 over the run, no warm-up (lr reported after the step's scheduler update)
     assert reports[0]["lr"] == pytest.approx(config.resolved().optim.lr * 0.5)
     assert reports[1]["lr"] == pytest.approx(0.0, abs=1e-15)
     # gradient clipping at 1.0 on every step
     assert clips == [1.0] * 4
 
-    # files in output_dir: metrics.jsonl (one line per evaluation) and summary.json
+    # files in output_dir: metrics.jsonl (one line per evaluation); summary.json is its caller's to write
     assert read_jsonl(out / "metrics.jsonl") == reports
-    assert json.loads((out / "summary.json").read_text()) == summary
+    assert not (out / "summary.json").exists()
+    assert Summary.from_json(json.loads(json.dumps(summary.to_json()))) == summary
 
     online = [c for c in encoder_forwards if c[0]]
     assert all(grad for _, grad, _ in online)
@@ -186,10 +188,10 @@ def test_short_run_of_each_method(method, make_config, tmp_path, encoder_forward
         # the queue starts with K0 random keys and gains B real keys per step, up to K
         assert queue_sizes == [8, 8, 16, 16, 24, 24, 32, 32]
         assert [r["queue_fill"] for r in reports] == [min(K0 + B * 2, K), K]
-        assert summary["mtd"].keys() >= MTD_KEYS
-        assert summary["mtd"]["eta_choice"] == "mean"
-        assert summary["mtd"]["queue_k"] == K and summary["mtd"]["batch_size"] == B
-        assert summary["mtd"]["formula"] == pytest.approx(1 / (1 - summary["mtd"]["eta"]) + K / B)
+        assert summary.mtd.keys() >= MTD_KEYS
+        assert summary.mtd["eta_choice"] == "mean"
+        assert summary.mtd["queue_k"] == K and summary.mtd["batch_size"] == B
+        assert summary.mtd["formula"] == pytest.approx(1 / (1 - summary.mtd["eta"]) + K / B)
         # FGSM is on by default (exact, eps 5e-9) and its measured norm is reported
         assert all(r["fgsm_norm"] is not None for r in reports)
         assert config.resolved().optim.weight_decay == pytest.approx(1e-6)
@@ -198,7 +200,7 @@ def test_short_run_of_each_method(method, make_config, tmp_path, encoder_forward
         assert [rows for _, _, rows in online] == [2 * B] * 4
         assert len(encoder_forwards) == 4
         assert all(r["eta"] is None and r["queue_fill"] is None and r["fgsm_norm"] is None for r in reports)
-        assert summary["mtd"] is None and queue_sizes == []
+        assert summary.mtd is None and queue_sizes == []
     assert gauss == ([3 * B] * 4 if method == "gs" else [])  # GS-InfoNCE: M = 3N fresh noise vectors per step
     assert len(mixes) == (4 if method == "mix" else 0)
 
@@ -261,7 +263,7 @@ def test_mocose_ema_queue_and_traceable_distance(make_config, encoder_forwards, 
                                                         "fgsm.mode": "exact", "fgsm.eps": eps, "eval.eval_steps": 3})
     reports: list[dict] = []
     summary = train_mod.train(config, report=reports.append)
-    assert summary["status"] == "ok"
+    assert summary.status == "ok"
 
     # per step: the loss (twice: exact FGSM probes the gradient first), the optimiser step, then the EMA
     # update, then the queue push
@@ -291,7 +293,7 @@ def test_mocose_ema_queue_and_traceable_distance(make_config, encoder_forwards, 
     norms = [r["fgsm_norm"] for r in reports]
     assert all(0 < n <= eps * math.sqrt(32) * 1.001 for n in norms)
 
-    mtd = summary["mtd"]
+    mtd = summary.mtd
     assert mtd["eta"] == eta and mtd["eta_choice"] == "constant"
     assert mtd["formula"] == pytest.approx(1 / (1 - eta) + K / B)
     assert (mtd["queue_k"], mtd["batch_size"]) == (K, B)
@@ -327,11 +329,11 @@ def test_mocose_symmetric_case_runs_and_collapse_is_reported(make_config, tmp_pa
 
     # eta = 0: after every step the target equals the online branch exactly
     assert checks and all(c["decay"] == 0.0 and c["equal_online"] for c in checks)
-    assert summary["status"] == "collapsed"
-    assert "mean pairwise cosine" in summary["reason"] and "step 4" in summary["reason"]
-    assert summary["steps"] == 4 < summary["total_steps"] == 12
+    assert summary.status == "collapsed"
+    assert "mean pairwise cosine" in summary.reason and "step 4" in summary.reason
+    assert summary.steps == 4 < summary.total_steps == 12
     assert [r["step"] for r in reports] == [4] and reports[0]["mean_cosine"] > 0.95
-    assert json.loads((tmp_path / "run" / "summary.json").read_text())["status"] == "collapsed"
+    assert json.loads(json.dumps(summary.to_json()))["status"] == "collapsed"
     # FGSM with eps 0 is off: nothing measured, one online forward per step
     assert all(r["fgsm_norm"] is None for r in reports)
     assert [c for c in encoder_forwards if c[0]] == [(True, True, B)] * 4
@@ -341,10 +343,10 @@ def test_fgsm_lagged_runs_with_measured_norm(make_config, encoder_forwards):
     eps = 1e-3
     config = make_config("mocose", max_steps=2, **{"fgsm.mode": "lagged", "fgsm.eps": eps})
     summary = train_mod.train(config)
-    assert summary["status"] == "ok"
+    assert summary.status == "ok"
     # lagged: no extra pass; the sign captured in step 1's backward perturbs step 2
     assert [c for c in encoder_forwards if c[0]] == [(True, True, B)] * 2
-    assert 0 < summary["history"][-1]["fgsm_norm"] <= eps * math.sqrt(32) * 1.001
+    assert 0 < summary.history[-1]["fgsm_norm"] <= eps * math.sqrt(32) * 1.001
 
 
 # ---- divergence ------------------------------------------------------------------------------------------
@@ -352,13 +354,13 @@ def test_huge_learning_rate_diverges_with_a_status_not_an_exception(make_config,
     config = make_config("simcse", max_steps=30, output_dir=str(tmp_path / "run"),
                          **{"optim.lr": 1e8, "optim.grad_clip": 0.0, "eval.eval_steps": 1000})
     summary = train_mod.train(config)
-    assert summary["status"] == "diverged"
-    assert "loss became" in summary["reason"]
+    assert summary.status == "diverged"
+    assert "loss became" in summary.reason
     # on the CPU the loss is checked every step, so the run stops at the first non-finite one
-    assert summary["steps"] < summary["total_steps"]
-    assert f"by step {summary['steps']}" in summary["reason"]
-    assert summary["test"] is None and summary["best_step"] is None
-    written = json.loads((tmp_path / "run" / "summary.json").read_text())  # strict JSON: no NaN
+    assert summary.steps < summary.total_steps
+    assert f"by step {summary.steps}" in summary.reason
+    assert summary.test is None and summary.best_step is None
+    written = json.loads(json.dumps(summary.to_json(), allow_nan=False))  # strict JSON: no NaN
     assert written["status"] == "diverged"
 
 
@@ -373,7 +375,7 @@ def test_on_step_follows_each_optimiser_step_and_its_evaluation(make_config, mon
                                   on_step=events.append)
     finally:
         handle.remove()
-    assert summary["status"] == "ok" and summary["steps"] == 4
+    assert summary.status == "ok" and summary.steps == 4
     assert events == ["optimiser step", 1, "optimiser step", "evaluation 2", 2,
                       "optimiser step", 3, "optimiser step", "evaluation 4", 4]
     # not called for the step that ends a run early
@@ -381,7 +383,7 @@ def test_on_step_follows_each_optimiser_step_and_its_evaluation(make_config, mon
     diverging = make_config("simcse", max_steps=30, **{"optim.lr": 1e8, "optim.grad_clip": 0.0,
                                                        "eval.eval_steps": 1000})
     summary = train_mod.train(diverging, on_step=events.append)
-    assert summary["status"] == "diverged" and events == list(range(1, summary["steps"]))
+    assert summary.status == "diverged" and events == list(range(1, summary.steps))
 
 
 # ---- evaluation with the best-dev state ----------------------------------------------------------------
@@ -404,8 +406,8 @@ def test_final_evaluation_uses_the_best_dev_state(make_config, monkeypatch):
     monkeypatch.setattr(train_mod, "evaluate_sts", evaluate)
     summary = train_mod.train(make_config("simcse", max_steps=3, **{"eval.eval_steps": 1, "optim.lr": 1e-3}))
 
-    assert [h["dev_stsb"] for h in summary["history"]] == [20.0, 90.0, 10.0]
-    assert summary["best_step"] == 2 and summary["best_dev_stsb"] == 90.0
+    assert [h["dev_stsb"] for h in summary.history] == [20.0, 90.0, 10.0]
+    assert summary.best_step == 2 and summary.best_dev_stsb == 90.0
     assert len(final_states) == 1
     final = final_states[0]
     assert all(torch.equal(final[k], states[1][k]) for k in final)
@@ -417,8 +419,8 @@ def test_the_summary_keeps_the_per_subset_sts_details(make_config, tmp_path):
     out = tmp_path / "run"
     summary = train_mod.train(make_config("simcse", max_steps=2, output_dir=str(out),
                                           **{"eval.final_tasks": ["STS13", "STSBenchmark"]}))
-    written = json.loads((out / "summary.json").read_text())
-    assert written["sts_details"] == summary["sts_details"]
+    written = json.loads(json.dumps(summary.to_json()))
+    assert written["sts_details"] == summary.sts_details
     details = written["sts_details"]
     assert set(details) == {"STS13", "STSBenchmark"}
     sts13 = details["STS13"]
@@ -487,12 +489,12 @@ def test_loss_decreases_deterministic_and_cache_reused(make_config, shared_data_
     # the second run read the tokenised corpus from the cache: no re-reading / re-tokenising, no rewrite
     assert len(reads) == 1
     assert list(cache_dir.glob("corpus-*.npz")) == cache_files and cache_files[0].stat().st_mtime_ns == stamp
-    assert first["corpus_sentences"] == second["corpus_sentences"] == 16
+    assert first.corpus_sentences == second.corpus_sentences == 16
 
     # the same seed on CPU: the identical loss at every step, the identical results
     assert len(first_losses) == 30
     assert first_losses == second_losses
-    assert first["test"] == second["test"] and first["history"][-1]["loss"] == second["history"][-1]["loss"]
+    assert first.test == second.test and first.history[-1]["loss"] == second.history[-1]["loss"]
 
     # SimCSE learns on 16 sentences (2 batches an epoch) at lr 1e-3: the loss goes down. Per-step losses
     # are noisy (dropout views), so compare the means of the first and last 10 steps.
@@ -535,7 +537,7 @@ def test_a_run_after_another_in_one_process_equals_a_fresh_run(make_config, tmp_
         reused = train_mod.train(run_a.override({"output_dir": str(tmp_path / "reused")}))
     finally:
         torch.set_grad_enabled(True)
-    assert _results(reused) == _results(fresh)
+    assert _results(reused.to_json()) == _results(fresh)
 
 
 @pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o077, 0o600)], ids=["umask-022", "umask-077"])

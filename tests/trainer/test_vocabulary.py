@@ -20,7 +20,7 @@ import optuna
 from tests.helpers import REPO
 from trainer.config import RunConfig
 from trainer.method_rules import method_label, method_names, registered
-from trainer.summary import analysis_row, trials_csv_row
+from trainer.summary import Summary, analysis_row, trials_csv_row
 from trainer.vocabulary import (
     FINAL_FAIL_STATUSES,
     FINAL_STATUSES,
@@ -248,10 +248,11 @@ def test_no_module_but_the_registry_lists_the_methods():
 
 
 def test_both_views_of_a_summary_agree_on_the_columns_they_share():
-    summary = {"status": "ok", "reason": None, "steps": 10, "best_step": 5, "best_dev_stsb": 80.1,
-               "precision": "fp32", "mtd": {"formula": 12.5, "measured": 11.0, "ema_age": 3},
-               "test": {task: 70.0 for task in STS_TASKS} | {"avg": 70.0}, "transfer": {"MR": 80.0, "avg": 80.0},
-               "config": {"seed": 1, "method": "mocose", "queue": {"size": 8}}}
+    summary = Summary.from_json({
+        "status": "ok", "reason": None, "steps": 10, "best_step": 5, "best_dev_stsb": 80.1,
+        "precision": "fp32", "mtd": {"formula": 12.5, "measured": 11.0, "ema_age": 3},
+        "test": {task: 70.0 for task in STS_TASKS} | {"avg": 70.0}, "transfer": {"MR": 80.0, "avg": 80.0},
+        "config": {"seed": 1, "method": "mocose", "queue": {"size": 8}}})
     csv_row, analysed = trials_csv_row(summary), analysis_row(summary)
     shared = set(csv_row) & set(analysed)
     assert {name: csv_row[name] for name in shared} == {name: analysed[name] for name in shared}

@@ -81,7 +81,7 @@ class Resolvable(Protocol):
     def to_dict(self) -> dict[str, Any]: ...
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any] | None) -> Any: ...
+    def from_dict(cls, data: dict[str, Any] | None, validated: Any = None) -> Any: ...
 
 
 Config = TypeVar("Config", bound=Resolvable)
@@ -93,10 +93,33 @@ def resolve(config: Config) -> Config:
     from `variant` (on under released), then the method's defaults; then the config's own validation and
     the method's refusals. Resolving a resolved config returns an equal one."""
     data = config.to_dict()
+    rules = _fill(data)
+    resolved = type(config).from_dict(data)
+    rules.check(resolved)
+    return resolved
+
+
+def resolved_dict(config: Config, data: dict[str, Any]) -> dict[str, Any]:
+    """`resolve(config).to_dict()`, given `data` = config.to_dict() (filled in place). The sections that no rule
+    fills are taken from `config` as they are instead of validated again (config.from_dict's `validated`), so
+    the resolved config is only dumped, never handed out: it shares them."""
+    filled: set[str] = set()
+    rules = _fill(data, filled)
+    validated = {name: getattr(config, name) for name in data if isinstance(data[name], dict) and name not in filled}
+    resolved = type(config).from_dict(data, validated=validated)
+    rules.check(resolved)
+    return resolved.to_dict()
+
+
+def _fill(data: dict[str, Any], filled: set[str] | None = None) -> MethodRules:
+    """Fill the null keys of a config dict (resolve's first steps) in place; the method's rules. `filled` gets the
+    top-level names under which a value was written."""
+    filled = set() if filled is None else filled
     released = data["released"]
     for flag, value in released.items():
         if value is None:
             released[flag] = data["variant"] == "released"
+            filled.add("released")
     entry = method_entry(data["method"])
     rules = entry.rules
     check_rule_keys(entry, data)
@@ -106,9 +129,9 @@ def resolve(config: Config) -> Config:
             value = _value(default, data)
             for name, part in zip(names, value if isinstance(keys, tuple) else (value,)):
                 dotted_put(data, name, part)
-    resolved = type(config).from_dict(data)
-    rules.check(resolved)
-    return resolved
+                filled.add(name.split(".", 1)[0])
+    return rules
+
 
 
 def _value(default: Any, data: dict[str, Any]) -> Any:
@@ -127,5 +150,5 @@ __all__ = [
     "MethodDefinition", "MethodEntry", "MethodRules", "ModelSettings", "PerModel", "Refusal", "Resolvable",
     "built_in_methods", "check_rule_keys", "definition_place", "distance_methods", "method_entry", "method_label",
     "method_names", "method_rules", "method_sections", "model_family", "model_settings", "plugin_entries",
-    "register_method", "registered", "released_gs_dropout", "resolve", "traces_distance",
+    "register_method", "registered", "released_gs_dropout", "resolve", "resolved_dict", "traces_distance",
 ]

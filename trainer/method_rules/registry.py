@@ -89,6 +89,7 @@ class MethodEntry:
 _REGISTRY: dict[str, MethodEntry] = {}
 _ENTRY_POINTS_LOADED = False
 _RULE_KEYS_CHECKED: set[str] = set()  # the plugins whose rule keys check_rule_keys has checked
+_SECTIONS: dict[str, type[BaseModel]] | None = None  # method_sections(); None after a registration
 
 
 def register_method(definition: type, origin: str = "built in") -> MethodEntry:
@@ -120,8 +121,10 @@ def register_method(definition: type, origin: str = "built in") -> MethodEntry:
     entry = MethodEntry(name=name, label=label, section=section, rules=dataclasses.replace(rules, name=name),
                         reading_changes=definition.reading_changes, definition=definition, origin=origin,
                         source_file=_source_file(definition))
+    global _SECTIONS
     _RULE_KEYS_CHECKED.discard(name)
     _REGISTRY[name] = entry
+    _SECTIONS = None
     return entry
 
 
@@ -231,9 +234,13 @@ def method_label(name: Any) -> str:
 
 
 def method_sections() -> dict[str, type[BaseModel]]:
-    """Method name -> its config section, for the methods that have one."""
+    """Method name -> its config section, for the methods that have one (one dict until the next registration,
+    read on every config check: never modify it)."""
+    global _SECTIONS
     _load_entry_points()
-    return {name: entry.section for name, entry in _REGISTRY.items() if entry.section is not None}
+    if _SECTIONS is None:
+        _SECTIONS = {name: entry.section for name, entry in _REGISTRY.items() if entry.section is not None}
+    return _SECTIONS
 
 
 def traces_distance(method: Any) -> bool:

@@ -19,12 +19,16 @@ import yaml
 from scipy.stats import spearmanr
 
 from sweep.commands.export import export_trial
-from sweep.records.store import TrialsTable
+from sweep.records.store import StudyFolder, TrialsTable
+from sweep.records.weights import WeightKeeper
 from sweep.run.feed import TrialFeed
-from sweep.run.runner import StudyRun, run_study
+from sweep.run.ledger import Ledger
+from sweep.run.plan import plan_study
+from sweep.run.runner import run_study
 from sweep.spec import expand, load_study
 from tests.deadlines import scaled
 from tests.helpers import hand_made_study, read_csv, run_sweep, study_file, write_study
+from trainer.summary import Summary
 
 
 # ---- helpers ------------------------------------------------------------------------------------------
@@ -53,6 +57,13 @@ def one_line_exit_2(result) -> None:
 
 
 # ---- keep_weights: top-k pruning as trials end (no Ray) -------------------------------------------------
+def unopened_ledger(spec):
+    """The ledger of a run of `spec` whose records are not opened: every trial to run, no Optuna, no trials.csv."""
+    folder = StudyFolder(spec.study_dir)
+    keeper = WeightKeeper(folder, spec.keep_weights, spec.metric.name, spec.metric.goal)
+    return Ledger(spec, plan_study(spec, {}, {}), folder, None, None, None, keeper, None, "x:y", {}, {})
+
+
 @pytest.mark.parametrize("keep, kept_after", [
     ("best", [{"a"}, {"b"}, {"b"}, {"b"}]),
     (2, [{"a"}, {"a", "b"}, {"a", "b"}, {"b", "d"}]),
@@ -63,7 +74,7 @@ def test_keep_weights_keeps_the_top_k_as_trials_end(tmp_path, keep, kept_after):
                                  "parameters": {"ema.decay": [0.1, 0.2, 0.3, 0.4]},
                                  "results_dir": str(tmp_path / "results")})
     spec = load_study(path)
-    run = StudyRun(spec, "x:y").plan
+    run = unopened_ledger(spec)
     run.table = TrialsTable(run.folder, spec.parameters)
     trials = dict(zip("abcd", expand(spec)))
     keys = {name: trial.key for name, trial in trials.items()}
@@ -73,32 +84,30 @@ def test_keep_weights_keeps_the_top_k_as_trials_end(tmp_path, keep, kept_after):
     for step, name in enumerate("abcd"):
         key = keys[name]
         state = "FAIL" if name == "c" else "COMPLETE"
-        summary = {"status": "collapsed" if name == "c" else "ok", "best_dev_stsb": devs[name],
-                   "best_step": 3, "config": {"save_model": True}}
+        summary = Summary.from_json({"status": "collapsed" if name == "c" else "ok", "best_dev_stsb": devs[name],
+                                     "best_step": 3, "config": {"save_model": True}})
         run.folder.write_summary(key, summary)
         (run.folder.model_dir(key)).mkdir(parents=True)
         (run.folder.model_dir(key) / "config.json").write_text("{}")
         run.table.update(key, state=state)
-        for other, weights in run.keeper.trial_ended(key, summary).items():  # as TrialEvents.trial_ended does
+        for other, weights in run.keeper.trial_ended(key, summary).items():  # as Ledger.ended does
             run.table.update(other, weights=weights)
         kept = {n for n in "abcd" if run.folder.model_dir(keys[n]).is_dir()}
         assert kept == kept_after[step], (step, kept)
     for name in "abcd":
         expected = "kept" if name in kept_after[-1] else "deleted"
         assert run.table.rows[keys[name]]["weights"] == expected
-        assert "weights" not in run.folder.read_summary(keys[name])  # summary.json is the trainer's, untouched
+        assert "weights" not in run.folder.read_summary(keys[name]).to_json()  # the trainer's, untouched
 
 
 def test_keep_weights_none_saves_nothing(tmp_path):
     path = study_file(tmp_path, {"name": "k", "base": {"model": "embedded"}, "keep_weights": "none",
                                  "results_dir": str(tmp_path / "results")})
-    run = StudyRun(load_study(path), "x:y").plan
-    run.to_run.extend(expand(run.spec))
+    run = unopened_ledger(load_study(path))
     job = TrialFeed(run).suggest("tune-1")  # the job as Tune gets it
     assert "save_model" not in job["config"] or job["config"]["save_model"] is False
     path.write_text(path.read_text().replace("keep_weights: none", "keep_weights: 2"))
-    run = StudyRun(load_study(path), "x:y").plan
-    run.to_run.extend(expand(run.spec))
+    run = unopened_ledger(load_study(path))
     trial = run.to_run[0]
     job = TrialFeed(run).suggest("tune-1")  # the job as Tune gets it
     assert job["config"]["save_model"] is True and job["key"] == trial.key
@@ -278,7 +287,7 @@ def test_the_model_card_names_the_embedded_models_hub_id(tmp_path):
 
     folder = StudyFolder(hand_made_study(tmp_path, {"k1": {"dev": 70.0, "state": "COMPLETE", "weights": True}}))
     summary = folder.read_summary("k1")
-    summary["config"]["model"] = "embedded"
+    summary = summary.replace(config={**summary.config, "model": "embedded"})
     card = model_card("hand", folder, "k1", summary, {}, "chosen", "avg")
     header = yaml.safe_load(card.split("---")[1])
     assert header["base_model"] == "sentence-transformers/all-MiniLM-L6-v2"
@@ -295,15 +304,14 @@ def test_the_card_gives_the_trials_own_code_and_says_when_the_exporter_runs_othe
     from sweep.records.store import StudyFolder
 
     folder = StudyFolder(hand_made_study(tmp_path, {"k1": {"dev": 70.0, "state": "COMPLETE", "weights": True}}))
-    summary = dict(folder.read_summary("k1"))  # a Summary is frozen: a copy to change
-    summary["provenance"] = {
+    summary = folder.read_summary("k1").replace(provenance={
         "code": {"version": "0.1.0", "commit": "a" * 40, "dirty": True, "diff_sha256": "d" * 64,
                  "source": "git checkout"},
         "packages": {"python": "3.11.7", "torch": "2.13.0+cpu", "transformers": "5.24.0"},
         "device": {"type": "cpu", "name": "AMD EPYC", "cpu": "AMD EPYC", "cpu_cores": 2}, "precision": "fp32",
         "node": {"hostname": "gpu7", "ray_node_id": "ab12"},
         "data": {"corpus": {"file": "wiki1m_sample.txt", "sha256": "c" * 64, "from": "manifest"},
-                 "evaluation": {"sha256": "e" * 64, "files": 78}}}
+                 "evaluation": {"sha256": "e" * 64, "files": 78}}})
     card = export_module.model_card("hand", folder, "k1", summary, {}, "chosen", "avg")
     assert f"| code | {'a' * 40} (version 0.1.0), with uncommitted changes (diff sha256 {'d' * 16}) |" in card
     assert "| packages | python 3.11.7, torch 2.13.0+cpu, transformers 5.24.0 |" in card
@@ -313,7 +321,7 @@ def test_the_card_gives_the_trials_own_code_and_says_when_the_exporter_runs_othe
     assert export_module.code_differs(summary) == (
         f"the trial ran at {'a' * 40} (version 0.1.0), with uncommitted changes (diff sha256 {'d' * 16}); this "
         f"checkout is at {'b' * 40} (version 0.1.0)")
-    monkeypatch.setattr("trainer.provenance.code_state", lambda: summary["provenance"]["code"])
+    monkeypatch.setattr("trainer.provenance.code_state", lambda: summary.provenance["code"])
     assert export_module.code_differs(summary) is None
 
 
@@ -326,8 +334,8 @@ def test_the_export_names_another_plugin_or_untracked_source_at_the_same_commit(
            "source_sha256": "1" * 64, "plugins": {"/s/dcl.py": "2" * 64}, "source": "git checkout"}
     here = {**ran, "source_sha256": "3" * 64, "plugins": {"/s/dcl.py": "4" * 64}}
     monkeypatch.setattr("trainer.provenance.code_state", lambda: here)
-    assert export_module.code_differs({"provenance": {"code": ran}}) == (
+    assert export_module.code_differs(Summary(status="ok", best_dev_stsb=1.0, provenance={"code": ran})) == (
         f"the trial ran at {'a' * 40} (version 0.1.0), with source beyond it (source sha256 {'1' * 16}); this "
         f"checkout is at {'a' * 40} (version 0.1.0), with source beyond it (source sha256 {'3' * 16})")
     monkeypatch.setattr("trainer.provenance.code_state", lambda: ran)
-    assert export_module.code_differs({"provenance": {"code": ran}}) is None
+    assert export_module.code_differs(Summary(status="ok", best_dev_stsb=1.0, provenance={"code": ran})) is None

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from sweep.commands.bench_record import BenchRun, Sharing, SizeProbe
 from tests.helpers import BENCH_SHARING_STAND_IN as SHARING
 from tests.helpers import stand_in_sync_debug_mode
 
@@ -26,12 +27,13 @@ def test_the_size_probe_times_a_minilm_sized_encoder_as_the_main_runs(tmp_path, 
         probe = size_probe(tmp_path, ("simcse",), 2, 16, str(shared_data_dir), lambda: 1e9, said.append)
     finally:
         torch.set_num_threads(threads)
-    assert probe["encoder"] == {"shape": "MiniLM-L6-sized", **PROBE} and probe["steps"] == 2
-    assert probe["skipped"] == [] and [r["method"] for r in probe["runs"]] == ["simcse"]
-    run = probe["runs"][0]
-    assert run["precision_asked"] == "fp32" and run["status"] == "ok" and run["steps"] == 2
+    assert probe.encoder == {"shape": "MiniLM-L6-sized", **PROBE} and probe.steps == 2
+    assert probe.skipped == [] and [r.method for r in probe.runs] == ["simcse"]
+    run = probe.runs[0]
+    assert run.precision_asked == "fp32" and run.status == "ok" and run.steps == 2
     # the timings the dry run's estimate reads (sweep.commands.cost.size_factors)
-    assert all(run[key] > 0 for key in ("step_seconds", "dev_eval_seconds", "final_eval_seconds", "setup_seconds"))
+    assert all(getattr(run, key) > 0 for key in ("step_seconds", "dev_eval_seconds", "final_eval_seconds",
+                                                 "setup_seconds"))
     written = json.loads((tmp_path / PROBE_FOLDER / "config.json").read_text())
     assert (written["hidden_size"], written["num_hidden_layers"]) == (PROBE["hidden_size"], PROBE["num_hidden_layers"])
     assert said == ["bench: simcse fp32 on a MiniLM-L6-sized encoder (size probe) ..."]
@@ -46,11 +48,13 @@ def test_the_cpu_benchs_sharing_check_runs_on_the_probe_encoder_when_there_is_on
     from sweep.commands import gpu_bench
 
     shared = {}
-    monkeypatch.setattr(gpu_bench, "measure_run", lambda config, cuda: {"loss": 1.0, "precision_ran": "fp32"})
-    monkeypatch.setattr(gpu_bench, "size_probe", lambda tmp, methods, steps, *rest: {
-        "encoder": {"shape": "MiniLM-L6-sized"}, "steps": steps,
-        "runs": [{"method": "simcse", "precision_asked": "fp32"}] if probed else [], "skipped": []})
-    monkeypatch.setattr(gpu_bench, "sharing_check", lambda config: shared.update(config) or SHARING)
+    monkeypatch.setattr(gpu_bench, "measure_run", lambda config, cuda: BenchRun(
+        method=config["method"], precision_asked=config["precision"], loss=1.0, precision_ran="fp32"))
+    monkeypatch.setattr(gpu_bench, "size_probe", lambda tmp, methods, steps, *rest: SizeProbe(
+        encoder={"shape": "MiniLM-L6-sized"}, steps=steps,
+        runs=[BenchRun(method="simcse", precision_asked="fp32")] if probed else [], skipped=[]))
+    monkeypatch.setattr(gpu_bench, "sharing_check",
+                        lambda config, encoder: shared.update(config) or Sharing(**SHARING, encoder=encoder))
     report = gpu_bench.run_bench(tiny=True, methods=("simcse",), precisions=("fp32",), steps=7,
                                  data_dir=str(shared_data_dir), say=lambda text: None)
     model = Path(shared["model"])
@@ -125,11 +129,11 @@ def test_the_sync_check_runs_the_trainer_and_stops_at_the_first_flagged_read_bac
     result = gpu_bench.sync_check(config, steps=6)
     assert mode["now"] == 0  # left off
     warm = 6  # the window: the 6 steps after the first evaluation
-    assert result["first_sync"].startswith("trainer/train.py:"), result
-    if result["sync_free"]:
-        assert result["at_step"] == warm + 6 and result["steps_per_s"] > 0
+    assert result.first_sync.startswith("trainer/train.py:"), result
+    if result.sync_free:
+        assert result.at_step == warm + 6 and result.steps_per_s > 0
     else:  # on the CPU transformers' own .to(device) calls look like blocking copies to this stand-in
-        assert warm < result["at_step"] <= warm + 6 and result["steps_per_s"] is None
+        assert warm < result.at_step <= warm + 6 and result.steps_per_s is None
 
 
 def test_the_sync_check_window_ends_at_the_next_evaluation(tmp_path, tiny_model_dir, shared_data_dir, monkeypatch):
@@ -144,8 +148,8 @@ def test_the_sync_check_window_ends_at_the_next_evaluation(tmp_path, tiny_model_
     config = gpu_bench.bench_run_config(tiny_model_dir, "simcse", "fp32", 6, 8, "cpu", str(shared_data_dir),
                                         tmp_path / "cache")
     result = gpu_bench.sync_check(config, steps=6)
-    assert "mean_loss" in result["first_sync"].split(" (via ")[0], result
-    assert result["sync_free"] is True and result["at_step"] == 12 and result["steps_per_s"] > 0, result
+    assert "mean_loss" in result.first_sync.split(" (via ")[0], result
+    assert result.sync_free is True and result.at_step == 12 and result.steps_per_s > 0, result
 
 
 def test_a_run_that_ends_at_its_first_evaluation_is_not_called_sync_free_or_flagged(tmp_path, tiny_model_dir,
@@ -163,8 +167,8 @@ def test_a_run_that_ends_at_its_first_evaluation_is_not_called_sync_free_or_flag
                                         tmp_path / "cache")
     config["collapse_threshold"] = 1e-6  # any embedding space counts as collapsed
     result = gpu_bench.sync_check(config, steps=6)
-    assert result["sync_free"] is None and result["at_step"] is None and mode["now"] == 0, result
-    assert result["first_sync"].startswith("not checked: the run ended at step 6 (collapsed: embeddings collapsed "
+    assert result.sync_free is None and result.at_step is None and mode["now"] == 0, result
+    assert result.first_sync.startswith("not checked: the run ended at step 6 (collapsed: embeddings collapsed "
                                            "at step 6"), result
 
 
@@ -203,9 +207,9 @@ def test_the_sync_verdict_comes_from_the_trainers_marked_read_not_from_source_te
     marked = gpu_bench.sync_check(config, steps=6)
     monkeypatch.setattr(train_mod, "deliberate_host_read", lambda what: contextlib.nullcontext())
     unmarked = gpu_bench.sync_check(config, steps=6)
-    assert marked["sync_free"] is True and marked["at_step"] == 12, marked
-    assert unmarked["sync_free"] is False and unmarked["at_step"] == 12, unmarked
-    assert "mean_loss" in unmarked["first_sync"], unmarked  # the same line: only the mark differs
+    assert marked.sync_free is True and marked.at_step == 12, marked
+    assert unmarked.sync_free is False and unmarked.at_step == 12, unmarked
+    assert "mean_loss" in unmarked.first_sync, unmarked  # the same line: only the mark differs
 
 
 def test_a_half_precision_row_runs_without_the_fgsm_its_precision_refuses_and_says_so(monkeypatch):
@@ -220,14 +224,15 @@ def test_a_half_precision_row_runs_without_the_fgsm_its_precision_refuses_and_sa
         runs.append(dict(config["fgsm"]))
         if config["fgsm"]["eps"] == 5e-9:
             raise PrecisionFloorError(5e-9, "bf16", 2.4e-4)
-        return {"loss": 1.0}
+        return BenchRun(method="mocose", precision_asked="bf16", loss=1.0)
 
     monkeypatch.setattr(gpu_bench, "measure_run", refusing)
     config = {"fgsm": {"eps": 5e-9, "mode": "lagged"}}
     row = gpu_bench.measure_at_precision(config, cuda=False)
     assert runs == [{"eps": 5e-9, "mode": "lagged"}, {"eps": 0.0, "mode": "lagged"}]
     assert config["fgsm"] == {"eps": 0.0, "mode": "lagged"}  # what the row's sync check and compiled run reuse
-    assert row == {"loss": 1.0, "note": "fgsm.eps 0 (5e-09 is refused in bf16: below its resolution)"}
+    assert row == BenchRun(method="mocose", precision_asked="bf16", loss=1.0,
+                           note="fgsm.eps 0 (5e-09 is refused in bf16: below its resolution)")
 
     def other_refusal(config, cuda):
         raise ConfigError("fgsm.eps", ": expected a number >= 0, got -1")

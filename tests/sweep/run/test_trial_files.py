@@ -122,11 +122,12 @@ def test_files_that_cannot_be_sent_stay_on_the_node_and_say_where(tmp_path, monk
 
 def test_the_weights_column_says_when_files_never_arrived(tmp_path):
     from sweep.records.store import StudyFolder, weights_state
+    from trainer.summary import Summary
 
     folder = StudyFolder(tmp_path)
-    lost = {"status": "error", "files": {"arrived": False, "from": "gpu2", "lost": True}}
+    lost = Summary(status="error", files={"arrived": False, "from": "gpu2", "lost": True})
     assert weights_state(folder, "k1", lost) == "lost with node gpu2"
-    unsent = {"status": "error", "files": {"arrived": False, "from": "gpu3"}}
+    unsent = Summary(status="error", files={"arrived": False, "from": "gpu3"})
     assert weights_state(folder, "k1", unsent) == "not received from gpu3"
     (Path(folder.model_dir("k1"))).mkdir(parents=True)
     assert weights_state(folder, "k1", lost) == "kept"

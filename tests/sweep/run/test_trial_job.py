@@ -22,13 +22,14 @@ def feed(tmp_path) -> TrialFeed:
     path = study_file(tmp_path, {"name": "jobs", "base": {"model": "embedded"}, "keep_weights": "best",
                                  "resources": {"cpu": 2, "gpu": 0}, "parameters": {"ema.decay": [0.5, 0.9]},
                                  "results_dir": str(tmp_path / "results")})
-    plan = StudyRun(load_study(path), "tests.fake_train:train").plan
-    assert plan.prepare() == 2
+    driver = StudyRun(load_study(path), "tests.fake_train:train")
+    assert driver.prepare() == 2
+    plan = driver.ledger
     return TrialFeed(plan)
 
 
 def test_the_feed_hands_out_each_planned_trial_as_a_job(feed):
-    plan = feed.plan
+    plan = feed.ledger
     first = plan.to_run[0]
     job = feed.next_job()
     assert isinstance(job, TrialJob) and job.key == first.key and job.seed == first.seed

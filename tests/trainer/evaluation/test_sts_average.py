@@ -24,7 +24,7 @@ from tests import synthetic_results as fx
 from tests.helpers import first_fast
 from trainer.config import RunConfig
 from trainer.evaluation.sts_average import SEVEN_TASK_LABEL
-from trainer.summary import metric_value, optuna_attrs, summary_from_attrs, trials_csv_row
+from trainer.summary import Summary, metric_value, optuna_attrs, summary_from_attrs, trials_csv_row
 
 NAMES_THE_AVERAGE = re.compile(r"\bavg\b|\baverage\b", re.IGNORECASE)
 PARAMS = ["ema.decay", "queue.size"]
@@ -35,7 +35,7 @@ def fake_summary(final_tasks: list[str] | None) -> dict[str, Any]:
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("FAKE_TRAIN_STEPS", "1")
         patch.setenv("FAKE_TRAIN_STEP_S", "0")
-        return fake_train.train(config)
+        return fake_train.train(config).to_json()  # as summary.json holds it
 
 
 def legacy(summary: dict[str, Any]) -> dict[str, Any]:
@@ -65,14 +65,15 @@ def test_one_task_trials_csv_row_and_optuna_attributes_name_the_task(written):
         summary = legacy(summary)
     stsb = summary["test"]["STSBenchmark"]
 
-    row = trials_csv_row(summary)
+    record = Summary.from_json(summary)  # read as the sweep reads summary.json
+    row = trials_csv_row(record)
     assert row["STSBenchmark"] == stsb and row["avg"] is None
-    assert metric_value(summary, "avg") is None and metric_value(summary, "STSBenchmark") == stsb
+    assert metric_value(record, "avg") is None and metric_value(record, "STSBenchmark") == stsb
 
-    attrs = optuna_attrs(summary)
+    attrs = optuna_attrs(record)
     assert attrs["STSBenchmark"] == stsb
     assert [name for name in attrs if NAMES_THE_AVERAGE.search(name)] == []
-    assert "avg" not in summary_from_attrs({**attrs, "avg": stsb})["test"]  # an Optuna record from before
+    assert "avg" not in summary_from_attrs({**attrs, "avg": stsb}).test  # an Optuna record from before
     assert seven_task_average({"STSBenchmark": str(stsb), "avg": str(stsb)}) == ""  # sweep status
 
 
@@ -80,9 +81,10 @@ def test_seven_task_summary_keeps_its_average_everywhere():
     summary = fake_summary(None)
     assert set(summary["test"]) == {*fx.STS_TASKS, "avg"} and summary["test_label"] == SEVEN_TASK_LABEL
     avg = summary["test"]["avg"]
-    assert trials_csv_row(summary)["avg"] == avg and metric_value(summary, "avg") == avg
-    assert optuna_attrs(summary)["avg"] == avg
-    assert summary_from_attrs(optuna_attrs(summary))["test"]["avg"] == avg
+    record = Summary.from_json(summary)
+    assert trials_csv_row(record)["avg"] == avg and metric_value(record, "avg") == avg
+    assert optuna_attrs(record)["avg"] == avg
+    assert summary_from_attrs(optuna_attrs(record)).test["avg"] == avg
     assert seven_task_average({**{t: "1.0" for t in fx.STS_TASKS}, "avg": "2.0"}) == "2.0"
 
 
@@ -90,7 +92,8 @@ def test_a_subset_of_tasks_has_no_average():
     summary = fake_summary(["STSBenchmark", "SICKRelatedness", "TREC"])
     assert set(summary["test"]) == {"STSBenchmark", "SICKRelatedness"} and "transfer" in summary
     assert "STS-B, SICK-R test" in summary["test_label"]
-    assert trials_csv_row(legacy(summary))["avg"] is None and "avg" not in optuna_attrs(legacy(summary))
+    before = Summary.from_json(legacy(summary))
+    assert trials_csv_row(before)["avg"] is None and "avg" not in optuna_attrs(before)
 
 
 # ---- tables and figures ------------------------------------------------------------------------------------

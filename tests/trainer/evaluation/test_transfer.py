@@ -299,9 +299,10 @@ TRANSFER = {"MR": 80.1, "CR": 85.2, "SUBJ": 94.3, "MPQA": 88.4, "SST2": 85.5, "T
 
 def test_summary_transfer_reaches_csv_columns_attrs_and_metric():
     from sweep.records.store import RESULT_COLUMNS
-    from trainer.summary import optuna_attrs, trials_csv_row
+    from trainer.summary import Summary, optuna_attrs, trials_csv_row
 
-    summary = {"status": "ok", "test": {"avg": 76.0}, "transfer": TRANSFER, "transfer_mode": "test"}
+    summary = Summary.from_json({"status": "ok", "best_dev_stsb": 80.0, "test": {"avg": 76.0}, "transfer": TRANSFER,
+                                 "transfer_mode": "test"})
     columns = trials_csv_row(summary)
     wanted = [*transfer_data.TRANSFER_TASKS, "transfer_avg"]
     assert [c for c in RESULT_COLUMNS if c in wanted] == wanted
@@ -311,7 +312,8 @@ def test_summary_transfer_reaches_csv_columns_attrs_and_metric():
     attrs = optuna_attrs(summary)
     assert attrs["MRPC"] == 74.7 and attrs["transfer_avg"] == 85.4 and attrs["transfer_mode"] == "test"
     # a trial without transfer results: empty cells, no attributes
-    assert trials_csv_row({"status": "ok"})["MR"] is None and "MR" not in optuna_attrs({"status": "ok"})
+    bare = Summary(status="ok", best_dev_stsb=80.0)
+    assert trials_csv_row(bare)["MR"] is None and "MR" not in optuna_attrs(bare)
 
 
 def test_table2_mean_std_over_seeds(tmp_path):

@@ -107,7 +107,7 @@ def test_released_initial_queue_keys_seen_at_steps_1_to_k_over_b_plus_1(make_con
     patch_everywhere(monkeypatch, "mocose_loss", replacement_for)
     steps = K // B + 1
     summary = train_mod.train(make_config(max_steps=steps, **{"released.initial_queue": True}))
-    assert summary["status"] == "ok"
+    assert summary.status == "ok"
     random_keys = initial["keys"]
     assert random_keys.shape == (K, 32) and torch.allclose(random_keys.norm(dim=1), torch.ones(K))
     release_columns, count = list(random_keys), K0  # the release's queue tensor (newest first), queue_size
@@ -156,7 +156,7 @@ def test_target_gradients(make_config, monkeypatch, released):
                      lambda real: lambda q, k, *a, **kw: positives.append(k.requires_grad) or real(q, k, *a, **kw))
     config = make_config(max_steps=3, collapse_threshold=1.0, **{"released.target_gradients": released,
                                                                  "ema.schedule": "constant", "ema.decay": 0.9})
-    assert train_mod.train(config)["status"] == "ok"
+    assert train_mod.train(config).status == "ok"
     assert all(p is released for p in positives)  # the target output carries a gradient only when released
     for previous, current in zip(records, records[1:]):
         # between two EMA updates, target parameters change only by the optimiser: compare what the last
@@ -184,8 +184,8 @@ def test_released_ema_update_after_step_s_uses_eta_of_s_plus_1(make_config, monk
     eta = {1: (6 - r) / 8, 2: 0.75, 3: (6 + r) / 8, 4: 1.0, 5: (6 + r) / 8, 6: 0.75, 7: (6 - r) / 8}
     expected = [eta[s + 1] for s in range(1, 7)] if released else [eta[s] for s in range(1, 7)]
     assert decays == pytest.approx(expected, abs=1e-12)
-    assert summary["released"]["ema_schedule"] is released
-    assert summary["mtd"]["eta"] == pytest.approx(sum(expected) / 6, abs=1e-12)  # the mean of the etas used
+    assert summary.released["ema_schedule"] is released
+    assert summary.mtd["eta"] == pytest.approx(sum(expected) / 6, abs=1e-12)  # the mean of the etas used
 
 
 @pytest.mark.parametrize("released", [False, True])
@@ -205,7 +205,7 @@ def test_released_cutoffs_attach_fgsm_ahead_of_the_cutoff(make_config, monkeypat
     monkeypatch.setattr(FGSM, "attach", attach)
     summary = train_mod.train(make_config(max_steps=2, **{"released.cutoffs": released, "augment.token_cutoff": 0.25,
                                                           "fgsm.eps": 1e-3}))
-    assert summary["status"] == "ok" and summary["released"]["cutoffs"] is released
+    assert summary.status == "ok" and summary.released["cutoffs"] is released
     if released:
         assert orders == [["FGSM._on_forward", "EmbeddingCutoff._hook", "FGSM._measure"]]
     else:
@@ -303,9 +303,9 @@ def test_eval_cutoff_is_labelled_and_leaves_the_training_draws_alone(make_config
     augment = {"augment.token_cutoff": 0.2, "augment.token_shuffle": True, "eval.eval_steps": 1, "max_steps": 2}
     on = train_mod.train(make_config(**augment, **{"released.eval_cutoff": True}))
     off = train_mod.train(make_config(**augment))
-    assert on["released"]["eval_cutoff"] is True and "not SentEval's protocol" in on["eval_cutoff"]
-    assert off["released"]["eval_cutoff"] is False and "eval_cutoff" not in off
-    assert [h["loss"] for h in on["history"]] == [h["loss"] for h in off["history"]]
+    assert on.released["eval_cutoff"] is True and "not SentEval's protocol" in on.eval_cutoff
+    assert off.released["eval_cutoff"] is False and off.eval_cutoff is None
+    assert [h["loss"] for h in on.history] == [h["loss"] for h in off.history]
     assert RunConfig.from_dict({"variant": "released"}).resolved().released.eval_cutoff is False
 
 
@@ -343,11 +343,11 @@ def test_test_selected_checkpoint_is_reported_labelled_and_used_only_on_request(
     monkeypatch.setattr(train_mod, "restore_checkpoint", recorded_restore)
     summary = train_mod.train(make_config(max_steps=3, **{"eval.eval_steps": 1, "released.test_selected": True,
                                                           "eval.selection": selection}))
-    assert summary["best_step"] == 2 and summary["selection"].split(":")[0] == selection
+    assert summary.best_step == 2 and summary.selection.split(":")[0] == selection
     assert restored == [restored_step]  # the final test figures come from this checkpoint
-    assert summary["test_selected"]["step"] == 3 and summary["test_selected"]["test"]["avg"] == 80.0
-    assert "TEST" in summary["test_selected"]["label"]
-    assert [h["test_avg"] for h in summary["history"]] == [70.0, 60.0, 80.0]
+    assert summary.test_selected["step"] == 3 and summary.test_selected["test"]["avg"] == 80.0
+    assert "TEST" in summary.test_selected["label"]
+    assert [h["test_avg"] for h in summary.history] == [70.0, 60.0, 80.0]
 
 
 @pytest.mark.parametrize("method, overrides", first_fast(
@@ -469,7 +469,7 @@ def test_released_optimizer_is_on_for_every_method_and_recorded(make_config):
     try:
         for flag in (True, False):
             summary = train_mod.train(make_config("simcse", max_steps=1, **{"released.optimizer": flag}))
-            assert summary["released"]["optimizer"] is flag and summary["released"]["gaussian_count"] is False
+            assert summary.released["optimizer"] is flag and summary.released["gaussian_count"] is False
     finally:
         handle.remove()
     assert used == [TransformersAdamW, torch.optim.AdamW]
@@ -590,9 +590,9 @@ def test_final_tasks_may_include_transfer_tasks(make_config):
     """eval.final_tasks mixes STS and transfer names; the summary carries `transfer` and its mode."""
     summary = train_mod.train(make_config("simcse", max_steps=2, **{
         "eval.eval_steps": 2, "eval.final_tasks": ["STSBenchmark", "TREC"], "eval.transfer_mode": "fasttest"}))
-    assert summary["status"] == "ok" and set(summary["test"]) == {"STSBenchmark"}
-    assert set(summary["transfer"]) == {"TREC", "avg"} and summary["transfer_mode"] == "fasttest"
-    assert 0 < summary["transfer"]["TREC"] <= 100 and summary["transfer"]["avg"] == summary["transfer"]["TREC"]
+    assert summary.status == "ok" and set(summary.test) == {"STSBenchmark"}
+    assert set(summary.transfer) == {"TREC", "avg"} and summary.transfer_mode == "fasttest"
+    assert 0 < summary.transfer["TREC"] <= 100 and summary.transfer["avg"] == summary.transfer["TREC"]
     with pytest.raises(UserError, match="unknown task 'STS17'"):
         train_mod.train(make_config("simcse", **{"eval.final_tasks": ["STS17"]}))
 
@@ -632,7 +632,7 @@ def test_mocose_steps_follow_eq_3_and_an_empty_queue_starts_at_exactly_zero(make
     patch_everywhere(monkeypatch, "mocose_loss", replacement_for)
     summary = train_mod.train(make_config(max_steps=3, **{"queue.initial_size": 0, "eval.eval_steps": 3,
                                                           "released.in_batch_negatives": in_batch}))
-    assert summary["status"] == "ok" and summary["reason"] is None and len(seen) == 3
+    assert summary.status == "ok" and summary.reason is None and len(seen) == 3
     q, k, queue, loss = seen[0]
     assert queue.shape[0] == 0
     if in_batch:
@@ -642,7 +642,7 @@ def test_mocose_steps_follow_eq_3_and_an_empty_queue_starts_at_exactly_zero(make
     assert [len(queue) for _, _, queue, _ in seen] == [0, B, 2 * B]
     for q, k, queue, loss in seen:
         assert loss == pytest.approx(np_eq3(q, k, queue, 0.05), rel=1e-5, abs=1e-7)
-    assert summary["history"][0]["loss"] == pytest.approx(np.mean([loss for *_, loss in seen]), rel=1e-5)
+    assert summary.history[0]["loss"] == pytest.approx(np.mean([loss for *_, loss in seen]), rel=1e-5)
 
 
 def test_mocose_paper_reading_augments_both_views_each_its_own_draw(make_config, monkeypatch):
