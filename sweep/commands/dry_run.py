@@ -37,9 +37,10 @@ def read_trial_states(spec: StudySpec) -> dict[str, str] | None:
 
 def weights_rerun(spec: StudySpec, trials: list[Trial], states: dict[str, str]) -> list[str]:
     """The finished trials `sweep run` runs again to save the weights the study now keeps
-    (sweep.run.plan.weights_to_restore), read from their summary.json and the recorded study.yaml."""
+    (sweep.run.plan.weights_to_restore), read from their summary.json, their folders and the recorded study.yaml."""
     from sweep.records.history import keep_weights_changed
     from sweep.records.store import StudyFolder
+    from sweep.run.opening import weights_on_disk
     from sweep.run.plan import weights_to_restore
 
     if spec.keep_weights == 0:
@@ -51,7 +52,7 @@ def weights_rerun(spec: StudySpec, trials: list[Trial], states: dict[str, str]) 
             summary = folder.read_summary(trial.key)
             if summary is not None:
                 ended[trial.key] = summary
-    return weights_to_restore(spec, folder, ended, keep_weights_changed(spec))
+    return weights_to_restore(spec, ended, weights_on_disk(spec, folder, ended, keep_weights_changed(spec)))
 
 
 def format_trial_table(spec: StudySpec, trials: list[Trial], states: dict[str, str] | None = None,

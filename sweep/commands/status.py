@@ -142,7 +142,7 @@ def _next_run(location: StudyLocation, keys: list[str], optuna_trials: list[Any]
     if Path(spec.study_dir).resolve() != location.folder.path:  # a relative results_dir, read from elsewhere
         # (a pydantic model: dataclasses.replace, used here before, raised TypeError)
         spec = spec.model_copy(update={"results_dir": str(location.folder.path.parent)})
-    same_storage = (spec.storage or StudyFolder(spec.study_dir).default_storage()) == location.storage
+    same_storage = spec.storage_url == location.storage
     by_key = None  # trial_states reads them
     if optuna_trials is not None and same_storage:
         by_key = group_by_key(optuna_trials)  # read once, by show_status

@@ -41,7 +41,7 @@ from sweep.spec.search import SearchMethod
 from sweep.text import hide_password
 from trainer.errors import UserError
 from trainer.files import json_safe
-from trainer.summary import metric_value, optuna_attrs
+from trainer.summary import Summary, metric_value, optuna_attrs
 from trainer.vocabulary import ERROR, INTERRUPTED, optuna_state_name
 
 # Which attempts are final (is_final) is decided in sweep.records.store, for this mirror and for sweep.records.resume.
@@ -311,7 +311,7 @@ class OptunaMirror:
         return sweep_state(state)
 
     def fail(self, number: int, reason: str, status: str = ERROR) -> None:
-        self.finish(number, {"status": status, "reason": reason})
+        self.finish(number, Summary.from_json({"status": status, "reason": reason}))
 
     def add_finished(self, trial: Trial, summary: Mapping[str, Any], metrics: list[dict[str, Any]],
                      attrs: dict[str, Any] | None = None) -> tuple[int, str]:
@@ -340,7 +340,7 @@ class OptunaMirror:
     def state_for(self, summary: Mapping[str, Any]) -> tuple[TrialState, float | None]:
         """The Optuna state and value a trial ends with: the status's state (trainer.vocabulary); COMPLETE only
         with the study metric's value, FAIL without it."""
-        state = TrialState[optuna_state_name(summary.get("status"))]
+        state = TrialState[optuna_state_name(summary.status)]
         if state == TrialState.COMPLETE:
             value = metric_value(summary, self.spec.metric.name)
             return (state, value) if value is not None else (TrialState.FAIL, None)

@@ -43,7 +43,7 @@ def decide(attempts: list[Any], summary: Mapping[str, Any] | None) -> str:
     """skip, record or run (module docstring) for one key's Optuna attempts and its summary.json."""
     if any(is_final(a) for a in attempts):
         return "skip"
-    if summary is not None and summary.get("status") in FINAL_STATUSES:
+    if summary is not None and summary.status in FINAL_STATUSES:
         return "record"
     return "run"
 
@@ -138,7 +138,7 @@ def other_code_states(spec: Any, keys: list[str]) -> dict[str, str]:
     found = {}
     for key in keys:
         summary = folder.read_summary(key)
-        state = other_code_state(summary.get("provenance")) if summary is not None else None
+        state = other_code_state(summary.provenance) if summary is not None else None
         if state is not None:
             found[key] = state
     return found

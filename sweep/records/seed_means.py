@@ -19,7 +19,7 @@ configuration, asked in the study's own Optuna study.
     number, params = means.ask()                      # a new configuration
     means.register(number, {seed: key, ...})          # its seeds' trials
     means.seed_ended(key, state, status, value)       # told as each seed ends; tells the configuration when complete
-    known = tpe_known_trials(spec, by_key, means)     # on resume: every seed of every configuration asked before
+    means.asked()                                     # on resume: the configurations asked before (held)
 """
 
 from __future__ import annotations
@@ -29,9 +29,8 @@ from typing import Any
 import optuna
 
 from sweep.records.optuna_private import trial_id
-from sweep.spec import trial_from_params
 from sweep.spec.expand import ask_in_space
-from sweep.spec.schema import StudySpec, Trial
+from sweep.spec.schema import StudySpec
 from trainer.summary import metric_value
 from trainer.vocabulary import TrialState, ends_for_good
 
@@ -134,26 +133,4 @@ class SeedMeans:
         for key in [k for k in self.of if k in ended]:
             row, summary = rows[key], ended[key]
             value = metric_value(summary, self.spec.metric.name) if row["state"] == TrialState.COMPLETE else None
-            self.seed_ended(key, row["state"], row.get("status") or summary.get("status"), value)
-
-
-def tpe_known_trials(spec: StudySpec, by_key: dict[str, list[Any]], means: SeedMeans | None) -> list[Trial]:
-    """tpe on resume: every seed of every configuration asked in earlier runs: from the seed-means study, and from
-    the study's own Optuna trials asked there (one seed, or a study begun before seed means)."""
-    names = list(spec.parameters)
-    asked = [dict(attempts[0].params) for attempts in by_key.values() if attempts[0].user_attrs.get("asked")]
-    numbered = means.asked() if means is not None else []
-    known: dict[str, Trial] = {}
-    for params in asked + [params for _, params in numbered]:
-        params = {name: params[name] for name in names if name in params}
-        for seed in spec.seeds:
-            trial = trial_from_params(spec, params, seed)
-            if trial is not None:
-                known.setdefault(trial.key, trial)
-    return list(known.values())
-
-
-def asks_made(by_key: dict[str, list[Any]], means: SeedMeans | None) -> int:
-    """How many configurations tpe has asked for so far (the refused asks not counted)."""
-    own = {t.number for attempts in by_key.values() for t in attempts if t.user_attrs.get("asked")}
-    return len(own) + (len(means.keys) if means is not None else 0)
+            self.seed_ended(key, row["state"], row.get("status") or summary.status, value)

@@ -19,16 +19,16 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable
 
 import yaml
 
 from sweep.spec.schema import StudySpec, Trial
 from trainer.files import dotted_get, json_safe, write_text_atomic
-from trainer.summary import Summary, read_summary_file, trials_csv_row
+from trainer.summary import Summary, read_summary_file, trials_csv_row, write_summary_file
 from trainer.vocabulary import STS_TASKS, TRAINED_STATUSES, TRANSFER_TASKS, TrialState, ends_for_good
 
-# STS_TASKS, TRANSFER_TASKS (summary["transfer"] = {task: acc, ..., "avg": ...}) and what each trial status means
+# STS_TASKS, TRANSFER_TASKS (summary.transfer = {task: acc, ..., "avg": ...}) and what each trial status means
 # (final, a result, its Optuna state) are trainer.vocabulary's.
 
 # libyaml's parser when PyYAML was built with it (the same documents as the pure-Python one, parsed in C): a
@@ -110,8 +110,8 @@ class StudyFolder:
     def write_trial_config(self, trial: Trial) -> None:
         write_text_atomic(self.trial_dir(trial.key) / "config.yaml", yaml.safe_dump(trial.config, sort_keys=False))
 
-    def write_summary(self, key: str, summary: Mapping[str, Any]) -> None:
-        write_json_atomic(self.summary_path(key), summary)
+    def write_summary(self, key: str, summary: Summary) -> None:
+        write_summary_file(self.summary_path(key), summary)
 
     def write_metrics(self, key: str, metrics: Iterable[dict[str, Any]]) -> None:
         lines = "".join(json.dumps(json_safe(m)) + "\n" for m in metrics)
@@ -133,7 +133,8 @@ class StudyFolder:
         try:
             data = yaml.load(self.trial_dir(key).joinpath("config.yaml").read_text(), Loader=_YAML_LOADER)
         except (OSError, yaml.YAMLError):
-            data = (self.read_summary(key) or {}).get("config")
+            summary = self.read_summary(key)
+            data = summary.config if summary is not None else None
         return data if isinstance(data, dict) else None
 
     def read_summary(self, key: str) -> Summary | None:
@@ -220,7 +221,7 @@ class TrialsTable:
     def update(self, key: str, **values: Any) -> None:
         self.rows[key].update(values)
 
-    def set_summary(self, key: str, summary: Mapping[str, Any]) -> None:
+    def set_summary(self, key: str, summary: Summary) -> None:
         """Copy a trainer summary's results into the row."""
         self.rows[key].update(trials_csv_row(summary))
 
@@ -249,17 +250,17 @@ class TrialsTable:
             self.write()
 
 
-def weights_state(folder: StudyFolder, key: str, summary: Mapping[str, Any]) -> str:
+def weights_state(folder: StudyFolder, key: str, summary: Summary) -> str:
     """kept (trials/<key>/model/ is there), deleted (the trainer saved it: save_model was set and the run
     ended with a best-dev state; a better trial's end removed it), none (never saved), or, on a cluster,
     "lost with node <host>" / "not received from <host>" (the trial's files never reached the driver)."""
     if folder.model_dir(key).is_dir():
         return "kept"
-    files = summary.get("files")  # on a cluster: whether the trial's files reached the driver (sweep.run.trial_files)
+    files = summary.files  # on a cluster: whether the trial's files reached the driver (sweep.run.trial_files)
     if isinstance(files, dict) and files.get("arrived") is False:
         return f"{'lost with node' if files.get('lost') else 'not received from'} {files.get('from') or '?'}"
-    saved = ((summary.get("config") or {}).get("save_model") and summary.get("best_step") is not None
-             and summary.get("status") in TRAINED_STATUSES)
+    saved = ((summary.config or {}).get("save_model") and summary.best_step is not None
+             and summary.status in TRAINED_STATUSES)
     return "deleted" if saved else "none"
 
 
@@ -329,7 +330,7 @@ def locate_study(study: str | Path) -> StudyLocation:
 
         spec = load_study(path, trials=False)  # its name, folder and storage; the trials are not read here
         folder = StudyFolder(spec.study_dir)
-        return StudyLocation(folder, spec.name, spec.storage or folder.default_storage(), spec)
+        return StudyLocation(folder, spec.name, spec.storage_url, spec)
     if path.is_dir():
         folder = StudyFolder(path)
         if not any(p.exists() for p in (folder.study_yaml, folder.trials_csv, folder.path / "optuna.db")):

@@ -50,7 +50,7 @@ class WeightKeeper:
 
     def _note(self, key: str, summary: Mapping[str, Any]) -> None:
         if self.folder.model_dir(key).is_dir():
-            value = metric_value(summary, self.metric) if summary.get("status") == OK else None
+            value = metric_value(summary, self.metric) if summary.status == OK else None
             self.on_disk[key] = (value, summary)
 
     def _prune(self) -> dict[str, str]:

@@ -2,7 +2,7 @@
 and whether the next trial still fits. The estimate before the run, the dry run's lines and the refusal of a
 study whose estimate passes the limit are sweep.commands.cost_limit's.
 
-    limit = CostLimit(spec, estimate)      # on the plan (sweep.run.plan.StudyPlan); estimate: a StudyEstimate
+    limit = CostLimit(spec, estimate)      # on the ledger (sweep.run.ledger.Ledger); estimate: a StudyEstimate
     limit.started(key); limit.ended(key, seconds, with_result)   # told by the trial events
     limit.allows(key)                      # False once the next trial would pass the limit
 

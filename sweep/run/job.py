@@ -6,7 +6,8 @@ Tune carries a trial's config as a dict, to the worker and to the driver's callb
 `job.tune_config()` and the worker reads it back with `TrialJob.from_tune_config(config)`. That dict's keys are
 also what the driver's callbacks read (sweep.run.trial_events: key, config; sweep.run.node_watch: key;
 sweep.run.trackers: key, seed, trial_dir) and what the trackers log as the trial's config (MLflow params, W&B
-config: the key, seed, the swept parameters under params/, the trainer config under config/).
+config: the key, seed, the swept parameters under params/, the trainer config under config/). Also the keys of
+what the worker reports to the driver (STEP_KEY, CURVE_KEY, SUMMARY_KEY, ERROR_KEY).
 """
 
 from __future__ import annotations
@@ -14,6 +15,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+# Tune reports results; the trainer's report() keys that become Optuna intermediate values.
+STEP_KEY, CURVE_KEY = "step", "dev_stsb"
+# The worker's last report: the trial's summary, or the error that ended it.
+SUMMARY_KEY, ERROR_KEY = "sweep_summary", "sweep_error"
 
 
 @dataclass(frozen=True)

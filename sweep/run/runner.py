@@ -35,21 +35,19 @@ import sys
 import time
 from typing import Any
 
-from ray import tune
-
 from sweep.records.history import check_same_study
+from sweep.records.store import StudyFolder
 from sweep.run.cost_limit import EXIT_COST_LIMIT, CostLimit, measured_only
-from sweep.run.feed import TrialFeed
+from sweep.run.job import CURVE_KEY
+from sweep.run.ledger import Ledger
 from sweep.run.node_checks import check_nodes, software_versions
-from sweep.run.node_watch import LOST_NODE_RETRIES, NodeWatch
-from sweep.run.plan import StudyPlan
+from sweep.run.opening import open_study
+from sweep.run.plan import planned_configs
 from sweep.run.preflight import cluster_nodes, preflight_inputs, preflight_resources
 from sweep.run.ray_private import skip_tracker_imports_in_tune_usage_tag
 from sweep.run.ray_session import shutdown_ray, start_ray, trial_room
-from sweep.run.schedulers import trial_scheduler
 from sweep.run.stopping import (
     StopNow,
-    StopOnSignal,
     StopSignals,
     child_subreaper,
     descendants_of_driver,
@@ -59,9 +57,7 @@ from sweep.run.stopping import (
     reaper_process,
 )
 from sweep.run.trackers import check_loggers, logger_callbacks
-from sweep.run.trial_events import TrialEvents
 from sweep.run.trial_files import start_receiver
-from sweep.run.worker import CURVE_KEY, run_trial
 from sweep.spec import StudySpec, planning_config
 from sweep.text import hide_password, shorten
 from trainer.errors import UserError
@@ -96,7 +92,7 @@ def run_study(spec: StudySpec, address: str | None = None, max_concurrent: int |
     if spec.cost_limit is not None:
         limit = CostLimit(spec, cost_estimate if cost_estimate is not None else measured_only(spec))
     run = StudyRun(spec, train_fn, rerun_changed=rerun_changed, rebuild_storage=rebuild_storage, change=change)
-    run.plan.cost_limit = limit
+    run.cost_limit = limit
     run.check_inputs_of_a_new_study()
     try:
         with run.stop.installed(), run.locked():
@@ -122,61 +118,65 @@ def _storage_problem(exc: BaseException, run: "StudyRun") -> str | None:
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
         if isinstance(exc, OSError) and exc.errno in _NO_WRITE_ERRNOS:
-            path = exc.filename or run.plan.folder.path
+            path = exc.filename or run.folder.path
             return f"cannot write {path}: {exc.strerror}"
         text = str(exc).lower()
         for needle in _NO_WRITE_DB:
             if needle in text:
-                return f"cannot write the Optuna storage {hide_password(run.plan.storage_url)}: {needle}"
+                return f"cannot write the Optuna storage {hide_password(run.spec.storage_url)}: {needle}"
         exc = exc.__cause__ or exc.__context__
     return None
 
 
-
 class StudyRun:
-    """Everything one `sweep run` does: plan and resume (its `plan`, a StudyPlan), run under Tune, stop, finish.
+    """Everything one `sweep run` does: open and plan the study (its `ledger`), run under Tune, stop, finish.
 
         run = StudyRun(spec, train_fn)
-        run.prepare()                     # plan only: run.plan holds the trials and their states
+        run.prepare()                     # plan only: run.ledger holds the plan and the study's records
         code = run.execute(address, max_concurrent)   # inside run.stop.installed() and run.locked()
 
     `rerun_changed`, `rebuild_storage` and `change` (the sweep.records.history.StudyChange when this run
-    extends the recorded study, else None) go to the plan (sweep.run.plan.StudyPlan).
+    extends the recorded study, else None) go to sweep.run.opening.open_study.
     """
 
     def __init__(self, spec: StudySpec, train_fn: str, rerun_changed: bool = False, rebuild_storage: bool = False,
                  change: Any = None):
-        self.plan = StudyPlan(spec, train_fn, rerun_changed=rerun_changed, rebuild_storage=rebuild_storage,
-                              change=change)
+        self.spec, self.train_fn, self.change = spec, train_fn, change
+        self.rerun_changed, self.rebuild_storage = rerun_changed, rebuild_storage
+        self.folder = StudyFolder(spec.study_dir)
+        self.ledger: Ledger | None = None  # prepare()
+        self.cost_limit: Any = None  # sweep.run.cost_limit.CostLimit when the study has a cost_limit
         self.interrupted = False
         self.stop_said = False  # the summary's "interrupted by ..." line was printed
         self.stop = StopSignals()
-        self.events = TrialEvents(self.plan, self.stop)
         self.children_before: set[int] = set()  # processes below the driver before Ray started (not Ray's)
         self.inputs_checked = False  # preflight_inputs already passed for every planned config
         self.fences: list[Any] = []  # actors holding the nodes left out (sweep.run.node_checks)
         self.receiver: Any = None  # the receiver of trial files on a cluster (sweep.run.trial_files)
 
     def prepare(self) -> int:
-        """Plan the run (sweep.run.plan.StudyPlan.prepare, which writes the study's records); return how many
-        trials it will run."""
-        return self.plan.prepare()
+        """Open and plan the study (sweep.run.opening.open_study, which writes the study's records); return how
+        many trials the run will run."""
+        self.ledger = open_study(self.spec, self.train_fn, rerun_changed=self.rerun_changed,
+                                 rebuild=self.rebuild_storage, change=self.change)
+        self.ledger.cost_limit = self.cost_limit
+        return self.ledger.plan.total
 
     def check_inputs_of_a_new_study(self) -> None:
         """A new study (no study.yaml in its results folder yet): check every model and data path of every
         planned config now, before its folder exists (a folder left by a refused spec would claim the name,
         and the corrected spec would be refused as another study); execute() then does not check them again.
         A study that exists already: nothing (execute() checks the configs it will run)."""
-        if self.plan.folder.study_yaml.exists():
+        if self.folder.study_yaml.exists():
             return
-        preflight_inputs(self.plan.configs_planned())
+        preflight_inputs(planned_configs(self.spec))
         self.inputs_checked = True
 
     # ---- lock -----------------------------------------------------------------------------------
     @contextlib.contextmanager
     def locked(self):
         """Hold an exclusive flock on results/<study>/.driver.lock (released by the OS if we die)."""
-        folder = self.plan.folder
+        folder = self.folder
         folder.path.mkdir(parents=True, exist_ok=True)
         with open(folder.lock_file, "a+") as handle:
             try:
@@ -184,7 +184,7 @@ class StudyRun:
             except OSError:
                 handle.seek(0)
                 owner = handle.read().strip() or "another process"
-                raise UserError(f"study '{self.plan.spec.name}' is already running ({owner}); "
+                raise UserError(f"study '{self.spec.name}' is already running ({owner}); "
                                 "wait for it or stop it first") from None
             handle.seek(0)
             handle.truncate()
@@ -200,11 +200,11 @@ class StudyRun:
         and print the summary; return the exit code (the module docstring)."""
         if self.prepare() == 0 or self.stop.requested:
             return self._finish()
-        cpu, gpu = self.plan.spec.resources.cpu, self.plan.spec.resources.gpu
+        cpu, gpu = self.spec.resources.cpu, self.spec.resources.gpu
         if not address:
             preflight_resources(cpu, gpu)  # before Ray starts: seconds, not a 60 s Ray warning and a hang
         if not self.inputs_checked:
-            preflight_inputs(self.plan.configs_to_run())
+            preflight_inputs(self.ledger.configs_to_run())
         self.stop.on_stuck = lambda: self._abandon(local=not address)
         with contextlib.ExitStack() as stack:
             if not address:
@@ -214,7 +214,7 @@ class StudyRun:
             started_ray = False
             try:
                 try:
-                    started_ray = start_ray(address, self.stop, self.plan.folder.path)
+                    started_ray = start_ray(address, self.stop, self.folder.path)
                     if address and not self.stop.requested:
                         preflight_resources(cpu, gpu, cluster_nodes(), f"the Ray cluster at {address}")
                         self._prepare_cluster(address)
@@ -228,15 +228,15 @@ class StudyRun:
                     if not raised_by_stop(exc):  # Ray's C code wraps _StopNow (SystemError), Tune re-raises
                         hold_signals(self.stop)
                         with contextlib.suppress(Exception):
-                            self.events.finish_interrupted()
+                            self.ledger.interrupted()
                         raise
                 except BaseException:
                     hold_signals(self.stop)
                     with contextlib.suppress(Exception):  # best effort: the first error is the one to report
-                        self.events.finish_interrupted()
+                        self.ledger.interrupted()
                     raise
                 hold_signals(self.stop)
-                self.events.finish_interrupted()
+                self.ledger.interrupted()
                 # The summary comes before ray.shutdown: Ray's shutdown resets SIGTERM to its default
                 # action for a moment, so a second SIGTERM then ends the driver at once (status 143).
                 code = self._finish()
@@ -252,21 +252,21 @@ class StudyRun:
         """Print the summary; the exit code (module docstring)."""
         if self.stop.requested:
             self.interrupted = True
-        if self.plan.mirror is not None:
-            self.plan.mirror.wait_for_note(timeout=5.0 if self.stop.requested else 60.0)
+        if self.ledger is not None:
+            self.ledger.mirror.wait_for_note(timeout=5.0 if self.stop.requested else 60.0)
         self.print_summary()
         if self.stop.requested:
             return self.stop.exit_code
         if self._stopped_on_limit():
             return EXIT_COST_LIMIT
-        errors = [r for r in self.plan.table.rows.values()
+        errors = [r for r in self.ledger.table.rows.values()
                   if r["state"] == TrialState.FAIL and (r.get("status") or ERROR) not in RESULT_STATUSES]
         return 1 if errors or self.interrupted else 0
 
     def _abandon(self, local: bool) -> None:
         """Called by the stop watchdog when the main thread is stuck inside Ray after a stop signal: record
         the running trials as interrupted, print the summary, kill what Ray left, and exit."""
-        for step in (self.events.finish_interrupted, self._finish):
+        for step in (self.ledger.interrupted, self._finish):
             try:
                 step()
             except Exception as exc:  # best effort: the process ends right after
@@ -282,32 +282,43 @@ class StudyRun:
     def _prepare_cluster(self, address: str) -> None:
         """Check every node from the node itself (bad ones are named and left out: sweep.run.node_checks), then
         start the receiver of trial files on this node (sweep.run.trial_files) and the node watch."""
-        plan = self.plan
-        cpu, gpu = float(plan.spec.resources.cpu), float(plan.spec.resources.gpu)
-        verdicts, self.fences = check_nodes(plan.configs_to_run(), cpu, gpu, plan.progress.say,
+        from sweep.run.node_watch import NodeWatch
+
+        ledger = self.ledger
+        cpu, gpu = float(self.spec.resources.cpu), float(self.spec.resources.gpu)
+        verdicts, self.fences = check_nodes(ledger.configs_to_run(), cpu, gpu, ledger.progress.say,
                                             f"the Ray cluster at {address}")
-        self.receiver, files = start_receiver(plan.folder.path, software_versions(), verdicts)
-        plan.use_cluster(files, NodeWatch(plan.progress.say, cpu, gpu))
+        self.receiver, files = start_receiver(self.folder.path, software_versions(), verdicts)
+        ledger.use_cluster(files, NodeWatch(ledger.progress.say, cpu, gpu))
 
     # ---- Tune -----------------------------------------------------------------------------------
     def _fit(self, max_concurrent: int | None, address: str | None = None) -> None:
-        plan = self.plan
-        resources = {"cpu": float(plan.spec.resources.cpu), "gpu": float(plan.spec.resources.gpu)}
+        # Ray Tune is imported here, not with this module: a run with nothing to run never loads it
+        from ray import tune
+
+        from sweep.run.feed import StopOnSignal, TrialFeed
+        from sweep.run.node_watch import LOST_NODE_RETRIES
+        from sweep.run.trial_events import TrialEvents
+        from sweep.run.worker import run_trial
+
+        ledger, spec = self.ledger, self.spec
+        resources = {"cpu": float(spec.resources.cpu), "gpu": float(spec.resources.gpu)}
         if max_concurrent is None:
-            max_concurrent = trial_room(resources, address, plan.spec.search, len(plan.to_run))
-        searcher = TrialFeed(plan, self.stop)
-        watch = [plan.node_watch] if plan.node_watch is not None else []
+            max_concurrent = trial_room(resources, address, spec.search, len(ledger.to_run))
+        searcher = TrialFeed(ledger, self.stop)
+        events = TrialEvents(ledger, self.stop)
+        watch = [ledger.node_watch] if ledger.node_watch is not None else []
         tuner = tune.Tuner(
             tune.with_resources(run_trial, resources),
             tune_config=tune.TuneConfig(
                 search_alg=searcher, scheduler=self._scheduler(), num_samples=-1,
-                max_concurrent_trials=max_concurrent, reuse_actors=plan.spec.reuse_workers,
+                max_concurrent_trials=max_concurrent, reuse_actors=spec.reuse_workers,
                 trial_name_creator=lambda t: f"{t.config['key']}",
                 trial_dirname_creator=lambda t: f"{t.config['key']}-{t.trial_id}",
             ),
             run_config=tune.RunConfig(
-                name=time.strftime("run-%Y%m%d-%H%M%S"), storage_path=str(plan.folder.ray_dir),
-                verbose=0, callbacks=[self.events, *watch, *logger_callbacks(plan.spec)],
+                name=time.strftime("run-%Y%m%d-%H%M%S"), storage_path=str(self.folder.ray_dir),
+                verbose=0, callbacks=[events, *watch, *logger_callbacks(spec)],
                 # on a cluster a trial lost with its node runs again (sweep.run.node_watch); on one machine a
                 # trial's worker that dies is an error of that trial
                 failure_config=tune.FailureConfig(max_failures=LOST_NODE_RETRIES if watch else 0),
@@ -317,23 +328,25 @@ class StudyRun:
         skip_tracker_imports_in_tune_usage_tag()  # no tracker imported for Tune's usage tag alone
         tuner.fit()
         # Tune ends fit() quietly when its stopper stops it: trials still running were interrupted.
-        if plan.mirror.running or plan.handed_out or searcher.has_more():
+        if ledger.mirror.running or ledger.handed_out or searcher.has_more():
             self.interrupted = True
 
     def _scheduler(self) -> Any:
-        plan = self.plan
+        from sweep.run.schedulers import trial_scheduler
+
+        ledger = self.ledger
 
         def configs() -> list[dict[str, Any]]:
-            planned = [t.config for t in plan.trials.values()]
+            planned = [t.config for t in ledger.trials.values()]
             # tpe before its first ask: its planning config tells the run length
-            return planned or [planning_config(plan.spec)]
+            return planned or [planning_config(self.spec)]
 
-        return trial_scheduler(plan.spec.scheduler, configs, CURVE_KEY)
+        return trial_scheduler(self.spec.scheduler, configs, CURVE_KEY)
 
     # ---- the end --------------------------------------------------------------------------------
     def print_summary(self) -> None:
-        plan, say = self.plan, self.plan.progress.say
-        rows = list(plan.table.rows.values())
+        ledger, say = self.ledger, self.ledger.progress.say
+        rows = list(ledger.table.rows.values())
         counts: dict[str, int] = {}
         for row in rows:
             label = row["state"] if row["state"] != TrialState.FAIL else f"{row['state']}/{row.get('status') or ERROR}"
@@ -342,32 +355,32 @@ class StudyRun:
         head = "interrupted" if self.interrupted else "finished"
         if self._stopped_on_limit():
             head = "stopped on its cost limit"
-        say(f"study {plan.spec.name} {head} after {plan.progress.elapsed():.0f}s: {len(rows)} trials: {text}")
-        if plan.progress.best is not None:
-            value, key = plan.progress.best
-            say(f"best {plan.spec.metric.name}: {value:.2f} (trial {key})")
+        say(f"study {self.spec.name} {head} after {ledger.progress.elapsed():.0f}s: {len(rows)} trials: {text}")
+        if ledger.progress.best is not None:
+            value, key = ledger.progress.best
+            say(f"best {self.spec.metric.name}: {value:.2f} (trial {key})")
         for row in rows:
             if row["state"] == TrialState.FAIL and row.get("reason"):
-                log = plan.folder.log_path(row["key"])
+                log = self.folder.log_path(row["key"])
                 where = f"log: {log}" if log.is_file() else "no log here: it stayed on the trial's node"
                 say(f"  {row['key']} {row.get('status')}: {shorten(row['reason'])}  ({where})")
-        say(f"trials.csv: {plan.folder.trials_csv}")
+        say(f"trials.csv: {self.folder.trials_csv}")
         if self.stop.requested:
             self._say_stopped()
         elif self._stopped_on_limit():
-            say(plan.cost_limit.stop_line(len(plan.to_run) + plan.asks_left * len(plan.spec.seeds)))
+            say(self.cost_limit.stop_line(ledger.left()))
         elif self.interrupted:
             say("run the same command again to resume")
 
     def _stopped_on_limit(self) -> bool:
         """The feed stopped handing out trials on the study's cost_limit (and no signal stopped the run)."""
-        limit = self.plan.cost_limit
+        limit = self.cost_limit
         return limit is not None and limit.stopped is not None and not self.stop.requested
 
     def _say_stopped(self) -> None:
-        table = self.plan.table
+        table = self.ledger.table
         done = sum(1 for r in table.rows.values() if _is_done(r))
-        self.plan.progress.say(f"interrupted by {self.stop.name}: {done} of {len(table.rows)} trials done; "
+        self.ledger.progress.say(f"interrupted by {self.stop.name}: {done} of {len(table.rows)} trials done; "
                                "run the same command to go on")
         self.stop_said = True
 
@@ -376,7 +389,7 @@ class StudyRun:
         not lost: it gets the same line and exit status 128 + N as one a moment earlier."""
         if not self.stop.requested or self.stop_said:
             return code
-        if self.plan.table is not None and self.plan.progress is not None:
+        if self.ledger is not None:
             self._say_stopped()
         return self.stop.exit_code
 

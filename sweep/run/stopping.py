@@ -2,7 +2,7 @@
 
 Owns: the driver's SIGTERM/SIGINT/SIGHUP handling (StopSignals: the first signal asks for a clean stop,
 a second one or the grace period's end stops waiting; a watchdog thread finishes the stop when the main
-thread is stuck inside Ray), the Tune Stopper that passes the stop to Tune (StopOnSignal), and the
+thread is stuck inside Ray), and the
 process clean-up of a Ray started here: a child subreaper, a reaper process for when the driver is
 killed with SIGKILL, and kill_leftovers after ray.shutdown.
 
@@ -21,8 +21,6 @@ import sys
 import threading
 import time
 from typing import Any, Callable
-
-from ray import tune
 
 from sweep import signal_latch
 from sweep.run.reaper import alive, descendants, kill_all
@@ -172,25 +170,6 @@ def announce_stop(signum: int) -> None:
     # stdout closed, gone (`sweep run ... | head`) or not a file: the stop goes on without the line
     with contextlib.suppress(OSError, ValueError, AttributeError):
         os.write(sys.stdout.fileno(), line.encode())
-
-
-class StopOnSignal(tune.Stopper):
-    """Tune stops every trial (and asks for no new one) once a stop signal arrived."""
-
-    def __init__(self, stop: StopSignals):
-        self.stop = stop
-
-    def __call__(self, trial_id: str, result: dict) -> bool:
-        return False
-
-    def stop_all(self) -> bool:
-        return self.stop.requested
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {}  # Tune pickles its config (see sweep.run.feed.TrialFeed.__getstate__)
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.stop = StopSignals()
 
 
 def descendants_of_driver() -> dict[int, str]:

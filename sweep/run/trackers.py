@@ -39,10 +39,11 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 from urllib.parse import urlparse
 
+from sweep.run.job import ERROR_KEY, STEP_KEY, SUMMARY_KEY
 from sweep.run.ray_private import wandb_logger_actor
-from sweep.run.worker import ERROR_KEY, STEP_KEY, SUMMARY_KEY
 from sweep.text import hide_password, shorten
 from trainer.errors import UserError
+from trainer.summary import Summary
 
 # study name -> (the Ray Tune callback class "module:name", the package it needs, the extra to install)
 LOGGER_CALLBACKS = {
@@ -215,10 +216,10 @@ class StudyResults:
             # Tune adds the trial's config to every result; it is logged once as params/config, not as metrics.
             logged = {**{k: v for k, v in result.items() if k != "config"}, TIMESTEPS_TOTAL: result[STEP_KEY]}
         elif isinstance(result.get(SUMMARY_KEY), dict):
-            summary = result[SUMMARY_KEY]
+            summary = Summary.from_json(result[SUMMARY_KEY])  # the worker's record, as it travelled through Ray
             logged = {**final_scores(summary), TRAINING_ITERATION: result.get(TRAINING_ITERATION, iteration)}
-            if isinstance(summary.get("steps"), int):
-                logged[TIMESTEPS_TOTAL] = summary["steps"]
+            if isinstance(summary.steps, int):
+                logged[TIMESTEPS_TOTAL] = summary.steps
         else:
             if ERROR_KEY in result:  # the trainer raised: Tune saw a normal end, the tracker run is FAILED
                 self.__dict__.setdefault("errored", set()).add(getattr(trial, "trial_id", None))
@@ -252,12 +253,12 @@ def final_scores(summary: Mapping[str, Any]) -> dict[str, Any]:
     """The numbers of a trial's summary.json logged as its final scores (nested: test/<task>, transfer/<task>)."""
     scores: dict[str, Any] = {}
     for group in ("test", "transfer"):
-        values = summary.get(group)
+        values = getattr(summary, group)
         if isinstance(values, dict):
             numbers = {task: v for task, v in values.items() if _is_number(v)}
             if numbers:
                 scores[group] = numbers
-    scores.update({name: summary[name] for name in FINAL_FIELDS if _is_number(summary.get(name))})
+    scores.update({name: getattr(summary, name) for name in FINAL_FIELDS if _is_number(getattr(summary, name))})
     return scores
 
 

@@ -12,12 +12,14 @@ import json
 from dataclasses import dataclass
 from typing import Any, Iterator
 
+from pydantic import BaseModel
+
 from sweep.spec.expressions import compile_expression, evaluate
 from sweep.spec.key_lines import KeyLines
 from sweep.spec.keys import FORMER_DEFAULTS, key_of_requested, requested_fields
 from sweep.spec.schema import StudySpec, Trial
 from sweep.spec.search import optuna_choice
-from sweep.spec.values import default_config, queue_overfull
+from sweep.spec.values import default_config, queue_overfull, valid_sections
 from sweep.text import (
     copy_plain,
     format_value_excerpt,
@@ -29,7 +31,7 @@ from trainer import config as run_config
 from trainer.config import check_value, method_of_key, own_section, scoped, set_dotted
 from trainer.errors import ConfigError, UserError, excerpt
 from trainer.files import MISSING, dotted_get
-from trainer.method_rules import resolve
+from trainer.method_rules import resolve, resolved_dict
 from trainer.mtd import planned_traceable_distance
 
 _RANDOM_ATTEMPTS_PER_CONFIG = 20  # random search gives up when constraints reject nearly every sample
@@ -109,18 +111,20 @@ def _expand_uncached(spec: StudySpec) -> Expansion:
         return Expansion([], 0, 0, 0)  # tpe: its trials are asked during the run
     candidates = spec.search.candidates(spec.parameters, spec.name)
     limit = spec.search.configurations(spec.budget)
-    first_seed_trials, dropped, duplicates = _distinct_configurations(spec, candidates, limit, where)
+    base = _Base.of(spec)
+    first_seed_trials, dropped, duplicates = _distinct_configurations(spec, candidates, limit, where, base)
     seed_matters = _mentions_seed(spec)
     trials, seen = [], set()
     for seed in spec.seeds:
-        for raw, first in first_seed_trials:
+        for raw, first, first_fingerprint in first_seed_trials:
             if seed == spec.seeds[0]:
                 trial: Trial | None = first
             elif seed_matters:
-                trial = _make_trial(spec, raw, seed, where)
+                trial = _make_trial(spec, raw, seed, where, base)
             else:
                 trial = _with_seed(first, seed)  # the seed changes nothing else in the config
-            fingerprint = None if trial is None else _fingerprint(trial)
+            fingerprint = (first_fingerprint if trial is first else None if trial is None
+                           else _fingerprint(trial))
             if fingerprint is not None and fingerprint not in seen:
                 seen.add(fingerprint)
                 trials.append(trial)
@@ -167,10 +171,10 @@ def _mentions_seed(spec: StudySpec) -> bool:
 
 
 def _distinct_configurations(
-    spec: StudySpec, candidates: Iterator[dict[str, Any]], limit: int | None, where: KeyLines,
-) -> tuple[list[tuple[dict[str, Any], Trial]], int, int]:
-    """(raw values, trial with the first seed) for each distinct kept candidate, up to `limit`."""
-    kept: list[tuple[dict[str, Any], Trial]] = []
+    spec: StudySpec, candidates: Iterator[dict[str, Any]], limit: int | None, where: KeyLines, base: _Base,
+) -> tuple[list[tuple[dict[str, Any], Trial, str]], int, int]:
+    """(raw values, trial with the first seed, its _fingerprint) for each distinct kept candidate, up to `limit`."""
+    kept: list[tuple[dict[str, Any], Trial, str]] = []
     seen: set[str] = set()
     # A repeated random draw (small categorical spaces) has a known fate; building it again is waste.
     fate_of_repeat: dict[str, str] = {}
@@ -180,13 +184,13 @@ def _distinct_configurations(
         raw_text = json.dumps(raw, sort_keys=True, default=str)
         fate = fate_of_repeat.get(raw_text)
         if fate is None:
-            trial = _make_trial(spec, raw, spec.seeds[0], where)
+            trial = _make_trial(spec, raw, spec.seeds[0], where, base)
             fingerprint = None if trial is None else _fingerprint(trial)
             fate = "dropped" if trial is None else "duplicate" if fingerprint in seen else "kept"
             fate_of_repeat[raw_text] = "dropped" if fate == "dropped" else "duplicate"
             if fate == "kept":
                 seen.add(fingerprint)
-                kept.append((raw, trial))
+                kept.append((raw, trial, fingerprint))
         dropped += fate == "dropped"
         duplicates += fate == "duplicate"
         if limit is not None and (len(kept) >= limit or attempt >= max_attempts):
@@ -194,33 +198,56 @@ def _distinct_configurations(
     return kept, dropped, duplicates
 
 
-def _make_trial(spec: StudySpec, raw: dict[str, Any], seed: int, where: KeyLines) -> Trial | None:
-    """Base + plain values, then exprs, then the constraints; None when a constraint drops it.
+@dataclass(frozen=True)
+class _Base:
+    """What every trial of a study starts from: its base over the defaults (never modified; a trial's config
+    copies a section before it sets a key there) and those of its sections valid alone, validated."""
+
+    config: dict[str, Any]
+    sections: dict[str, BaseModel]
+
+    @classmethod
+    def of(cls, spec: StudySpec) -> _Base:
+        config = overlay(default_config(), spec.base)
+        return cls(config, valid_sections(config))
+
+    def validated(self, config: dict[str, Any]) -> dict[str, BaseModel]:
+        """The validated sections that `config` still holds unchanged (RunConfig.from_dict's `validated`)."""
+        return {name: section for name, section in self.sections.items() if config.get(name) is self.config[name]}
+
+
+def _make_trial(spec: StudySpec, raw: dict[str, Any], seed: int, where: KeyLines,
+                base: _Base | None = None) -> Trial | None:
+    """Base + plain values, then exprs, then the constraints; None when a constraint drops it. `base`: the
+    study's _Base, when the caller builds many trials.
 
     A key of a method's own section (a plugin's `dcl.sigma`) belongs to that method's trials only: in a trial of
     another method it is neither set nor a parameter, so that trial's config, key, row and Optuna parameters are
     those of a study that never named it (its combinations collapse into one trial)."""
-    config = overlay(default_config(), spec.base)
+    base = base or _Base.of(spec)
+    config = dict(base.config)  # its sections are base's until _set copies one
     method = config.get("method") if is_expr(raw.get("method")) else raw.get("method", config.get("method"))
     params: dict[str, Any] = {}
     for key, value in raw.items():
         if not is_expr(value) and _read_by(key, method, config):
             params[key] = copy_plain(value)  # a Trial must not share lists with the spec
-            set_dotted(config, key, params[key])
+            _set(config, key, params[key])
     config["seed"] = seed
     for key, value in raw.items():
         if is_expr(value) and _read_by(key, config["method"], config):
             params[key] = _evaluate_expr_value(key, value["expr"], config, where)
-            set_dotted(config, key, params[key])
+            _set(config, key, params[key])
     params = {key: params[key] for key in raw if key in params}  # written order, exprs in place
     config = scoped(config)
     if queue_overfull(config):
         return None
     try:
-        asked = run_config.RunConfig.from_dict(config)
-        requested, resolved, problem = asked.to_dict(), resolve(asked).to_dict(), None
+        asked = run_config.RunConfig.from_dict(config, validated=base.validated(config))
+        requested = asked.to_dict()
+        asked_fields = requested_fields(requested)  # before resolved_dict fills `requested` in place
+        resolved, problem = resolved_dict(asked, requested), None
     except ConfigError as exc:
-        requested, resolved, problem = None, None, exc
+        resolved, problem = None, exc
     # Constraints see the method defaults (fgsm.eps, optim.weight_decay) when the combination is a
     # valid config, and may still drop one that is not before its error is raised.
     for index, text in enumerate(spec.constraints):
@@ -228,9 +255,19 @@ def _make_trial(spec: StudySpec, raw: dict[str, Any], seed: int, where: KeyLines
             return None
     if problem is not None:
         raise _combination_error(problem, params, spec, where)
-    asked_fields = requested_fields(requested)
     return Trial(key=key_of_requested(asked_fields, seed), seed=seed, params=params, config=resolved,
                  mtd=planned_traceable_distance(resolved), requested=asked_fields)
+
+
+def _set(config: dict[str, Any], key: str, value: Any) -> None:
+    """set_dotted, after copying the dicts along the dotted `key` (they may be the study's _Base's)."""
+    node = config
+    for part in key.split(".")[:-1]:
+        child = node.get(part)
+        if not isinstance(child, dict):
+            break  # set_dotted raises its ConfigError for this key
+        node[part] = node = dict(child)
+    set_dotted(config, key, value)
 
 
 def _read_by(key: str, method: Any, config: dict[str, Any]) -> bool:

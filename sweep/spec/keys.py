@@ -12,13 +12,18 @@ of a study that never named it.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from typing import Any
 
-from sweep.spec.values import flat_default_config
-from trainer.config import method_section_defaults, scoped
-from trainer.files import MISSING, flatten
+from pydantic import BaseModel
+
+from sweep.spec.values import default_config
+from trainer import config as run_config  # run_config.RunConfig read at call time (tests swap it)
+from trainer.config import scoped
+from trainer.files import MISSING
+from trainer.method_rules import method_sections
 
 TRIAL_KEY_LENGTH = 12
 
@@ -47,16 +52,33 @@ def requested_fields(config: dict[str, Any] | None) -> dict[str, Any]:
     >>> requested_fields({"queue": {"size": 1024, "initial_size": 128}, "seed": 7})
     {'queue.size': 1024}
     """
-    # by dotted key: as dotted_get(default_config(), key, MISSING) finds them, and the methods' own sections'
-    defaults = {**flat_default_config(), **method_section_defaults()}
-    out = {}
-    for key, value in flatten(config or {}).items():
-        if key in ("seed", "output_dir") or value == defaults.get(key, MISSING):
-            continue
-        if key in FORMER_DEFAULTS and value == FORMER_DEFAULTS[key]:
-            continue
-        out[key] = value
+    out: dict[str, Any] = {}
+    _add_differing(config or {}, _defaults(run_config.RunConfig, tuple(method_sections().items())), "", out)
     return out
+
+
+def _add_differing(config: dict[str, Any], defaults: Any, prefix: str, out: dict[str, Any]) -> None:
+    """requested_fields of `config`, the part of a config below `prefix` (trainer.files.flatten's dotted keys),
+    against the same part of the defaults: a section equal to its defaults holds no requested field."""
+    for key, value in config.items():
+        default = defaults.get(key, MISSING) if isinstance(defaults, dict) else MISSING
+        if isinstance(value, dict):
+            if value != default:
+                _add_differing(value, default, f"{prefix}{key}.", out)
+            continue
+        name = prefix + key
+        if name in ("seed", "output_dir") or value == default:
+            continue
+        if name in FORMER_DEFAULTS and value == FORMER_DEFAULTS[name]:
+            continue
+        out[name] = value
+
+
+@functools.lru_cache(maxsize=4)
+def _defaults(config_class: type, sections: tuple[tuple[str, type[BaseModel]], ...]) -> dict[str, Any]:
+    """RunConfig's defaults (default_config()) and those of the methods' own sections, by name (never modified).
+    The arguments are the cache's key: the config class default_config() reads and the registered method sections."""
+    return {**default_config(), **{name: section().model_dump(mode="json") for name, section in sections}}
 
 
 def run_signature(config: dict[str, Any], seed: Any) -> str:

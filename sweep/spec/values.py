@@ -14,6 +14,8 @@ import typing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from pydantic import BaseModel, ValidationError
+
 from sweep.spec.expressions import check_expression
 from sweep.spec.key_lines import KeyLines
 from sweep.text import (
@@ -76,6 +78,20 @@ def flat_default_config() -> dict[str, Any]:
 @functools.lru_cache(maxsize=4)
 def _flat_defaults_of(config_class: type) -> dict[str, Any]:
     return flatten(_defaults_of(config_class))
+
+
+def valid_sections(config: dict[str, Any]) -> dict[str, BaseModel]:
+    """The RunConfig sections of a config dict that are valid alone, validated (name -> section): what
+    RunConfig.from_dict(..., validated=...) takes as they are for any config dict holding those same sections."""
+    out = {}
+    for name, value in config.items():
+        model = section_model(name) if name in run_config.RunConfig.model_fields else None
+        if model is not None and isinstance(value, dict):
+            try:
+                out[name] = model.model_validate(value)
+            except ValidationError:
+                continue
+    return out
 
 
 def queue_overfull(config: dict[str, Any]) -> bool:
@@ -144,7 +160,8 @@ def check_base(base: Any, swept: set[str], where: KeyLines) -> dict[str, Any]:
 def check_parameters(raw: Any, search: SearchMethod, base: dict[str, Any], where: KeyLines) -> dict[str, Any]:
     """The swept keys: each value list or distribution checked against the trainer config and the base, and
     against what the study's search method plans (`search`: sweep.spec.search)."""
-    context = _ValueContext(overlay(default_config(), base), set(raw) if isinstance(raw, dict) else set())
+    base_config = overlay(default_config(), base)
+    context = _ValueContext(base_config, set(raw) if isinstance(raw, dict) else set(), valid_sections(base_config))
     if not isinstance(raw, dict):
         raise where.error(("parameters",), "expected a mapping of dotted trainer keys to value lists or "
                           f"distributions, got {type_name(raw)}")
@@ -264,6 +281,7 @@ class _ValueContext:
 
     base_config: dict[str, Any]
     swept: set[str]
+    sections: dict[str, BaseModel]  # base_config's sections valid alone, validated (trainer.config.valid_sections)
 
 
 def _copy_along(config: dict[str, Any], key: str) -> dict[str, Any]:
@@ -293,11 +311,13 @@ def _check_value(key: str, value: Any, context: _ValueContext, path: tuple, wher
     if owner is not None:  # a method's own key: checked in a config of that method, as its trials read it
         config = scoped({**config, "method": owner, owner: own_section(config, owner)})
     set_dotted(config, key, value)
-    config["queue"] = queue = dict(config["queue"])
-    if queue_overfull(config):
-        queue["initial_size"] = queue["size"]  # the pair is judged per combination, never here
+    if queue_overfull(config):  # the pair is judged per combination, never here
+        config["queue"] = {**config["queue"], "initial_size": config["queue"]["size"]}
+    # the sections this value leaves as the base has them are validated once (from_dict's `validated`)
+    unchanged = {name: section for name, section in context.sections.items()
+                 if config.get(name) is context.base_config[name]}
     try:
-        run_config.RunConfig.from_dict(config)
+        run_config.RunConfig.from_dict(config, validated=unchanged)
     except ConfigError as exc:
         if exc.key == key:
             raise where.error(path, f"value {format_value_excerpt(value)}{exc.detail}") from None

@@ -49,10 +49,10 @@ def _as_written_before_scoping(study_path, folder: StudyFolder) -> dict[str, lis
             old_dir = folder.trial_dir(old_key)
             shutil.copytree(folder.trial_dir(trial.key), old_dir)
             (old_dir / "config.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
-            (old_dir / "summary.json").write_text(json.dumps({**summary, "config": config}))
+            (old_dir / "summary.json").write_text(json.dumps({**summary.to_json(), "config": config}))
             old = type(trial)(key=old_key, seed=trial.seed, params={**trial.params, "dcl.sigma": sigma},
                               config=config, mtd=None, requested={**trial.requested, "dcl.sigma": sigma})
-            written.append((old, {**summary, "config": config}))
+            written.append((old, summary.replace(config=config)))
             former.setdefault(trial.key, []).append(old_key)
         shutil.rmtree(folder.trial_dir(trial.key))
     storage = f"sqlite:///{folder.path / 'optuna.db'}"

@@ -192,12 +192,11 @@ def signalled_driver(tmp_path: Path, shared_data_dir: Path, setup: str) -> subpr
 
 @pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
 def test_a_signal_during_the_start_up_import_is_not_lost(tmp_path, shared_data_dir, signame):
-    # `import ray._raylet` (by sweep.run.runner) probes backports_abc from Cython, which clears the exception of
-    # that import: the KeyboardInterrupt a signal raised there vanished, and every trial ran (exit 0).
-    setup = f"import tests.signal_at_import as hook; hook.arm('backports_abc', signal.{signame})"
+    # optuna is imported at start-up, before the run's own signal handling (Ray Tune only once trials are to run)
+    setup = f"import tests.signal_at_import as hook; hook.arm('optuna', signal.{signame})"
     result = signalled_driver(tmp_path, shared_data_dir, setup)
     signum = getattr(signal, signame)
-    assert f"sending {int(signum)} while importing backports_abc" in result.stderr  # the hook did fire there
+    assert f"sending {int(signum)} while importing optuna" in result.stderr  # the hook did fire there
     assert result.returncode == 128 + signum, result.stdout + result.stderr
     assert result.stderr.splitlines()[-1] == f"sweep: interrupted by {signame}; run the same command to go on"
     assert "Traceback" not in result.stderr and result.stdout == ""
@@ -206,7 +205,9 @@ def test_a_signal_during_the_start_up_import_is_not_lost(tmp_path, shared_data_d
 
 @pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
 def test_a_signal_swallowed_before_the_run_stops_the_run(tmp_path, shared_data_dir, signame):
-    # without the check after the imports, the run's own handling takes the signal that was recorded
+    # `import ray._raylet` probes backports_abc from Cython, which clears the exception of that import; Ray is
+    # imported once the run has planned, under its own signal handling, which takes the signal (even without the
+    # check after the start-up imports)
     setup = (f"import tests.signal_at_import as hook; hook.arm('backports_abc', signal.{signame})\n"
              "import sweep.signal_latch as latch; latch.honour = lambda: None")
     result = signalled_driver(tmp_path, shared_data_dir, setup)

@@ -437,14 +437,14 @@ def test_what_a_tracker_is_given():
     ok, broken = Trial("a"), Trial("b")
     tracked.log_trial_result(1, ok, {"step": 3, "dev_stsb": 70.5, "config": {"key": "a"}, TRAINING_ITERATION: 1})
     summary = {"status": "ok", "steps": 6, "best_step": 3, "best_dev_stsb": 70.5, "align": None, "variant": "paper",
-               "test": {"STSBenchmark": 68.25, "avg": 66.0, "SICKRelatedness": None}, "transfer": None}
+               "test": {"STSBenchmark": 68.25, "SICKRelatedness": None}, "transfer": None}
     tracked.log_trial_result(3, ok, {"sweep_summary": summary, TRAINING_ITERATION: 3, "config": {"key": "a"}})
     tracked.log_trial_result(1, broken, {"sweep_error": "RuntimeError: boom", TRAINING_ITERATION: 1})
     tracked.log_trial_end(ok)
     tracked.log_trial_end(broken)
     assert logged == [
         {"step": 3, "dev_stsb": 70.5, TRAINING_ITERATION: 1, TIMESTEPS_TOTAL: 3},
-        {"test": {"STSBenchmark": 68.25, "avg": 66.0}, "best_dev_stsb": 70.5, "best_step": 3,
+        {"test": {"STSBenchmark": 68.25}, "best_dev_stsb": 70.5, "best_step": 3,
          TRAINING_ITERATION: 3, TIMESTEPS_TOTAL: 6},
     ]
     assert ended == [("a", False), ("b", True)]

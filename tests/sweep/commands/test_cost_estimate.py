@@ -9,7 +9,7 @@ import re
 import pytest
 
 from sweep.commands import cost
-from sweep.commands.bench_record import BenchRecord
+from sweep.commands.bench_record import BenchRecord, Sharing
 from sweep.commands.dry_run import print_dry_run
 from sweep.spec import load_study
 from tests.helpers import study_file
@@ -146,9 +146,10 @@ def test_a_record_without_the_methods_run_says_which_and_the_command(tmp_path, r
 
 def test_the_bench_keeps_the_timings_the_estimate_reads():
     from sweep.commands.gpu_bench import run_timings
+    from trainer.summary import Summary
 
-    summary = {"sentences_per_s": 64.0, "train_seconds": 5.0, "eval_seconds": 3.0, "final_eval_seconds": 1.5,
-               "wall_time_s": 11.0, "history": [{}, {}], "steps": 20}
+    summary = Summary(status="ok", best_dev_stsb=1.0, sentences_per_s=64.0, train_seconds=5.0, eval_seconds=3.0,
+                      final_eval_seconds=1.5, wall_time_s=11.0, history=[{}, {}], steps=20)
     assert run_timings(summary, batch=16) == {"step_seconds": 0.25, "dev_eval_seconds": 1.5,
                                               "final_eval_seconds": 1.5, "setup_seconds": 1.5}
     # with the steady step given (the first step paid first-use costs): 20 x 0.2 s of training, and the second
@@ -175,7 +176,7 @@ def test_the_size_probe_starts_no_run_without_the_time_for_it(tmp_path):
     from sweep.commands.gpu_bench import size_probe
 
     probe = size_probe(tmp_path, ("simcse", "mocose"), 10, 16, str(tmp_path), lambda: 0.0, lambda text: None)
-    assert probe["runs"] == [] and probe["skipped"] == ["simcse fp32", "mocose fp32"]
+    assert probe.runs == [] and probe.skipped == ["simcse fp32", "mocose fp32"]
     assert list(tmp_path.iterdir()) == []  # no encoder written for nothing
 
 
@@ -216,9 +217,9 @@ def test_a_real_bench_is_written_by_the_doctor_and_read_by_the_estimate(tmp_path
     from sweep.commands import doctor, gpu_bench
 
     monkeypatch.setattr(doctor, "environment_checks", lambda data_dir: [])
-    monkeypatch.setattr(gpu_bench, "sharing_check", lambda config: {
-        "method": "simcse", "precision": "auto", "steps_timed": 2, "alone_sentences_per_s": 1.0,
-        "shared_sentences_per_s": [0.5, 0.5], "aggregate_sentences_per_s": 1.0, "aggregate_vs_alone": 1.0})
+    monkeypatch.setattr(gpu_bench, "sharing_check", lambda config, encoder: Sharing(
+        method="simcse", precision="auto", steps_timed=2, alone_sentences_per_s=1.0,
+        shared_sentences_per_s=[0.5, 0.5], aggregate_sentences_per_s=1.0, aggregate_vs_alone=1.0, encoder=encoder))
     assert doctor.doctor_command(bench=True, tiny=True, data_dir=str(shared_data_dir), methods="simcse",
                                  precisions="fp32", steps=4, probe=False) == 0
     written = records / "cpu.json"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sweep.commands.bench_record import BenchRecord
+from sweep.commands.bench_record import BenchRecord, Sharing
 from tests.deadlines import scaled
 from tests.helpers import BENCH_SHARING_STAND_IN as SHARING
 from tests.helpers import REPO, stand_in_sync_debug_mode
@@ -125,7 +125,7 @@ def test_the_bench_fails_on_a_provoked_fault_and_passes_the_clean_run(tmp_path, 
     import trainer.methods.simcse as simcse
 
     # two more processes that bear on no verdict: a stand-in's figures
-    monkeypatch.setattr(gpu_bench, "sharing_check", lambda config: SHARING)
+    monkeypatch.setattr(gpu_bench, "sharing_check", lambda config, encoder: Sharing(**SHARING, encoder=encoder))
     if fault == "autocast ignored":
         monkeypatch.setattr("trainer.train.torch.autocast", lambda *a, **k: contextlib.nullcontext())
     if fault == "loss perturbed":
@@ -192,8 +192,8 @@ def test_an_item_inside_the_step_fails_the_sync_verdict_and_the_doctor(tmp_path,
     config = gpu_bench.bench_run_config(tiny_model_dir, "simcse", "fp32", 6, 8, "cpu", str(shared_data_dir),
                                         tmp_path / "cache")
     sync = gpu_bench.sync_check(config, steps=6)
-    assert sync["sync_free"] is False and sync["at_step"] == 7, sync  # the first step of the window
-    assert sync["first_sync"].startswith("trainer/train.py:") and "_step(run, ids, mask)" in sync["first_sync"]
+    assert sync.sync_free is False and sync.at_step == 7, sync  # the first step of the window
+    assert sync.first_sync.startswith("trainer/train.py:") and "_step(run, ids, mask)" in sync.first_sync
 
     record = BenchRecord(device="cuda", gpu="stand-in GPU", encoder={"shape": "tiny"}, batch_size=8, max_length=32,
                          steps=6, elapsed_s=1.0, runs=[{"method": "simcse", "precision_asked": "fp32",

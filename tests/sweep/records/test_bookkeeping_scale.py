@@ -27,6 +27,7 @@ from sweep.records.store import StudyFolder
 from sweep.run.runner import StudyRun
 from sweep.spec import expand, load_study
 from tests.helpers import study_file
+from trainer.summary import Summary
 
 SIZES = (10, 20, 40)
 _WATCHED: list[Path] = []  # the audit hook below counts opens under these folders
@@ -91,8 +92,8 @@ def finished_study(root: Path, size: int) -> Path:
     for i, trial in enumerate(expand(study)):
         store.write_trial_config(trial)
         store.write_metrics(trial.key, [{"step": 3, "dev_stsb": 70.0 + i % 7}, {"step": 6, "dev_stsb": 71.0}])
-        store.write_summary(trial.key, {"status": "ok", "reason": None, "steps": 6, "best_step": 6,
-                                        "best_dev_stsb": 71.0 + i % 5, "config": trial.config})
+        store.write_summary(trial.key, Summary.from_json({"status": "ok", "reason": None, "steps": 6, "best_step": 6,
+                                                          "best_dev_stsb": 71.0 + i % 5, "config": trial.config}))
     return path
 
 
@@ -100,7 +101,7 @@ def plan(path: Path) -> int:
     """What `sweep run` does before Ray starts (no trial runs: Ray never starts); how many trials it would run."""
     run = StudyRun(load_study(path), "unused:train")
     to_run = run.prepare()
-    run.plan.mirror.wait_for_note()  # the dashboard note is written by a thread: counted here, not by chance
+    run.ledger.mirror.wait_for_note()  # the dashboard note is written by a thread: counted here, not by chance
     return to_run
 
 

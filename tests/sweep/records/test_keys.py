@@ -23,6 +23,7 @@ from tests.helpers import study_file
 from trainer.config import Bool, Float, RunConfig
 from trainer.errors import UserError
 from trainer.readings import READING
+from trainer.summary import Summary
 
 STUDY = """\
 name: keys
@@ -54,8 +55,9 @@ def finish_every_trial(path: Path, config_in_summary: bool = True, reading: int 
     """Run the study's plan and record every trial as the driver does when a trial ends ok (a summary
     without its config when `config_in_summary` is False, as a stand-in trainer might write; of an older
     reading of the papers when `reading` is None, as every summary written before readings were numbered)."""
-    run = StudyRun(load_study(path), "unused:train").plan
-    assert run.prepare() == 8
+    driver = StudyRun(load_study(path), "unused:train")
+    assert driver.prepare() == 8
+    run = driver.ledger
     for trial in list(run.to_run):
         number = run.mirror.start(trial)
         run.folder.write_trial_config(trial)
@@ -64,6 +66,7 @@ def finish_every_trial(path: Path, config_in_summary: bool = True, reading: int 
             summary["reading"] = reading
         if config_in_summary:
             summary["config"] = trial.config
+        summary = Summary.from_json(summary)
         run.folder.write_summary(trial.key, summary)
         run.mirror.finish(number, summary)
     run.mirror = None
@@ -108,8 +111,10 @@ def test_a_study_of_an_older_reading_is_named_kept_and_rerun_only_when_asked(tmp
                            "negatives are the queue only (eq. 3)")
     assert line.endswith("their results are kept and sweep analyze analyses them apart; add --rerun-changed to "
                          "re-run them")
-    run = StudyRun(load_study(path), "unused:train", rerun_changed=True).plan
-    assert run.prepare() == 8 and sorted(run.older_reading) == keys == sorted(run.replacing)
+    driver = StudyRun(load_study(path), "unused:train", rerun_changed=True)
+    assert driver.prepare() == 8
+    run = driver.ledger
+    assert sorted(run.plan.older_reading) == keys == sorted(run.plan.replacing)
     job = TrialFeed(run).next_job()  # handing the trial out sets its old record aside
     trial_dir = tmp_path / "results" / "keys" / "trials" / job.key
     assert not (trial_dir / "summary.json").exists()
@@ -130,9 +135,10 @@ def test_rerun_changed_plans_exactly_the_changed_trials(tmp_path, monkeypatch, c
     finish_every_trial(path, config_in_summary)
     monkeypatch.setattr(trainer.config, "RunConfig", WithOtherDefault)
     assert StudyRun(load_study(path), "unused:train").prepare() == 0
-    run = StudyRun(load_study(path), "unused:train", rerun_changed=True).plan
-    assert run.prepare() == 8
-    assert all(fields == ["collapse_threshold"] for fields in run.changed.values())
+    driver = StudyRun(load_study(path), "unused:train", rerun_changed=True)
+    assert driver.prepare() == 8
+    run = driver.ledger
+    assert all(fields == ("collapse_threshold",) for fields in run.plan.changed.values())
 
 
 def test_the_key_is_what_the_study_sets_not_how_it_resolves(tmp_path):
@@ -171,14 +177,15 @@ def test_a_finished_study_that_keeps_weights_resolves_the_same(tmp_path, capsys,
     # and --rerun-changed re-runs none.
     path = tmp_path / "keys.yaml"
     path.write_text(STUDY + f"keep_weights: {keep}\nresults_dir: {tmp_path / 'results'}\n")
-    run = StudyRun(load_study(path), "unused:train").plan
-    assert run.prepare() == 8
+    driver = StudyRun(load_study(path), "unused:train")
+    assert driver.prepare() == 8
+    run = driver.ledger
     for trial in list(run.to_run):
         number = run.mirror.start(trial)
         run.folder.write_trial_config(trial)
         ran_with = {**trial.config, "save_model": True, "output_dir": str(run.folder.trial_dir(trial.key))}
-        summary = {"status": "ok", "steps": 6, "best_step": 3, "best_dev_stsb": 70.0, "config": ran_with,
-                   "reading": READING}
+        summary = Summary.from_json({"status": "ok", "steps": 6, "best_step": 3, "best_dev_stsb": 70.0,
+                                     "config": ran_with, "reading": READING})
         run.folder.write_summary(trial.key, summary)
         run.mirror.finish(number, summary)
     run.mirror = None

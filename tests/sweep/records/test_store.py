@@ -20,12 +20,13 @@ from sweep.records.mirror import OptunaMirror, infer_distributions, optuna_value
 from sweep.records.store import StudyFolder, TrialsTable, is_final, locate_study, sweep_state
 from sweep.run.feed import TrialFeed
 from sweep.run.runner import StudyRun
+from sweep.run.trial_events import TrialEvents
 from sweep.spec import Metric, Resources, StudySpec, Trial, load_study
 from tests.deadlines import scaled
 from tests.helpers import REPO, study_file
 from trainer.errors import UserError
 from trainer.files import write_text_atomic
-from trainer.summary import metric_value
+from trainer.summary import Summary, metric_value
 from trainer.vocabulary import STS_TASKS
 from trainer.vocabulary import TrialState as SweepState
 
@@ -46,13 +47,14 @@ def make_trial(key: str, decay: float, slices: list[str], seed: int = 1) -> Tria
     return Trial(key=key, seed=seed, params={"ema.decay": decay, "queue.slices": slices}, config=config, mtd=12.5)
 
 
-def summary(status: str = "ok", dev: float | None = 70.0) -> dict:
-    return {"status": status, "reason": None if status == "ok" else f"{status}: loss became nan by step 3",
+def summary(status: str = "ok", dev: float | None = 70.0) -> Summary:
+    reason = None if status == "ok" else f"{status}: loss became nan by step 3"
+    return Summary.from_json({"status": status, "reason": reason,
             "steps": 6, "best_step": 3, "best_dev_stsb": dev,
             "test": {**{t: 60.0 for t in STS_TASKS}, "avg": 60.0}, "align": 0.2, "uniform": -2.1,
             "mtd": {"formula": 12.5, "queue_age_mean": 3.0, "queue_age_max": 8.0, "measured": 13.0},
             "sentences_per_s": 10.0,
-            "wall_time_s": 1.5, "config": {"seed": 1}}
+            "wall_time_s": 1.5, "config": {"seed": 1}})
 
 
 TRIALS = [make_trial("a" * 12, 0.5, ["0-256"]), make_trial("b" * 12, 0.9, ["0-128", "256-512"])]
@@ -96,7 +98,7 @@ def test_metric_value_reads_the_summary_field_of_each_metric():
     assert metric_value(s, "dev_stsb") == 70.0
     assert metric_value(s, "avg") == 60.0 and metric_value(s, "STS12") == 60.0
     assert metric_value(s, "uniform") == -2.1
-    assert metric_value({**s, "best_dev_stsb": math.nan}, "dev_stsb") is None
+    assert metric_value(s.replace(best_dev_stsb=math.nan), "dev_stsb") is None
 
 
 def test_locate_study_from_results_folder_and_unknown_path(tmp_path):
@@ -203,8 +205,9 @@ def write_study_file(tmp_path: Path) -> Path:
 
 def test_resume_plan_skips_finished_recovers_from_disk_and_reruns_the_rest(tmp_path, capsys):
     spec = load_study(write_study_file(tmp_path))
-    first = StudyRun(spec, "unused:train").plan
-    assert first.prepare() == 4
+    first_run = StudyRun(spec, "unused:train")
+    assert first_run.prepare() == 4
+    first = first_run.ledger
     done, stale, on_disk, never = (t.key for t in first.to_run)
     # 1) finished in Optuna and on disk; 2) left RUNNING by a driver that died; 3) finished on disk
     #    only (the driver died before telling Optuna); 4) never started.
@@ -216,8 +219,9 @@ def test_resume_plan_skips_finished_recovers_from_disk_and_reruns_the_rest(tmp_p
     first.folder.write_metrics(on_disk, [{"step": 3, "dev_stsb": 40.0}])
     mtime = os.stat(first.folder.summary_path(done)).st_mtime_ns
 
-    second = StudyRun(spec, "unused:train").plan
-    assert second.prepare() == 2
+    second_run = StudyRun(spec, "unused:train")
+    assert second_run.prepare() == 2
+    second = second_run.ledger
     assert [t.key for t in second.to_run] == [stale, never]
     by_key = second.mirror.trials_by_key()
     assert [t.state for t in by_key[stale]] == [TrialState.FAIL]
@@ -230,8 +234,9 @@ def test_resume_plan_skips_finished_recovers_from_disk_and_reruns_the_rest(tmp_p
     assert rows[stale]["state"] == "PENDING" and rows[never]["state"] == "PENDING"
     assert os.stat(first.folder.summary_path(done)).st_mtime_ns == mtime
 
-    third = StudyRun(spec, "unused:train").plan  # nothing new: the same plan, no new Optuna trials
-    assert third.prepare() == 2
+    third_run = StudyRun(spec, "unused:train")  # nothing new: the same plan, no new Optuna trials
+    assert third_run.prepare() == 2
+    third = third_run.ledger
     assert len(third.mirror.study.trials) == len(second.mirror.study.trials)
 
     capsys.readouterr()
@@ -274,26 +279,27 @@ def test_tpe_asks_optuna_per_configuration_runs_every_seed_and_resumes(tmp_path)
     )
     spec = load_study(path)
     driver = StudyRun(spec, "unused:train")
-    run = driver.plan
-    assert run.prepare() == 4  # two configurations x two seeds
-    feed, events = TrialFeed(run), driver.events
+    assert driver.prepare() == 4  # two configurations x two seeds
+    run = driver.ledger
+    feed = TrialFeed(run)
     first = feed.suggest("tune-1")  # what Tune gets: the job as its trial config
-    number = events.trial_started(first["key"], "tune-1")
+    number = run.started(first["key"], "tune-1")
     seed_run = run.mirror.study.trials[number]  # each seed's run in the study's own Optuna study
     asked = run.seed_means.study.trials[seed_run.user_attrs["configuration"]]  # the configuration TPE asked for
     assert seed_run.state == TrialState.RUNNING and "asked" not in seed_run.user_attrs
     assert asked.state == TrialState.RUNNING and asked.user_attrs["keys"]["1"] == first["key"]
     assert 0.5 <= asked.params["ema.decay"] <= 0.9 and seed_run.params == asked.params
     assert first["config"]["output_dir"] == str(run.folder.trial_dir(first["key"]))
-    events.trial_result(first["key"], number, {"step": 3, "dev_stsb": 50.0})
-    events.trial_ended(first["key"], number, summary())
+    run.evaluated(first["key"], number, 3, 50.0)
+    run.ended(first["key"], number, summary())
     second = feed.suggest("tune-2")  # the same configuration with the second seed
     assert second["seed"] == 2 and second["config"]["ema"]["decay"] == first["config"]["ema"]["decay"]
-    events.trial_started(second["key"], "tune-2")
+    run.started(second["key"], "tune-2")
     # the driver dies here: second is left RUNNING, the second configuration was never asked
 
-    again = StudyRun(spec, "unused:train").plan
-    assert again.prepare() == 3  # second (again) + one new configuration x two seeds
+    again_run = StudyRun(spec, "unused:train")
+    assert again_run.prepare() == 3  # second (again) + one new configuration x two seeds
+    again = again_run.ledger
     assert [t.key for t in again.to_run] == [second["key"]] and again.asks_left == 1
     rows = {r["key"]: r["state"] for r in again.folder.read_trials_csv()}
     assert rows == {first["key"]: "COMPLETE", second["key"]: "PENDING"}
@@ -303,14 +309,15 @@ def test_tpe_asks_optuna_per_configuration_runs_every_seed_and_resumes(tmp_path)
 
 
 def test_callback_records_pruned_and_crashed_trials(tmp_path):
-    from sweep.run.trial_events import TrialEvents
     from sweep.spec import Scheduler
 
     spec = load_study(write_study_file(tmp_path))
     spec.scheduler = Scheduler()
-    run = StudyRun(spec, "unused:train").plan
-    run.prepare()
+    driver = StudyRun(spec, "unused:train")
+    driver.prepare()
+    run = driver.ledger
     callback, feed = TrialEvents(run), TrialFeed(run)
+    plan = (run.plan.to_run, dict(run.plan.trials), run.plan.done, dict(run.plan.ended), run.plan.asks_left)
     pruned = StubTuneTrial("t1", feed.suggest("t1"))
     callback.on_trial_start(0, [], pruned)
     callback.on_trial_result(0, [], pruned, {"step": 3, "dev_stsb": 40.0, "loss": 1.0})
@@ -320,19 +327,24 @@ def test_callback_records_pruned_and_crashed_trials(tmp_path):
     callback.on_trial_start(0, [], crashed)
     callback.on_trial_error(0, [], crashed)
 
+    # the callbacks wrote to the ledger; the plan they started from is as it was
+    assert (run.plan.to_run, dict(run.plan.trials), run.plan.done, dict(run.plan.ended), run.plan.asks_left) == plan
+    assert len(run.to_run) == len(plan[0]) - 2 and run.handed_out == set()
     trials = {t.user_attrs["key"]: t for t in run.mirror.study.trials}
     p, c = trials[pruned.config["key"]], trials[crashed.config["key"]]
     assert p.state == TrialState.PRUNED and p.intermediate_values == {3: 40.0}
     assert c.state == TrialState.FAIL and "RayActorError" in c.user_attrs["reason"]
     on_disk = run.folder.read_summary(pruned.config["key"])
-    assert on_disk["status"] == "pruned" and on_disk["best_dev_stsb"] == 40.0
+    assert on_disk.status == "pruned" and on_disk.best_dev_stsb == 40.0
     assert run.folder.read_metrics(pruned.config["key"]) == [{"step": 3, "dev_stsb": 40.0, "loss": 1.0}]
     run.table.write()  # while trials run, trials.csv is rewritten at most every few seconds (and at the end)
     rows = {r["key"]: r for r in run.folder.read_trials_csv()}
     assert rows[pruned.config["key"]]["state"] == "PRUNED" and rows[crashed.config["key"]]["status"] == "error"
     # a pruned trial is final: not run again
-    again = StudyRun(spec, "unused:train").plan
-    assert again.prepare() == 3 and pruned.config["key"] not in {t.key for t in again.to_run}
+    again_run = StudyRun(spec, "unused:train")
+    assert again_run.prepare() == 3
+    again = again_run.ledger
+    assert pruned.config["key"] not in {t.key for t in again.to_run}
 
 
 def test_changed_categorical_choices_fail_before_anything_runs(tmp_path):
@@ -356,8 +368,9 @@ def test_a_study_optuna_refuses_leaves_study_yaml_and_its_history_as_they_were(t
             "parameters:\n  queue.slices: [all, ['0-32']]\n"
             f"results_dir: {tmp_path / 'results'}\n")
     spec = load_study(study_file(tmp_path, text))
-    first = StudyRun(spec, "unused:train", change=check_same_study(spec, extend=False)).plan
-    assert first.prepare() == 2
+    first_run = StudyRun(spec, "unused:train", change=check_same_study(spec, extend=False))
+    assert first_run.prepare() == 2
+    first = first_run.ledger
     key = first.to_run[0].key
     first.folder.write_summary(key, summary())
     first.mirror.finish(first.mirror.start(first.trials[key]), summary())  # Optuna now holds the choices
@@ -368,29 +381,29 @@ def test_a_study_optuna_refuses_leaves_study_yaml_and_its_history_as_they_were(t
     change = check_same_study(grown, extend=False)
     assert change is not None and change.added  # an extension, so only Optuna can refuse it
     with pytest.raises(UserError, match="cannot hold"):
-        StudyRun(grown, "unused:train", change=change).plan.prepare()
+        StudyRun(grown, "unused:train", change=change).prepare()
     assert folder.study_yaml.read_bytes() == recorded
     assert not (folder.path / "study_history.yaml").exists()
     again = load_study(study_file(tmp_path, text))
-    assert StudyRun(again, "unused:train", change=check_same_study(again, extend=False)).plan.prepare() == 1
+    assert StudyRun(again, "unused:train", change=check_same_study(again, extend=False)).prepare() == 1
 
 
 def test_trials_csv_is_rewritten_at_most_once_per_interval_while_trials_run(tmp_path, monkeypatch):
     # One rewrite per trial event would cost O(study size) each, O(n^2) for a study of n trials.
     spec = load_study(write_study_file(tmp_path))
     driver = StudyRun(spec, "unused:train")
-    run = driver.plan
-    run.prepare()  # writes trials.csv: every trial PENDING
-    feed = TrialFeed(run)
+    driver.prepare()  # writes trials.csv: every trial PENDING
+    run = driver.ledger
+    feed, events = TrialFeed(run), TrialEvents(run)
     key = feed.next_job().key
     monkeypatch.setattr(TrialsTable, "REWRITE_EVERY_S", 3600.0)
-    number = driver.events.trial_started(key, "tune-1")
-    driver.events.trial_result(key, number, {"step": 3, "dev_stsb": 50.0})
+    number = run.started(key, "tune-1")
+    run.evaluated(key, number, 3, 50.0)
     states = {r["key"]: r["state"] for r in run.folder.read_trials_csv()}
     assert states[key] == "PENDING" and run.table.unwritten  # not rewritten within the interval
     monkeypatch.setattr(TrialsTable, "REWRITE_EVERY_S", 0.0)
     run.table.last_write_seconds = 0.0
-    driver.events.on_step_end(0, [])  # Tune's loop: the change is written once the interval has passed
+    events.on_step_end(0, [])  # Tune's loop: the change is written once the interval has passed
     rows = {r["key"]: r for r in run.folder.read_trials_csv()}
     assert rows[key]["state"] == "RUNNING" and rows[key]["dev_stsb"] == "50.0" and not run.table.unwritten
 
@@ -427,8 +440,8 @@ def _event_costs(folder: Path, trials: int, monkeypatch) -> list[tuple[int, int,
                     f"parameters:\n  optim.lr: {[round(1e-6 * (i + 1), 9) for i in range(trials)]}\n"
                     f"results_dir: {folder / 'results'}\n")
     driver = StudyRun(load_study(path), "unused:train")
-    run = driver.plan
-    run.prepare()
+    driver.prepare()
+    run = driver.ledger
     monkeypatch.setattr(TrialsTable, "REWRITE_EVERY_S", 1e9)  # rewrites within the interval: the test above
     rewrites = []
 
@@ -437,7 +450,7 @@ def _event_costs(folder: Path, trials: int, monkeypatch) -> list[tuple[int, int,
         _WRITE_TRIALS_CSV(table)
 
     monkeypatch.setattr(TrialsTable, "write", counted_write)
-    feed, events = TrialFeed(run), driver.events
+    feed = TrialFeed(run)
     statements: list[str] = []
     sqlalchemy.event.listen(run.mirror.storage.engine, "before_cursor_execute",
                             lambda conn, cursor, sql, *rest: statements.append(sql))
@@ -445,14 +458,14 @@ def _event_costs(folder: Path, trials: int, monkeypatch) -> list[tuple[int, int,
     for index in range(trials):
         job = feed.next_job()  # the driver writes the trial's config.yaml here, before Tune starts it
         key = job.key
-        run.folder.write_summary(key, {**summary(dev=50.0 + index % 7), "config": job.config})
+        run.folder.write_summary(key, summary(dev=50.0 + index % 7).replace(config=job.config))
         statements.clear()
         rewrites.clear()
         _OPENED = []
-        number = events.trial_started(key, f"tune-{index}")
-        events.trial_result(key, number, {"step": 3, "dev_stsb": 40.0})
-        events.trial_result(key, number, {"step": 6, "dev_stsb": 45.0})
-        events.trial_ended(key, number, summary(dev=50.0 + index % 7))
+        number = run.started(key, f"tune-{index}")
+        run.evaluated(key, number, 3, 40.0)
+        run.evaluated(key, number, 6, 45.0)
+        run.ended(key, number, summary(dev=50.0 + index % 7))
         costs.append((len(statements), len(_OPENED), len(rewrites)))
         _OPENED = None
     assert len(run.mirror.study.get_trials()) == trials

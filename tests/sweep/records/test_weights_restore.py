@@ -13,12 +13,13 @@ from pathlib import Path
 from sweep.commands.dry_run import print_dry_run
 from sweep.records.history import check_same_study
 from sweep.run.feed import TrialFeed
-from sweep.run.plan import StudyPlan
+from sweep.run.ledger import Ledger
 from sweep.run.runner import StudyRun
 from sweep.spec import load_study
 from tests.deadlines import scaled
 from tests.helpers import REPO, hand_made_study
 from trainer.readings import READING
+from trainer.summary import Summary
 
 STUDY = """\
 name: restore
@@ -35,14 +36,14 @@ def write_study(tmp_path: Path, keep: str | None = None) -> Path:
     return path
 
 
-def end_trials(run: StudyPlan, devs: dict[str, float], kept: set[str]) -> None:
+def end_trials(run: Ledger, devs: dict[str, float], kept: set[str]) -> None:
     """Run.to_run's trials end ok as the driver records them; those in `kept` leave their weights."""
     for trial in list(run.to_run):
         number = run.mirror.start(trial)
         run.folder.write_trial_config(trial)
         ran_with = {**trial.config, "save_model": True, "output_dir": str(run.folder.trial_dir(trial.key))}
-        summary = {"status": "ok", "steps": 6, "best_step": 6, "best_dev_stsb": devs[trial.key], "config": ran_with,
-                   "reading": READING}
+        summary = Summary.from_json({"status": "ok", "steps": 6, "best_step": 6, "best_dev_stsb": devs[trial.key],
+                                     "config": ran_with, "reading": READING})
         run.folder.write_summary(trial.key, summary)
         if trial.key in kept:
             (run.folder.model_dir(trial.key)).mkdir(parents=True, exist_ok=True)
@@ -55,19 +56,21 @@ def end_trials(run: StudyPlan, devs: dict[str, float], kept: set[str]) -> None:
 def finished_study(tmp_path: Path) -> tuple[Path, list[str], dict[str, float]]:
     """The study run to the end with keep_weights: best: only the best trial kept its weights."""
     path = write_study(tmp_path)
-    run = StudyRun(load_study(path), "unused:train").plan
-    assert run.prepare() == 4
+    driver = StudyRun(load_study(path), "unused:train")
+    assert driver.prepare() == 4
+    run = driver.ledger
     keys = [t.key for t in run.to_run]
     devs = dict(zip(keys, DEVS))
     end_trials(run, devs, kept={keys[1]})
     return path, keys, devs
 
 
-def plan(path: Path) -> StudyPlan:
+def plan(path: Path) -> Ledger:
     spec = load_study(path)
     assert check_same_study(spec) is None  # keep_weights is no change of study: neither refused nor an extension
-    run = StudyRun(spec, "unused:train").plan
-    run.prepare()
+    driver = StudyRun(spec, "unused:train")
+    driver.prepare()
+    run = driver.ledger
     return run
 
 
@@ -77,7 +80,7 @@ def test_a_changed_keep_weights_runs_the_trials_it_now_keeps_again_and_only_thos
 
     write_study(tmp_path, keep="2")  # the top 2: the second trial (kept) and the fourth (deleted)
     run = plan(path)
-    assert [t.key for t in run.to_run] == [keys[3]] and run.restoring == [keys[3]]
+    assert [t.key for t in run.to_run] == [keys[3]] and run.plan.restoring == (keys[3],)
     assert "running 1 finished trial again to save the weights keep_weights: 2 keeps" in capsys.readouterr().out
     end_trials(run, devs, kept={keys[3]})
 
@@ -106,13 +109,14 @@ def test_a_run_stopped_before_the_weights_are_back_runs_the_rest_next_time(tmp_p
     run = plan(path)  # the same file again: the marks, not a change of keep_weights, bring them back
     assert sorted(t.key for t in run.to_run) == sorted([keys[0], keys[2], keys[3]])
     assert f"trial {job['key']}: its re-run for its weights was stopped" in capsys.readouterr().out
-    assert run.folder.read_summary(job["key"])["best_dev_stsb"] == devs[job["key"]]  # its record is kept
+    assert run.folder.read_summary(job["key"]).best_dev_stsb == devs[job["key"]]  # its record is kept
 
 
 def test_from_none_to_best_runs_the_best_trial_again(tmp_path):
     path = write_study(tmp_path, keep="none")
-    run = StudyRun(load_study(path), "unused:train").plan
-    run.prepare()
+    driver = StudyRun(load_study(path), "unused:train")
+    driver.prepare()
+    run = driver.ledger
     keys = [t.key for t in run.to_run]
     end_trials(run, dict(zip(keys, DEVS)), kept=set())
     write_study(tmp_path, keep="best")

@@ -1,8 +1,8 @@
-"""Handing out a trial costs O(1) however many trials the study plans (sweep.run.feed.TrialFeed.next_job).
+"""Handing out a trial costs O(1) however many trials the study plans (sweep.run.ledger.Ledger.next_job).
 
-A study may plan up to MAX_TRIALS (100,000) trials. The feed hands them out one at a time from the plan's
-queue (StudyPlan.to_run); a hand-out that cost O(trials left) would make a study O(n^2). The plan is a real
-StudyPlan whose results folder is a stand-in that writes nothing (the folder's writes are O(1) per trial and
+A study may plan up to MAX_TRIALS (100,000) trials. The feed hands them out one at a time from the ledger's
+queue (Ledger.to_run); a hand-out that cost O(trials left) would make a study O(n^2). The ledger is a real
+Ledger whose results folder is a stand-in that writes nothing (the folder's writes are O(1) per trial and
 are not what is measured), holding stand-in trials; both sizes are timed (best of a few tries, so a busy
 machine slows neither by chance) and the time of the large one must grow with the trials, well below the
 25x that a cost quadratic in the trials gives for 5x the trials.
@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from sweep.run.feed import TrialFeed
+from sweep.run.ledger import Ledger
 from sweep.run.plan import StudyPlan
 from sweep.spec import Metric, Resources, StudySpec, Trial
 from sweep.spec.limits import MAX_TRIALS
@@ -44,20 +45,17 @@ class StandInFolder:
         return f"{self.path}/trials/{key}"
 
 
-def planned(tmp_path: Path, trials: int) -> StudyPlan:
+def planned(tmp_path: Path, trials: int) -> Ledger:
     spec = StudySpec(
         name="scale", description=None, base={"model": "embedded"}, parameters={"optim.lr": [1e-5]},
         seeds=[1], method="grid", metric=Metric(), budget=None, resources=Resources(), scheduler=None,
         storage=None, results_dir=str(tmp_path / "results"), source_text="name: scale\n",
     )
-    plan = StudyPlan(spec, "unused:train")
-    plan.folder = StandInFolder(tmp_path / "results" / "scale")
-    for index in range(trials):
-        key = f"{index:012x}"
-        trial = Trial(key=key, seed=1, params={"optim.lr": index}, config={"seed": 1}, mtd=None)
-        plan.trials[key] = trial
-        plan.to_run.append(trial)
-    return plan
+    stand_ins = [Trial(key=f"{index:012x}", seed=1, params={"optim.lr": index}, config={"seed": 1}, mtd=None)
+                 for index in range(trials)]
+    plan = StudyPlan(trials={t.key: t for t in stand_ins}, to_run=tuple(stand_ins), done=(), to_record=(), ended={})
+    return Ledger(spec, plan, StandInFolder(tmp_path / "results" / "scale"), None, None, None, None, None,
+                  "unused:train", {}, {})
 
 
 def hand_out_seconds(tmp_path: Path, trials: int) -> float:
@@ -75,7 +73,7 @@ def hand_out_seconds(tmp_path: Path, trials: int) -> float:
             took = time.perf_counter() - started
         finally:
             gc.enable()
-        assert handed == trials and not feed.plan.to_run and len(feed.plan.handed_out) == trials
+        assert handed == trials and not feed.ledger.to_run and len(feed.ledger.handed_out) == trials
         best = min(best, took)
     return best
 

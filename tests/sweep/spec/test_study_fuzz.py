@@ -14,7 +14,7 @@ lock), and the test asserts:
 - each case within CASE_SECONDS, under an address-space limit (RLIMIT_AS) of the process's size + 2 GB.
 
 An accepted study then runs once more, in another folder, through the run's own planning (the results
-folder, Optuna's storage and distributions, trials.csv: `StudyPlan.prepare`), stopped before Ray starts:
+folder, Optuna's storage and distributions, trials.csv: `sweep.run.opening.open_study`), stopped before Ray starts:
 it must plan without an error.
 
 CI runs SWEEP_FUZZ_EXAMPLES (default 300) cases from a fixed seed; `SWEEP_FUZZ_EXAMPLES=10000` (and
@@ -404,7 +404,7 @@ class _WouldWrite(BaseException):
 
 
 class _Planned(BaseException):
-    """Raised where `sweep run` would start Ray, after it planned the study (StudyPlan.prepare)."""
+    """Raised where `sweep run` would start Ray, after it planned the study (sweep.run.opening.open_study)."""
 
 
 STOP_AT = {"where": "lock", "home": str(REPO)}  # where the run stops: "lock" (its first write) or "ray" (after
@@ -507,8 +507,8 @@ def fuzz_process(monkeypatch):
         try:
             self.prepare()
         finally:
-            if self.plan.mirror is not None:
-                self.plan.mirror.wait_for_note(timeout=scaled(60))  # its thread writes into the folder about to go
+            if self.ledger is not None:
+                self.ledger.mirror.wait_for_note(timeout=scaled(60))  # its thread writes into the folder about to go
         raise _Planned()
 
     monkeypatch.setattr(sweep.run.runner.StudyRun, "locked", lock_or_stop)
