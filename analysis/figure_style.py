@@ -1,4 +1,4 @@
-"""How every figure of analysis.figures looks and is laid out: one style, two widths, one palette.
+"""How every figure looks and where its legend goes: one style, two widths, one palette.
 
 Style (STYLE, rcParams): DejaVu Sans (shipped with matplotlib) at 7-8 pt; fonts embedded as TrueType in PDF and
 PS; number axes in plain decimals (no offset, no power of ten). Widths (SIZES): one journal column (3.5 in) or the
@@ -6,32 +6,25 @@ page (7.2 in); several panels stand side by side at the double width and one abo
 width, and the height follows from the panels (PANEL_HEIGHT each). Colours: PALETTE (Okabe & Ito), each series
 with its own marker too so the figure reads in grey; heat maps in SEQUENTIAL (cividis).
 
-`finish(fig, axes, size)` lays a drawn figure out on matplotlib's constrained layout, after which every text lies
-on the canvas (titles and labels wrapped to their panel, crowded categorical ticks broken into lines or turned
-upright); the one legend sits in a strip under the panels (the layout's rect starts above it), so it covers no
-mark; each "n=k" label (gid N_LABEL) sits beside its point where it covers nothing; each heat-map cell text
-(gid CELL_TEXT) fits its cell.
+Texts come wrapped to their room from the data step (analysis.figure_data). `legend_below` wraps the legend to the
+canvas' width and sets it in as many columns as fit; `finish` lays the figure out on matplotlib's constrained
+layout, the legend hung in a strip under the panels (the layout's rect starts above it, so it covers no mark), and
+makes the figure as tall as its panels' height needs.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
-import functools
-import re
-import textwrap
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 import matplotlib
-import numpy as np
 from cycler import cycler
 from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.collections import LineCollection
 from matplotlib.figure import Figure
 from matplotlib.font_manager import FontProperties
-from matplotlib.path import Path
-from matplotlib.text import Text
-from matplotlib.transforms import Bbox
+
+from analysis.figure_data import DEFAULT_SIZE, PANEL_HEIGHT, SIZES, check_size, wrap_to
 
 # Okabe & Ito: blue, vermillion, bluish green, reddish purple, orange, sky blue, black, yellow (the palest last)
 PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442")
@@ -40,75 +33,28 @@ PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#0
 MARKERS = ("o", "s", "^", "v", "P", "X", "h")
 SEQUENTIAL = "cividis"
 REFERENCE_GREY = "0.35"  # reference lines (the paper's best MTD)
-SIZES = {"single": 3.5, "double": 7.2}  # figure width in inches: one journal column, the full page width
-DEFAULT_SIZE = "single"
-PANEL_HEIGHT = {"single": 1.9, "double": 2.5}  # the height (in) every panel keeps
 PNG_DPI = 300
-N_LABEL = "n_label"
-CELL_TEXT = "cell_text"
 STYLE = {
-    "font.family": "DejaVu Sans",
-    "font.size": 8,
-    "axes.titlesize": 8,
-    "axes.labelsize": 8,
-    "figure.titlesize": 8.5,
-    "xtick.labelsize": 7,
-    "ytick.labelsize": 7,
-    "legend.fontsize": 7,
-    "legend.title_fontsize": 7,
-    "legend.frameon": False,
-    "legend.handlelength": 1.6,
-    "legend.columnspacing": 1.2,
-    "legend.borderaxespad": 0.0,
-    "axes.prop_cycle": cycler(color=list(PALETTE)),
-    "axes.linewidth": 0.6,
-    "axes.grid": True,
-    "grid.alpha": 0.3,
-    "grid.linewidth": 0.5,
-    "axes.spines.top": False,
-    "axes.spines.right": False,
-    "axes.formatter.useoffset": False,
-    "axes.formatter.limits": (-1000, 1000),  # never a power of ten
-    "figure.constrained_layout.w_pad": 2 / 72,
-    "figure.constrained_layout.h_pad": 2 / 72,
-    "figure.constrained_layout.wspace": 0.04,
-    "figure.constrained_layout.hspace": 0.04,
-    "lines.linewidth": 1.0,
-    "lines.markersize": 4.5,
-    "errorbar.capsize": 2.0,
-    "xtick.major.width": 0.6,
-    "ytick.major.width": 0.6,
-    "image.cmap": SEQUENTIAL,
-    "pdf.fonttype": 42,
-    "ps.fonttype": 42,
+    "font.family": "DejaVu Sans", "font.size": 8, "axes.titlesize": 8, "axes.labelsize": 8, "figure.titlesize": 8.5,
+    "xtick.labelsize": 7, "ytick.labelsize": 7, "legend.fontsize": 7, "legend.title_fontsize": 7,
+    "legend.frameon": False, "legend.handlelength": 1.6, "legend.columnspacing": 1.2, "legend.borderaxespad": 0.0,
+    "axes.prop_cycle": cycler(color=list(PALETTE)), "axes.linewidth": 0.6, "axes.grid": True, "grid.alpha": 0.3,
+    "grid.linewidth": 0.5, "axes.spines.top": False, "axes.spines.right": False,
+    "axes.formatter.useoffset": False, "axes.formatter.limits": (-1000, 1000),  # never a power of ten
+    "figure.constrained_layout.w_pad": 2 / 72, "figure.constrained_layout.h_pad": 2 / 72,
+    "figure.constrained_layout.wspace": 0.04, "figure.constrained_layout.hspace": 0.04,
+    "lines.linewidth": 1.0, "lines.markersize": 4.5, "errorbar.capsize": 2.0,
+    "xtick.major.width": 0.6, "ytick.major.width": 0.6, "image.cmap": SEQUENTIAL,
+    "pdf.fonttype": 42, "ps.fonttype": 42,
     "svg.hashsalt": "contrastive-sweep",  # SVG ids from a fixed salt: the same figure gives the same file
-    "savefig.dpi": PNG_DPI,
-    "figure.dpi": 100,
+    "savefig.dpi": PNG_DPI, "figure.dpi": 100,
 }
-MAX_PASSES = 10  # layout passes before the figure is drawn as it stands
-_PAD = 4.0  # px kept free at the canvas' edges and between a label and a mark (at 100 dpi)
-N_OFFSETS = (  # where an n label may go, in points from its point: (dx, dy, ha, va), first choice first
-    (5, 0, "left", "center"), (-5, 0, "right", "center"), (4, 4, "left", "bottom"), (4, -4, "left", "top"),
-    (-4, 4, "right", "bottom"), (-4, -4, "right", "top"), (0, 6, "center", "bottom"), (0, -6, "center", "top"),
-    (9, 0, "left", "center"), (-9, 0, "right", "center"), (0, 11, "center", "bottom"), (0, -11, "center", "top"),
-)
+PAD = 0.04  # in kept free at the canvas' edges
+PASSES = 4  # layout passes to bring the panels to their height
 
 
-def styled(function: Callable) -> Callable:
-    """Run a figure function under STYLE (rcParams are read as artists are made)."""
-
-    @functools.wraps(function)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        with matplotlib.rc_context(STYLE):
-            return function(*args, **kwargs)
-
-    return wrapper
-
-
-def check_size(size: str) -> str:
-    if size not in SIZES:
-        raise ValueError(f"figure size must be one of {sorted(SIZES)}, got {size!r}")
-    return size
+# @styled: a figure function run under STYLE (rcParams are read as artists are made); a fresh context each call
+styled = matplotlib.rc_context(STYLE)
 
 
 def new_figure(size: str = DEFAULT_SIZE, panels: int = 1) -> tuple[Figure, list]:
@@ -159,225 +105,65 @@ def legend_below(ax, handles: list | None = None, labels: list[str] | None = Non
         handles, labels = ax.get_legend_handles_labels()
     if _FOOTNOTE.get():
         title = f"{title}\nwarning: {_FOOTNOTE.get()}" if title else f"warning: {_FOOTNOTE.get()}"
-    fig = ax.get_figure()
-    rc = matplotlib.rcParams
-    font, title_font = FontProperties(size=rc["legend.fontsize"]), FontProperties(size=rc["legend.title_fontsize"])
-    unit = font.get_size_in_points() * fig.dpi / 72  # one em in px ("small" and the like read as points)
-    available = _strip_width(fig) - 2 * rc["legend.borderpad"] * unit  # inside the frame
-    handle = (rc["legend.handlelength"] + rc["legend.handletextpad"]) * unit
-    labels = [_wrap(label, available - handle, font, fig) for label in labels]
-    title = _wrap(title, available, title_font, fig) if title else None
-    for columns in range(max(1, min(len(labels), 4)), 0, -1):  # the most columns that fit the strip's width
+    fig, rc = ax.get_figure(), matplotlib.rcParams
+    font = FontProperties(size=rc["legend.fontsize"])
+    em = font.get_size_in_points() / 72  # in
+    strip = fig.get_figwidth() - 2 * PAD  # the legend's box, its border pad in it
+    width = strip - 2 * rc["legend.borderpad"] * em
+    handle = (rc["legend.handlelength"] + rc["legend.handletextpad"]) * em
+    labels = [_fit(label, width - handle, font, fig) for label in labels]
+    title = _fit(title, width, font, fig) if title else None
+    for columns in range(max(1, min(len(labels), 4)), 0, -1):  # the most columns that fit the canvas' width
         legend = ax.legend(handles, labels, title=title, ncols=columns, loc="upper left", alignment="left",
                            bbox_to_anchor=(0.0, 0.0), bbox_transform=fig.transFigure)
-        if legend.get_window_extent(fig.canvas.get_renderer()).width <= _strip_width(fig):
+        if legend.get_window_extent(fig.canvas.get_renderer()).width <= strip * fig.dpi:
             break
     legend.set_in_layout(False)  # its room is the strip `finish` keeps free
     return legend
 
 
-def _strip_width(fig: Figure) -> float:
-    return fig.bbox.width - 2 * _PAD * fig.dpi / 100
+def _inches(line: str, font: FontProperties, fig: Figure) -> float:
+    return fig.canvas.get_renderer().get_text_width_height_descent(line or " ", font, ismath=False)[0] / fig.dpi
 
 
-def _keep_legend_strip(fig: Figure, renderer) -> bool:
-    """Start the constrained layout's rect above the legends' strip and hang the legends at its top; True when the
-    strip changed."""
-    pad = _PAD * fig.dpi / 100
-    legends = [ax.get_legend() for ax in fig.axes if ax.get_legend() is not None]
-    strip = max((legend.get_window_extent(renderer).height + 2 * pad for legend in legends), default=0.0)
-    bottom = strip / fig.bbox.height
-    changed = abs(fig.get_layout_engine().get()["rect"][1] - bottom) > 0.5 / fig.bbox.height
-    fig.get_layout_engine().set(rect=(0.0, bottom, 1.0, 1.0 - bottom))
-    for legend in legends:
-        legend.set_bbox_to_anchor((pad / fig.bbox.width, (strip - pad) / fig.bbox.height), transform=fig.transFigure)
-    return changed
-
-
-# ---- text fitting -------------------------------------------------------------------------------
-def _text_width(text: str, font: FontProperties, fig: Figure) -> float:
-    renderer = fig.canvas.get_renderer()
-    return max((renderer.get_text_width_height_descent(line or " ", font, ismath=False)[0]
-                for line in text.split("\n")), default=0.0)
-
-
-def _wrap(text: str, width_px: float, font: FontProperties, fig: Figure) -> str:
-    """`text` with every line longer than `width_px` broken at spaces to fit it, outside brackets where
-    that is enough ("(MoCoSE Fig. 2)" stays on one line)."""
-    lines = []
-    for line in text.split("\n"):
-        if _text_width(line, font, fig) <= width_px:
-            lines.append(line)
-            continue
-        for candidate in (_protect_brackets(line), line):
-            pieces = _wrap_line(candidate, width_px, font, fig)
-            if all(_text_width(piece, font, fig) <= width_px for piece in pieces):
-                break
-        lines += [piece.replace(_KEEP, " ") for piece in pieces]
-    return "\n".join(lines)
-
-
-_KEEP = "\u00a0"  # a space inside brackets while wrapping: textwrap does not break there
-
-
-def _protect_brackets(line: str) -> str:
-    out, depth = [], 0
-    for char in line:
-        depth += (char == "(") - (char == ")")
-        out.append(_KEEP if char == " " and depth > 0 else char)
-    return "".join(out)
-
-
-def _wrap_line(line: str, width_px: float, font: FontProperties, fig: Figure) -> list[str]:
-    chars = max(8, int(len(line) * width_px / _text_width(line.replace(_KEEP, " "), font, fig)))
+def _fit(text: str, width: float, font: FontProperties, fig: Figure) -> str:
+    """`text` wrapped (figure_data.wrap_to) at the most characters a line that leave every line within `width` in."""
+    longest = max(text.split("\n"), key=lambda line: _inches(line, font, fig))
+    chars = int(len(longest) * width / max(_inches(longest, font, fig), 1e-9)) + 1
     while True:
-        pieces = textwrap.wrap(line, chars, break_long_words=False, break_on_hyphens=False)
-        if chars <= 8 or all(_text_width(p.replace(_KEEP, " "), font, fig) <= width_px for p in pieces):
-            return pieces
+        wrapped = wrap_to(text, chars)
+        if chars <= 8 or all(_inches(line, font, fig) <= width for line in wrapped.split("\n")):
+            return wrapped
         chars -= 1
 
 
-def _fit_labels(fig: Figure, axes: Sequence, unwrapped: dict[Text, str]) -> bool:
-    """Wrap the suptitle, the panels' titles and the axis labels to their room, each from its text as first set
-    (`unwrapped`), so that a panel that grows back unwraps it; True when a text changed."""
-    room = [(text, fig.bbox.width - 2 * _PAD * fig.dpi / 100) for text in fig.texts]
-    for ax in fig.axes:
-        room += [(ax.title, max(ax.bbox.width, 40.0))] if ax in axes else []
-        room += [(ax.xaxis.label, max(ax.bbox.width, 40.0)), (ax.yaxis.label, max(ax.bbox.height, 40.0))]
-    changed = False
-    for text, width in room:
-        original = unwrapped.setdefault(text, text.get_text())
-        wrapped = _wrap(original, width, text.get_fontproperties(), fig) if original else original
-        if wrapped != text.get_text():
-            text.set_text(wrapped)
-            changed = True
-    return changed
-
-
-def _fit_ticks(axes: Sequence, renderer) -> bool:
-    """Categorical x tick labels that crowd each other: broken into lines where they have a natural break
-    ("0-256+" / "768-1024", "hidden" / "size"), then, if they still crowd, turned upright."""
-    changed = False
-    for ax in axes:
-        labels = [t for t in ax.get_xticklabels() if t.get_visible() and t.get_text()]
-        if not labels or not _crowded(labels, renderer):
-            continue
-        texts = [t.get_text() for t in ax.get_xticklabels()]
-        if all("\n" not in t for t in texts) and any(re.search(r"[+ ]", t) for t in texts):
-            broken = [re.sub(r"(\+)|( )", lambda m: "+\n" if m.group(1) else "\n", t) for t in texts]
-            ax.set_xticks(ax.get_xticks(), broken)
-            changed = True
-        elif labels[0].get_rotation() == 0:
-            ax.tick_params(axis="x", labelrotation=90)
-            changed = True
-    return changed
-
-
-def _crowded(labels: Sequence, renderer) -> bool:
-    boxes = sorted((t.get_window_extent(renderer) for t in labels), key=lambda b: b.x0)
-    return any(a.x1 + 2 > b.x0 for a, b in zip(boxes, boxes[1:]))
-
-
-def _keep_panel_height(fig: Figure, axes: Sequence, wanted: float, rows: int) -> bool:
-    """Make the figure as tall as it takes for its shortest panel (of `rows` stacked) to be `wanted` inches high."""
-    missing = wanted - min(ax.bbox.height for ax in axes) / fig.dpi
-    if abs(missing) <= 0.05:
-        return False
-    width, height = fig.get_size_inches()
-    fig.set_size_inches(width, height + missing * rows)
-    return True
+def _hang_legends(fig: Figure) -> None:
+    """Start the constrained layout's rect above the legends' strip and hang the legends at its top; the figure
+    made taller first where the strip would leave the panels no room."""
+    renderer = fig.canvas.get_renderer()
+    legends = [ax.get_legend() for ax in fig.axes if ax.get_legend() is not None]
+    strip = max((legend.get_window_extent(renderer).height / fig.dpi + 2 * PAD for legend in legends), default=0.0)
+    if fig.get_figheight() - strip < 1.0:
+        fig.set_size_inches(fig.get_figwidth(), strip + 1.0)
+    bottom = strip / fig.get_figheight()
+    fig.get_layout_engine().set(rect=(0.0, bottom, 1.0, 1.0 - bottom))
+    for legend in legends:
+        legend.set_bbox_to_anchor((PAD / fig.get_figwidth(), bottom - PAD / fig.get_figheight()),
+                                  transform=fig.transFigure)
 
 
 def finish(fig: Figure, axes: Sequence, size: str, panel_height: float | None = None) -> Figure:
-    """Lay `fig` out for print (see the module doc); `axes` are its plotting panels (not colour bars), each kept
-    PANEL_HEIGHT[size] high, or `panel_height` inches where that is more (a panel of many labelled rows).
-
-    Wrapping a label moves the panels, and moving them changes the room a label has: the passes repeat until
-    nothing changes (MAX_PASSES at most). The figure starts tall enough for its panels above the legend strip."""
+    """Lay `fig` out for print (see the module doc); `axes` are its plotting panels (not colour bars), each made
+    PANEL_HEIGHT[size] high, or `panel_height` inches where that is more (a panel of many labelled rows)."""
     wanted = max(PANEL_HEIGHT[size], panel_height or 0.0)
-    renderer = fig.canvas.get_renderer()
-    _keep_legend_strip(fig, renderer)
     rows = max(ax.get_subplotspec().get_gridspec().nrows for ax in axes)
-    width, height = fig.get_size_inches()
-    strip = fig.get_layout_engine().get()["rect"][1] * height
-    if height - strip < rows * wanted:  # the legend strip would leave the panels less than their own height
-        fig.set_size_inches(width, strip + rows * wanted + 1.2)
-        _keep_legend_strip(fig, renderer)
-    unwrapped: dict[Text, str] = {}
-    for _ in range(MAX_PASSES):
+    for _ in range(PASSES):
+        _hang_legends(fig)
         fig.draw_without_rendering()
-        renderer = fig.canvas.get_renderer()
-        changed = _fit_labels(fig, axes, unwrapped) | _fit_ticks(axes, renderer)
-        if not (changed | _keep_panel_height(fig, axes, wanted, rows) | _keep_legend_strip(fig, renderer)):
+        missing = wanted - min(ax.bbox.height for ax in axes) / fig.dpi
+        if abs(missing) <= 0.02:
             break
+        fig.set_size_inches(fig.get_figwidth(), fig.get_figheight() + missing * rows)
     else:
-        fig.draw_without_rendering()
-    renderer = fig.canvas.get_renderer()
-    for ax in axes:
-        _fit_cells(ax, renderer)
-        _place_n_labels(ax, renderer)
+        _hang_legends(fig)
     return fig
-
-
-# ---- labels beside points -----------------------------------------------------------------------
-def mark_boxes(ax, renderer) -> tuple[list[Bbox], list[np.ndarray]]:
-    """Display-space boxes of the marks that stand for data (markers, error bars), and the vertices of
-    the lines through them."""
-    boxes, lines = [], []
-    scale = ax.get_figure().dpi / 72
-    for line in ax.get_lines():
-        if not line.get_visible() or line.get_transform() != ax.transData:
-            continue
-        xy = np.column_stack([np.asarray(line.get_xdata(), dtype=float), np.asarray(line.get_ydata(), dtype=float)])
-        points = line.get_transform().transform(xy)
-        points = points[np.isfinite(points).all(axis=1)]
-        if line.get_marker() not in (None, "", " ", "None", "none"):
-            half = (line.get_markersize() / 2 + line.get_markeredgewidth()) * scale
-            boxes += [Bbox.from_extents(x - half, y - half, x + half, y + half) for x, y in points]
-        if line.get_linestyle() not in ("None", "none", " ", "") and len(points) > 1:
-            lines.append(points)
-    for collection in ax.collections:
-        if isinstance(collection, LineCollection) and collection.get_visible():
-            width = max(float(np.max(collection.get_linewidths(), initial=1.0)) * scale, 1.0)
-            for segment in collection.get_segments():
-                points = collection.get_transform().transform(segment)
-                (x0, y0), (x1, y1) = points.min(axis=0), points.max(axis=0)
-                boxes.append(Bbox.from_extents(x0 - width, y0 - width, x1 + width, y1 + width))
-    return boxes, lines
-
-
-def _place_n_labels(ax, renderer) -> None:
-    notes = [t for t in ax.texts if t.get_gid() == N_LABEL]
-    if not notes:
-        return
-    boxes, lines = mark_boxes(ax, renderer)
-    inside = ax.bbox.padded(-1.0)
-    taken: list[Bbox] = []
-    for note in notes:
-        scored = []
-        for rank, (dx, dy, ha, va) in enumerate(N_OFFSETS):
-            note.set(ha=ha, va=va)
-            note.xyann = (dx, dy)
-            box = note.get_window_extent(renderer).padded(1.0)
-            cost = (100 * sum(box.overlaps(b) for b in boxes + taken) + 100 * (not _contains(inside, box))
-                    + 10 * sum(Path(line).intersects_bbox(box, filled=False) for line in lines) + rank * 0.1)
-            scored.append((cost, rank))
-        _, best = min(scored)
-        dx, dy, ha, va = N_OFFSETS[best]
-        note.set(ha=ha, va=va)
-        note.xyann = (dx, dy)
-        taken.append(note.get_window_extent(renderer))
-
-
-def _contains(outer: Bbox, inner: Bbox) -> bool:
-    return outer.x0 <= inner.x0 and inner.x1 <= outer.x1 and outer.y0 <= inner.y0 and inner.y1 <= outer.y1
-
-
-def _fit_cells(ax, renderer) -> None:
-    """Shrink each heat-map cell text (data coordinates = cell centre, cells 1 wide) until it fits its cell."""
-    for text in (t for t in ax.texts if t.get_gid() == CELL_TEXT):
-        x, y = text.get_position()
-        corners = ax.transData.transform([(x - 0.5, y - 0.5), (x + 0.5, y + 0.5)])
-        cell = Bbox.from_extents(*corners.min(axis=0), *corners.max(axis=0)).padded(-1.5)
-        while not _contains(cell, text.get_window_extent(renderer)) and text.get_fontsize() > 4.5:
-            text.set_fontsize(text.get_fontsize() - 0.5)

@@ -34,6 +34,7 @@ Measured coverage of each interval: analysis.coverage.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -132,13 +133,16 @@ def reference_configuration(table: pd.DataFrame, by: Sequence[str], score: str,
 
 def has_pairs(table: pd.DataFrame, by: Sequence[str], score: str, reference: dict[str, Any] | None = None) -> bool:
     """Whether some two configurations of `by` share MIN_PAIRED seeds with a score (with `reference`: some
-    configuration shares them with it): what a paired table needs."""
+    configuration shares them with it): what a paired table needs. Not pair by pair: two share them exactly when
+    both hold one MIN_PAIRED-subset of seeds, so the first subset seen twice decides (at most C(seeds, MIN_PAIRED))."""
     seeds = _scored_seeds(table, by, score)
     if reference is not None:
         reference_seeds = next((s for configuration, s in seeds if _same(configuration, reference)), frozenset())
         return any(len(s & reference_seeds) >= MIN_PAIRED
                    for configuration, s in seeds if not _same(configuration, reference))
-    return any(len(a & b) >= MIN_PAIRED for i, (_, a) in enumerate(seeds) for _, b in seeds[i + 1:])
+    seen: set[frozenset] = set()  # one configuration's subsets are distinct: a subset seen before is another's too
+    return any(subset in seen or seen.add(subset)  # (add: None, so the search goes on)
+               for _, s in seeds for subset in map(frozenset, itertools.combinations(s, MIN_PAIRED)))
 
 
 def configuration_trials(table: pd.DataFrame, configuration: dict[str, Any]) -> pd.DataFrame:
@@ -152,9 +156,8 @@ def _scored_seeds(table: pd.DataFrame, by: Sequence[str], score: str) -> list[tu
     by = list(by)
     if not by or "seed" not in table.columns or score not in table.columns:
         return []
-    scored = table.dropna(subset=[score])
-    return [(dict(zip(by, key if isinstance(key, tuple) else (key,))), frozenset(group["seed"]))
-            for key, group in scored.groupby(by, dropna=False, sort=True)]
+    seeds = table.dropna(subset=[score]).groupby(by, dropna=False, sort=True)["seed"].agg(frozenset)  # no frames
+    return [(dict(zip(by, key if isinstance(key, tuple) else (key,))), s) for key, s in seeds.items()]
 
 
 def _configurations(table: pd.DataFrame, by: Sequence[str], score: str) -> list[tuple[dict[str, Any], pd.Series]]:
@@ -449,7 +452,7 @@ def figure_paired_differences(table: pd.DataFrame, by: Sequence[str], reference:
                               size: str = "single"):
     """Each configuration's mean paired difference to the reference with the interval of the paired table (a
     point alone where n = 2), a zero line, the reference named in the legend; (figure, its data)."""
-    from analysis.figure_marks import score_label
+    from analysis.figure_data import score_label
     from analysis.figure_style import finish, legend_below, new_figure, series_style
 
     comparison = paired_differences(table, by, reference, score)

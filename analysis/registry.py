@@ -1,14 +1,14 @@
 """Every figure `sweep analyze` draws for a study's knobs, in one place: its name, what in the papers it reproduces,
-the knobs that call for it, the methods whose trials it draws, the data it needs and the function that draws it.
-(The one figure no knob calls for, paired_differences, is drawn wherever configurations share seeds:
-analysis.paired.)
+the knobs that call for it, the methods whose trials it draws, the data it needs and its data step
+(analysis.figures.draw draws it). (The one figure no knob calls for, paired_differences, is drawn wherever
+configurations share seeds: analysis.paired.)
 
 A study calls for a figure when it varies, for every group of the entry's `knobs`, one key of that group (in its
 `parameters`, or named under `analysis: {knobs: [...]}`); a key that differs between trials only as a side effect
 (a method's or a variant's default, e.g. fgsm.eps under `method: [simcse, mocose]`) calls for nothing. A figure
 called for is drawn when the results hold what it needs (`FigureEntry.applies`). This module is light (no pandas,
-no matplotlib): the study schema checks a study's `analysis: {knobs: [...]}` against KNOWN_KNOBS, and a drawing
-function is imported only when its figure is drawn.
+no matplotlib): the study schema checks a study's `analysis: {knobs: [...]}` against KNOWN_KNOBS, and a data
+step is imported only when its figure is drawn.
 
     >>> figures_called_for(["ema.decay", "queue.slices"])
     ['score_vs_mtd', 'align_uniform_vs_mtd', 'queue_slices', 'ema_decay']
@@ -24,11 +24,10 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
+from analysis import paper_values
 from trainer.config import RunConfig, method_of_key, section_model
-from trainer.method_rules import distance_methods
+from trainer.method_rules import DISTANCE_METHODS
 from trainer.vocabulary import GS_INFONCE, MIXCSE, MOCOSE, SIMCSE
-
-DISTANCE_METHODS = distance_methods()  # the built-in methods' (MoCoSE): the papers' MTD figures
 
 # Config keys whose change moves the maximum traceable distance d = 1/(1-eta) + K/B (trainer/mtd.py);
 # "mtd" names the distance itself (for a study that varies it through a key not listed here).
@@ -39,27 +38,43 @@ MTD_KNOBS = (
 MIN_MTD_VALUES = 3  # distinct distances an MTD figure needs (a trend through fewer says nothing)
 
 
-def _distances(trials: Any, *columns: str) -> Any:
-    """The trials with a maximum traceable distance and a value in every one of `columns`."""
-    if any(column not in trials.columns for column in columns):
-        return trials.iloc[0:0]
-    traced = trials[trials["mtd"].notna()]
-    for column in columns:
-        traced = traced[traced[column].notna()]
-    return traced
+def _enough_distances(*columns: str, batches: int = 1) -> Callable[[Any, str], bool]:
+    """An MTD figure's `needs`: MIN_MTD_VALUES distances among the trials with a value in every one of `columns`
+    (none named: the score), over `batches` batch sizes."""
+
+    def needs(trials: Any, score: str) -> bool:
+        wanted = list(columns or (score,))
+        if any(column not in trials.columns for column in wanted):
+            return False
+        traced = trials.dropna(subset=["mtd", *wanted])
+        enough = traced["mtd"].round(6).nunique() >= MIN_MTD_VALUES
+        return enough and (batches < 2 or traced["batch_size"].nunique() >= batches)
+
+    return needs
 
 
-def _enough_distances(trials: Any, score: str) -> bool:
-    return _distances(trials, score)["mtd"].round(6).nunique() >= MIN_MTD_VALUES
+@dataclass(frozen=True)
+class Axis:
+    """A figure of one knob on a categorical x axis (analysis.figure_data.axis_data): the results column (made of
+    `parts`, keys with their defaults, as "p/q", where given), what the title names, the x label, how a value reads
+    (`ticks`: a name in analysis.figure_data.TICKS) and in what order (`order`: a name in its ORDERS; None: by
+    value), the paper's values by the knob's value and their legend label, drawn only where every trial has
+    `paper_where`'s (column, value) when given (else `other_label`, where given, names the x axis); `ordered`: a
+    line joins the values (else a dot plot); `exclude`: keys that never set series apart; `note`: the title's."""
 
-
-def _enough_distances_and_batches(trials: Any, score: str) -> bool:
-    traced = _distances(trials, score)
-    return traced["mtd"].round(6).nunique() >= MIN_MTD_VALUES and traced["batch_size"].nunique() >= 2
-
-
-def _enough_measures(trials: Any, score: str) -> bool:
-    return _distances(trials, "align", "uniform")["mtd"].round(6).nunique() >= MIN_MTD_VALUES
+    column: str
+    what: str
+    label: str
+    ticks: str = "number"
+    order: str | None = None
+    paper: dict[Any, float] | None = None
+    paper_label: str = "paper"
+    paper_where: tuple[str, Any] | None = None
+    other_label: str = ""
+    ordered: bool = True
+    exclude: tuple[str, ...] = ()
+    note: str = ""
+    parts: tuple[tuple[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -67,18 +82,20 @@ class FigureEntry:
     """One figure. `knobs`: groups of config keys, every group of which the study must vary (one key of it);
     `methods`: the trials it draws (None: every trial); `present`: the methods one of which must have trials
     for it to be drawn (default `methods`; None: none needed); `needs(trials, score)`: what else its trials
-    (`trials(table)`) must hold; `draw`: "module.function" of the drawing function; `against_mtd`: its x is the
-    traceable distance."""
+    (`trials(table)`) must hold; `step`: "module.function" of its data step, (entry, trials, score, by, size, ...)
+    -> analysis.figure_data.Plot or Heatmap (default: the knob's `axis` on a categorical axis); `against_mtd`: its
+    x is the traceable distance."""
 
     name: str
     source: str
     knobs: tuple[tuple[str, ...], ...]
-    draw: str
+    step: str = "analysis.figure_data.axis_data"
     methods: tuple[str, ...] | None = None
     present: tuple[str, ...] | None = None
     needs: Callable[[Any, str], bool] | None = None
     against_mtd: bool = False
     any_knob: bool = False  # called for by any swept number key no other figure is for (generic_knobs)
+    axis: Axis | None = None
 
     def title(self, what: str, note: str = "") -> str:
         """The figure's title: what it shows, then its source in the papers (and a note), e.g.
@@ -103,36 +120,54 @@ class FigureEntry:
         return self.needs is None or bool(self.needs(self.trials(table), score))
 
     def function(self) -> Callable[..., Any]:
-        module, name = self.draw.rsplit(".", 1)
+        """The data step (`step`)."""
+        module, name = self.step.rsplit(".", 1)
         return getattr(importlib.import_module(module), name)
 
 
+_SLICES = paper_values.MOCOSE_TABLE8_SETTING
+_DEPTH_KEYS = ("heads.projection_layers", "heads.predictor_layers")
 FIGURES: tuple[FigureEntry, ...] = (  # in the order `sweep analyze` draws them
-    FigureEntry("score_vs_mtd", "MoCoSE Fig. 2", (MTD_KNOBS,), "analysis.mtd_figures.figure_score_vs_mtd",
-                methods=DISTANCE_METHODS, needs=_enough_distances, against_mtd=True),
+    FigureEntry("score_vs_mtd", "MoCoSE Fig. 2", (MTD_KNOBS,), "analysis.mtd_figures.score_vs_mtd",
+                methods=DISTANCE_METHODS, needs=_enough_distances(), against_mtd=True),
     FigureEntry("score_vs_mtd_by_batch", "MoCoSE Fig. 3", (("batch_size",), MTD_KNOBS),
-                "analysis.mtd_figures.figure_score_vs_mtd_by_batch", methods=DISTANCE_METHODS,
-                needs=_enough_distances_and_batches, against_mtd=True),
-    FigureEntry("align_uniform_vs_mtd", "MoCoSE Fig. 4", (MTD_KNOBS,),
-                "analysis.mtd_figures.figure_align_uniform_vs_mtd", methods=DISTANCE_METHODS,
-                needs=_enough_measures, against_mtd=True),
-    FigureEntry("queue_slices", "MoCoSE Table 8", (("queue.slices",),), "analysis.figures.figure_queue_slices",
-                methods=(MOCOSE,)),
-    FigureEntry("ema_decay", "MoCoSE Table 3 / Fig. 8", (("ema.decay",),), "analysis.figures.figure_ema_decay",
-                methods=(MOCOSE,)),
+                "analysis.mtd_figures.score_vs_mtd_by_batch", methods=DISTANCE_METHODS,
+                needs=_enough_distances(batches=2), against_mtd=True),
+    FigureEntry("align_uniform_vs_mtd", "MoCoSE Fig. 4", (MTD_KNOBS,), "analysis.mtd_figures.align_uniform_vs_mtd",
+                methods=DISTANCE_METHODS, needs=_enough_distances("align", "uniform"), against_mtd=True),
+    FigureEntry("queue_slices", "MoCoSE Table 8", (("queue.slices",),), methods=(MOCOSE,), axis=Axis(
+        "queue.slices", "Queue slices used by the loss", "queue positions used (0 = newest key)", "text", "slices",
+        paper_values.MOCOSE_TABLE8_QUEUE_SLICES, ordered=False, paper_label=(
+            f"paper (K={_SLICES['queue.size']}, K0={_SLICES['queue.initial_size']}, N={_SLICES['batch_size']})"))),
+    FigureEntry("ema_decay", "MoCoSE Table 3 / Fig. 8", (("ema.decay",),), methods=(MOCOSE,), axis=Axis(
+        "ema.decay", "EMA decay", "EMA decay eta", paper=paper_values.MOCOSE_TABLE3_EMA,
+        paper_label="paper (fixed eta, K=512, B=64)", paper_where=("ema.schedule", "constant"),
+        other_label="EMA decay eta (eta0 for cosine schedules)")),
     FigureEntry("queue_heatmap", "MoCoSE Table 7 / Fig. 12", (("queue.size",), ("queue.initial_size",)),
-                "analysis.figures.figure_queue_heatmap", methods=(MOCOSE,)),
-    FigureEntry("head_depth", "MoCoSE Table 4", (("heads.projection_layers", "heads.predictor_layers"),),
-                "analysis.figures.figure_head_depth", methods=(MOCOSE,)),
-    FigureEntry("predictor_width", "MoCoSE Table 6a", (("heads.embedding_dim",),),
-                "analysis.figures.figure_predictor_width", methods=(MOCOSE,)),
-    FigureEntry("batch_size", "MoCoSE Table 6b", (("batch_size",),), "analysis.figures.figure_batch_size"),
-    FigureEntry("fgsm_eps", "MoCoSE Table 9", (("fgsm.eps",),), "analysis.figures.figure_fgsm_eps"),
+                "analysis.figure_data.heatmap_data", methods=(MOCOSE,)),
+    FigureEntry("head_depth", "MoCoSE Table 4", (_DEPTH_KEYS,), methods=(MOCOSE,), axis=Axis(
+        "heads.depth", "Projection / predictor depth", "projection layers P / predictor layers Q", "text", "depth",
+        {f"{p}/{q}": value for (p, q), value in paper_values.MOCOSE_TABLE4_DEPTH.items()},
+        "paper (MoCoSE Table 4)", ordered=False, exclude=_DEPTH_KEYS, parts=tuple(zip(_DEPTH_KEYS, (1, 2))))),
+    FigureEntry("predictor_width", "MoCoSE Table 6a", (("heads.embedding_dim",),), methods=(MOCOSE,), axis=Axis(
+        "heads.embedding_dim", "Predictor dimension", "predictor dimension heads.embedding_dim (units)", "width",
+        paper=paper_values.MOCOSE_TABLE6A_PREDICTOR_WIDTH, paper_label="paper (MoCoSE Table 6a)")),
+    FigureEntry("batch_size", "MoCoSE Table 6b", (("batch_size",),), axis=Axis(
+        "batch_size", "Batch size", "batch size N (sentences)", paper=paper_values.MOCOSE_TABLE6B_BATCH_SIZE,
+        paper_label="paper (MoCoSE, K=512)", paper_where=("method", MOCOSE))),
+    FigureEntry("fgsm_eps", "MoCoSE Table 9", (("fgsm.eps",),), axis=Axis(
+        "fgsm.eps", "FGSM perturbation size", "FGSM epsilon (0 = none)", "eps",
+        paper=paper_values.MOCOSE_TABLE9_FGSM_EPS, paper_label="paper (MoCoSE Table 9)",
+        paper_where=("method", MOCOSE))),
     FigureEntry("gaussian_m", "GS-InfoNCE Table 3", (("gaussian.count_per_batch", "gaussian.count"),),
-                "analysis.figures.figure_gaussian_m", methods=(GS_INFONCE, SIMCSE), present=(GS_INFONCE,)),
-    FigureEntry("mix_lambda", "MixCSE", (("mix.lam",),), "analysis.figures.figure_mix_lambda", methods=(MIXCSE,)),
-    # any other swept number key, a plugin's own knob included: the score along it (analysis.figures.figure_knob)
-    FigureEntry("knob", "this study's ablation", (), "analysis.figures.figure_knob", any_knob=True,
+                methods=(GS_INFONCE, SIMCSE), present=(GS_INFONCE,), axis=Axis(
+        "gaussian.m_per_batch", "Gaussian negatives", "Gaussian negatives M (multiple of batch size N)", "multiple",
+        paper=paper_values.GS_TABLE3_GAUSSIAN_M, paper_label="paper (N=64)",
+        exclude=("method", "gaussian.count", "gaussian.count_per_batch"))),
+    FigureEntry("mix_lambda", "MixCSE", (("mix.lam",),), methods=(MIXCSE,), axis=Axis(
+        "mix.lam", "Mixing coefficient", "mixing lambda", note="paper default 0.2")),
+    # any other swept number key, a plugin's own knob included: the score along it
+    FigureEntry("knob", "this study's ablation", (), "analysis.knob_differences.knob_data", any_knob=True,
                 needs=lambda trials, score: bool(varying_knobs(trials))),
 )
 FIGURE = {entry.name: entry for entry in FIGURES}

@@ -24,7 +24,6 @@ moved into place with os.replace, so a reader never sees half a file.
 from __future__ import annotations
 
 import functools
-import inspect
 import json
 import warnings
 from dataclasses import dataclass
@@ -34,7 +33,9 @@ from typing import Any, Callable, Sequence
 import pandas as pd
 
 from analysis import paired, tables
-from analysis.figure_style import DEFAULT_SIZE, check_size, footnote, save_figure
+from analysis.figure_data import DEFAULT_SIZE, check_size
+from analysis.figure_style import footnote, save_figure
+from analysis.figures import draw as draw_figure
 from analysis.load import (
     SCORES,
     TRANSFER_SCORES,
@@ -287,13 +288,8 @@ def applicable_figures(
     """
     called = set(figures_called_for(params if knobs is None else knobs))
     arguments = {"score": score, "by": params, "mtd_source": mtd_source, "size": size, "reference": reference}
-    plans: list[tuple[str, Callable]] = []
-    for entry in FIGURES:
-        if entry.name in called and entry.applies(table, score):
-            function = entry.function()
-            accepted = inspect.signature(function).parameters
-            plans.append((entry.name, functools.partial(
-                function, table, **{name: value for name, value in arguments.items() if name in accepted})))
+    plans: list[tuple[str, Callable]] = [(entry.name, functools.partial(draw_figure, entry, table, **arguments))
+                                         for entry in FIGURES if entry.name in called and entry.applies(table, score)]
     if paired.has_pairs(table, params, score):  # configurations that share seeds: their paired differences
         chosen = _reference(table, params, score, reference)
         if chosen is not None and paired.has_pairs(table, params, score, chosen.configuration):

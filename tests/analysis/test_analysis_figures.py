@@ -14,7 +14,7 @@ import pytest
 from scipy import stats as scipy_stats
 
 from analysis import figures, mtd_figures, paper_values
-from analysis.figure_style import DEFAULT_SIZE, SIZES
+from analysis.figure_data import DEFAULT_SIZE, SIZES
 from analysis.load import ResultsError, load_results, slices_label
 from analysis.report import analyze
 from analysis.stats import fit_peak

@@ -223,3 +223,30 @@ def test_a_key_a_configuration_does_not_set_reads_as_a_dash_not_nan():
     comparison = paired.paired_differences(pd.DataFrame(rows), ["method", "dcl.sigma"], reference)
     text = paired.paired_markdown(comparison)
     assert "nan" not in text and "| dcl | 0.5 |" in text and "method=simcse, dcl.sigma=nan" not in text
+
+
+def test_has_pairs_answers_as_every_pair_compared_and_never_compares_pairs(monkeypatch):
+    """Random small tables against the question asked pair by pair (NaN keys, scores missing, repeated seeds);
+    then 10,000 configurations: the subsets the search forms stay linear in them (no pair is ever formed)."""
+    rng = np.random.default_rng(3)
+    for _ in range(300):
+        rows = [{"a": rng.choice([0.1, 0.2, np.nan]), "b": int(rng.integers(3)), "seed": int(rng.integers(5)),
+                 "avg": np.nan if rng.random() < 0.2 else 1.0} for _ in range(int(rng.integers(0, 14)))]
+        table = pd.DataFrame(rows, columns=["a", "b", "seed", "avg"])
+        seeds: dict[tuple, set] = {}
+        for row in rows:
+            if not np.isnan(row["avg"]):
+                seeds.setdefault((repr(row["a"]), row["b"]), set()).add(row["seed"])
+        written_out = any(len(seeds[x] & seeds[y]) >= paired.MIN_PAIRED for x, y in itertools.combinations(seeds, 2))
+        assert paired.has_pairs(table, ["a", "b"], "avg") == written_out
+    formed = []
+    counting = type("counting", (), {"combinations": staticmethod(
+        lambda s, r: formed.append(1) or itertools.combinations(s, r))})
+    monkeypatch.setattr(paired, "itertools", counting)
+    one_seed = pd.DataFrame({"a": np.arange(10_000) * 1e-7, "seed": 0, "avg": 1.0})  # the grid benchmark
+    assert not paired.has_pairs(one_seed, ["a"], "avg") and len(formed) == 10_000
+    chain = pd.DataFrame({"a": np.repeat(np.arange(10_000), 2), "seed": np.stack([np.zeros(10_000, int),
+                                                                                  np.arange(1, 10_001)], 1).ravel(),
+                          "avg": 1.0})  # every configuration shares seed 0 with every other, and only it
+    formed.clear()
+    assert not paired.has_pairs(chain, ["a"], "avg") and len(formed) == 10_000

@@ -7,19 +7,19 @@ import inspect
 import pandas as pd
 import pytest
 
-from analysis import registry
+from analysis import figures, registry
 from analysis.load import load_results
 from tests import synthetic_results as fx
 from tests.helpers import first_fast
 
 
-def test_every_entry_names_its_own_drawing_function_once():
+def test_every_entry_names_its_data_step_once_and_is_drawn_by_its_name():
     names = [entry.name for entry in registry.FIGURES]
     assert len(names) == len(set(names))
     for entry in registry.FIGURES:
-        function = entry.function()
-        assert callable(function) and function.__name__ == f"figure_{entry.name}", entry.draw
-        assert "table" in inspect.signature(function).parameters
+        step = entry.function()
+        assert callable(step) and list(inspect.signature(step).parameters)[:2] == ["entry", "trials"], entry.step
+        assert getattr(figures, f"figure_{entry.name}").args == (entry,)
 
 
 def test_a_figure_is_called_for_only_when_every_group_of_its_knobs_is_varied():
@@ -48,8 +48,8 @@ def test_a_figure_draws_the_methods_its_entry_names_and_no_other(name, study, in
     entry = registry.FIGURE[name]
     assert intruder not in entry.methods
     table = load_results(study(tmp_path / name))
-    _, alone = entry.function()(table)
-    _, mixed = entry.function()(_with_other_method(table, intruder))
+    _, alone = figures.draw(entry, table)
+    _, mixed = figures.draw(entry, _with_other_method(table, intruder))
     pd.testing.assert_frame_equal(alone, mixed)
 
 
