@@ -1,12 +1,6 @@
-"""What each figure shows, as data, before anything is drawn (no matplotlib here): the series, the order of a
-categorical axis, the paper's points and the notes a legend carries, every text wrapped to the room it will have
-at the figure's width. The room is a character budget: at `points` pt a line of n characters of DejaVu Sans is at
-most n * points * EM_WIDTH pt wide, so that the drawing measures nothing.
-
-Measured points are means over seeds with ±1 std error bars (sample std, ddof=1); a point with one seed has no
-bar, every legend says which and over how many seeds (`spread_note`), and where n differs between points each
-point is labelled with its n. Trials whose other swept parameters differ are separate series (`series_columns`),
-never pooled.
+"""What each figure shows, as data, before anything is drawn (no matplotlib here): its series, the order of a
+categorical axis, the paper's points, the legend's notes, and every text wrapped to a character budget for its
+room: at `points` pt a line of n characters of DejaVu Sans is at most n * points * EM_WIDTH pt wide.
 """
 
 from __future__ import annotations
@@ -15,6 +9,7 @@ import math
 import re
 import textwrap
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
@@ -22,7 +17,7 @@ import pandas as pd
 
 from analysis import paper_values
 from analysis.load import swept_parameters
-from analysis.stats import PeakFit, seed_summary
+from analysis.stats import PeakFit, fit_peak, seed_summary, spearman
 from trainer.vocabulary import SICK_RELATEDNESS, STS_BENCHMARK, STS_TASK_LABELS
 
 SIZES = {"single": 3.5, "double": 7.2}  # figure width in inches: one journal column, the full page width
@@ -50,8 +45,7 @@ def check_size(size: str) -> str:
 
 
 def panel_width(size: str, panels: int = 1, room: float = AXIS_ROOM) -> float:
-    """Inches of width each of `panels` panels has (side by side at "double", stacked at "single"), `room` each
-    taken by its y axis."""
+    """Inches of width each of `panels` panels has (side by side at "double"), less `room` for its y axis."""
     return SIZES[size] / (panels if check_size(size) == "double" else 1) - room
 
 
@@ -60,14 +54,12 @@ def budget(width: float, points: float) -> int:
     return max(8, int(width * 72 / (points * EM_WIDTH)))
 
 
-def wrap(text: str, width: float, points: float) -> str:
-    """`text` with every line longer than `width` inches at `points` pt broken (`wrap_to`)."""
-    return wrap_to(text, budget(width, points))
-
-
 def ylabel(text: str, size: str) -> str:
-    """A y label wrapped to its panel's height."""
-    return wrap(text, PANEL_HEIGHT[size], LABEL_PT)
+    return wrap(text, PANEL_HEIGHT[size], LABEL_PT)  # along its panel's height
+
+
+def wrap(text: str, width: float, points: float) -> str:
+    return wrap_to(text, budget(width, points))
 
 
 def wrap_to(text: str, chars: int) -> str:
@@ -84,27 +76,22 @@ def wrap_to(text: str, chars: int) -> str:
 
 
 def fit_ticks(labels: Sequence[str], width: float) -> tuple[list[str | None], bool]:
-    """Categorical tick labels that crowd their panel (`width` in): at most MAX_TICKS of them (`labelled`; None at a
-    value left unlabelled, whose point keeps its place), broken into lines where they have a natural break
-    ("0-256+" / "768-1024", "hidden" / "size"), else (True) to be turned upright."""
+    """Categorical tick labels fitted to their panel (`width` in): at most MAX_TICKS (`labelled`; None where a
+    value is left unlabelled), broken at "+" and spaces where they crowd, else (True) to be turned upright."""
     shown = labelled(len(labels))
     gap = min((b - a for a, b in zip(shown, shown[1:])), default=1)  # values from one label to the next
     room = width * 72 * gap / max(len(labels), 1) / (TICK_PT * EM_WIDTH) - 0.5  # a gap kept between neighbours
     kept = {i: labels[i] for i in shown}
-    if max((len(label) for label in kept.values()), default=0) <= room:
-        return [kept.get(i) for i in range(len(labels))], False
     broken = {i: re.sub(r"\+(?!\n)", "+\n", label).replace(" ", "\n") for i, label in kept.items()}
-    if max(len(line) for label in broken.values() for line in label.split("\n")) <= room:
-        return [broken.get(i) for i in range(len(labels))], False
+    for ticks in (kept, broken):
+        if max((len(line) for label in ticks.values() for line in label.split("\n")), default=0) <= room:
+            return [ticks.get(i) for i in range(len(labels))], False
     return [kept.get(i) for i in range(len(labels))], True
 
 
 def labelled(count: int, most: int = MAX_TICKS) -> list[int]:
-    """Which of `count` values on a categorical axis carry a label: every one up to `most`, else `most` spread
-    evenly (position i * (count - 1) // (most - 1)), the first and the last among them.
+    """Which of `count` values on a categorical axis carry a label: all up to `most`, else `most` spread evenly.
 
-    >>> labelled(4)
-    [0, 1, 2, 3]
     >>> labelled(100, most=5)
     [0, 24, 49, 74, 99]
     """
@@ -121,17 +108,13 @@ def score_label(score: str) -> str:
 
 
 def paper_comparable(score: str) -> bool:
-    """Whether the papers' values are the same quantity as `score` (all of them are seven-task averages)."""
+    """Whether the papers' values (all seven-task averages) are the same quantity as `score`."""
     return score == paper_values.ABLATION_SCORE
 
 
 def spread_note(n: Iterable[int]) -> str:
-    """What the marks show, from the number of seeds behind each point.
+    """What the marks show (means over seeds, ±1 sample std), from the number of seeds behind each point.
 
-    >>> spread_note([1, 1])
-    'single runs (one seed each, no error bars)'
-    >>> spread_note([3, 3])
-    'mean ± 1 std over 3 seeds'
     >>> spread_note([3, 1])
     'mean ± 1 std over seeds (n at each point); no bar: a single run'
     """
@@ -144,24 +127,25 @@ def spread_note(n: Iterable[int]) -> str:
 
 
 def series_columns(table: pd.DataFrame, x_columns: Sequence[str], by: Sequence[str] | None) -> list[str]:
-    """The other swept parameters that vary in `table`: each combination becomes its own series."""
+    """The other swept parameters that vary in `table`: each combination is its own series, never pooled."""
     candidates = swept_parameters(table) if by is None else list(by)
     return [c for c in candidates if c not in x_columns and c in table.columns and table[c].nunique(dropna=False) > 1]
 
 
 def series_label(columns: Sequence[str], key: Any) -> str:
-    key = key if isinstance(key, tuple) else (key,)
-    return ", ".join(f"{column}={format_value(value)}" for column, value in zip(columns, key))
+    values = [format_number(v) if isinstance(v, (int, float, np.number)) or v is None else str(v)
+              for v in (key if isinstance(key, tuple) else (key,))]
+    return ", ".join(f"{column}={value}" for column, value in zip(columns, values))
 
 
 def paper_at(table: dict[Any, float], value: Any) -> float | None:
     """The paper's value at a knob's `value`: numbers matched as numbers, anything else by equality."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return None
-    for key, paper_value in table.items():
-        if key == value or (_is_number(key) and _is_number(value)
-                            and math.isclose(float(key), float(value), rel_tol=1e-9, abs_tol=1e-15)):
-            return paper_value
+    for key, paper in table.items():
+        if _is_number(key) and _is_number(value):
+            if math.isclose(float(key), float(value), rel_tol=1e-9, abs_tol=1e-15):
+                return paper
+        elif key == value and value is not None:
+            return paper
     return None
 
 
@@ -177,10 +161,6 @@ def format_eps(value: Any) -> str:
         return "none"
     mantissa, exponent = f"{float(value):.0e}".split("e")
     return f"{mantissa}e{int(exponent)}"
-
-
-def format_value(value: Any) -> str:
-    return format_number(value) if isinstance(value, (int, float, np.number)) or value is None else str(value)
 
 
 def slice_sort_key(label: str) -> tuple:
@@ -208,8 +188,7 @@ def _is_number(value: Any) -> bool:
 # ---- figures of series ----------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Trend:
-    """A quadratic fit of a group's trials over MTD (its curve; its best MTD, with Fieller's interval) and the
-    legend labels of the curve (None: not in the legend) and of the best MTD."""
+    """A quadratic fit over MTD and the legend labels of its curve (None: not in the legend) and best MTD."""
 
     fit: PeakFit
     curve_label: str | None
@@ -234,9 +213,8 @@ class Series:
 @dataclass(frozen=True)
 class Panel:
     """One panel: its series (the paper's too), vertical reference lines (x, legend label), its texts, and its x
-    axis: categorical (`ticks`: one per value, as drawn, None where unlabelled; `rotate`: upright) or numbers (no
-    ticks; `log_x`). `show_n`: whether
-    every series labels its points' n (None: each series whose n differ)."""
+    axis: categorical (`ticks`: one per value, None where unlabelled; `rotate`: upright) or numbers (`log_x`).
+    `show_n`: whether every series labels its points' n (None: each series whose n differ)."""
 
     series: tuple[Series, ...]
     title: str
@@ -251,9 +229,9 @@ class Panel:
 
 @dataclass(frozen=True)
 class Plot:
-    """A figure of series panels: the data drawn (one row per point: analysis.figures), the legend's title
-    (`note`) and the figure's; on a categorical axis each value's position and each series' sideways offset (by
-    label); the knob figure's paired comparison (analysis.knob_differences), drawn in its last panel."""
+    """A figure of series panels: the data drawn (one row per point), the legend's title (`note`) and the
+    figure's; on a categorical axis each value's position and each series' sideways offset (by label); the knob
+    figure's paired comparison (analysis.knob_differences.KnobDifferences), drawn in its last panel."""
 
     panels: tuple[Panel, ...]
     frame: pd.DataFrame
@@ -267,9 +245,7 @@ class Plot:
 # ---- one parameter on a categorical axis ----------------------------------------------------------
 def axis_data(entry: Any, trials: pd.DataFrame, score: str = "avg", by: Sequence[str] | None = None,
               size: str = DEFAULT_SIZE) -> Plot:
-    """A registry entry's knob (`entry.axis`, analysis.registry.Axis) on a categorical x axis: its column made of
-    `axis.parts` ("p/q") where it has them; the paper's values only where every trial has `axis.paper_where`'s
-    value (else, where it has one, `axis.other_label` names the x axis)."""
+    """A registry entry's knob (`entry.axis`, analysis.registry.Axis) on a categorical x axis."""
     axis = entry.axis
     if axis.parts:
         joined = zip(*(trials[key] if key in trials.columns else [value] * len(trials) for key, value in axis.parts))
@@ -288,12 +264,12 @@ def ablation_data(table: pd.DataFrame, x: str, score: str, *, title: str, xlabel
                   by: Sequence[str] | None = None, exclude: Iterable[str] = (),
                   sort_key: Callable[[Any], Any] | None = None, paper: dict[Any, float] | None = None,
                   paper_label: str = "paper", ordered: bool = True) -> Plot:
-    """Mean ± std over seeds per value of `x`, one series per combination of the other swept parameters
-    (`ablation_series`; dodged sideways when there are several), the paper's values (`paper`, by value) at the
-    measured values beside the seven-task average only. `ordered`: a line joins each series' points that are
-    numbers; else a dot plot. Texts are wrapped for one of `panels` panels at `size`."""
+    """Mean ± std over seeds per value of `x`, one series per combination of the other swept parameters (dodged
+    sideways when there are several), the paper's values (`paper`, by value) at the measured values beside the
+    seven-task average only. `ordered`: a line joins a series' points that are numbers (else a dot plot). Texts
+    are wrapped for one of `panels` panels at `size`."""
     paper_note = "" if paper is None or paper_comparable(score) else f"\n{PAPER_LEFT_OUT}"
-    others = ablation_series(table, x, score, by, exclude)
+    others = series_columns(table[table[score].notna()], [x, *exclude], by)
     summary = seed_summary(table[table[score].notna()], score, [x, *others])
     summary["x_label"] = summary[x].map(x_format)
     values = summary.drop_duplicates("x_label")[[x, "x_label"]]
@@ -313,13 +289,12 @@ def ablation_data(table: pd.DataFrame, x: str, score: str, *, title: str, xlabel
         series.append(Series(label, i, xs, tuple(group["mean"]), tuple(group["std"]), tuple(group["n"]), join))
         parts.append(group.rename(columns={x: "x"}).assign(series=label))
 
-    rows = [(value, label, paper_at(paper, value)) for value, label in values] if paper_note == "" and paper else []
-    rows = [row for row in rows if row[2] is not None]
+    rows = [(value, label, y) for value, label in (values if paper and not paper_note else [])
+            if (y := paper_at(paper, value)) is not None]
     if rows:
-        series.append(Series(paper_label, -1, tuple(position[label] for _, label, _ in rows),
-                             tuple(y for _, _, y in rows)))
-        parts.append(pd.DataFrame({"series": "paper", "x": [v for v, _, _ in rows],
-                                   "x_label": [label for _, label, _ in rows], "mean": [y for _, _, y in rows]}))
+        xs, labels, ys = map(list, zip(*rows))
+        series.append(Series(paper_label, -1, tuple(position[label] for label in labels), tuple(ys)))
+        parts.append(pd.DataFrame({"series": "paper", "x": xs, "x_label": labels, "mean": ys}))
 
     frame = pd.concat(parts, ignore_index=True)
     frame["n"] = frame["n"].astype("Int64")  # paper rows have no n
@@ -330,13 +305,6 @@ def ablation_data(table: pd.DataFrame, x: str, score: str, *, title: str, xlabel
     panel = Panel(tuple(series), wrap(title, width, TITLE_PT), wrap(xlabel, width, LABEL_PT),
                   ylabel(score_label(score), size), tuple(ticks), rotate, show_n=summary["n"].nunique() > 1)
     return Plot((panel,), frame[columns], note + paper_note, position=position, offset=offset)
-
-
-def ablation_series(table: pd.DataFrame, x: str, score: str, by: Sequence[str] | None = None,
-                    exclude: Iterable[str] = ()) -> list[str]:
-    """The keys whose combinations are an ablation's series: the other swept parameters (`by`; inferred when
-    None) that vary among the trials with a `score`."""
-    return series_columns(table[table[score].notna()], [x, *exclude], by)
 
 
 def _sort_value(value: Any, sort_key: Callable[[Any], Any] | None) -> tuple:
@@ -393,6 +361,8 @@ def heatmap_data(entry: Any, trials: pd.DataFrame, score: str = "avg", by: Seque
     frame["paper"] = pd.to_numeric(frame["paper"], errors="coerce")
     low, high = float(np.nanmin(frame["mean"])), float(np.nanmax(frame["mean"]))
     columns, rows = sorted(frame["queue.size"].unique()), sorted(frame["_row"].unique())
+    names = {0.0: "w.o. init (0)", 0.25: "K/4", 0.5: "K/2", 1.0: "all (K)"}
+    row_labels = {r: names.get(float(r), f"{float(r):g} K") if by_fraction else str(int(r)) for r in rows}
     matrices, texts = [], []
     for part in parts:
         matrix, cells = np.full((len(rows), len(columns)), np.nan), []
@@ -412,19 +382,148 @@ def heatmap_data(entry: Any, trials: pd.DataFrame, score: str = "avg", by: Seque
     note = "cells: " + spread + ("; [paper, Table 7]" if frame["paper"].notna().any() else "")
     frame = frame.rename(columns={"queue.size": "x", "_row": "y"})
     frame["x_label"] = frame["x"].map(lambda k: str(int(k)))
-    frame["y_label"] = frame["y"].map(lambda r: _init_label(r, by_fraction))
+    frame["y_label"] = frame["y"].map(row_labels)
     rows_label = "initial queue size K0" + (" (fraction of K)" if by_fraction else " (keys)")
     return Heatmap(frame[["series", "x", "x_label", "y", "y_label", "mean", "std", "n", "paper"]], tuple(matrices),
                    tuple(texts), tuple(wrap(p["series"].iloc[0], width, TITLE_PT) if other else "" for p in parts),
-                   tuple(str(int(k)) for k in columns), tuple(_init_label(r, by_fraction) for r in rows), low, high,
+                   tuple(str(int(k)) for k in columns), tuple(row_labels.values()), low, high,
                    max(4.5, min(6.5, math.floor(fitting * 2) / 2)), ylabel(rows_label, size), score_label(score),
                    note + ("" if comparable else f"\n{PAPER_LEFT_OUT}"),
                    wrap(entry.title("Queue size x initial queue size"), SIZES[size], 8.5))
 
 
-def _init_label(row: float, by_fraction: bool) -> str:
-    if not by_fraction:
-        return str(int(row))
-    names = {0.0: "w.o. init (0)", 0.25: "K/4", 0.5: "K/2", 1.0: "all (K)"}
-    return names.get(float(row), f"{float(row):g} K")
+# ---- the MTD figures (MoCoSE Figs. 2, 3 and 4) ---------------------------------------------------------
+# Each configuration (a combination of `by`) is its own point at its MTD; the trend is a quadratic over all trials,
+# its statistics (Spearman, fit, best MTD and Fieller's interval) in the data's `attrs["stats"]`. Against the measured
+# distance (`mtd_source="measured"`) the texts say so, and the papers' marks, eq. 4's distances, say that.
+MTD_COLUMNS = ["series", "group", "x", "mean", "std", "n", "lo", "hi", "steps_from_best"]
+
+
+def mtd_names(mtd_source: str) -> tuple[str, str]:
+    """How a figure names its x, "MTD" (eq. 4's) or "measured MTD", and its x label (a log axis)."""
+    if mtd_source not in ("formula", "measured"):
+        raise ValueError(f"mtd_source must be 'formula' or 'measured', got {mtd_source!r}")
+    name = "measured MTD" if mtd_source == "measured" else "MTD"
+    return name, f"{name} (steps), log scale"
+
+
+def score_vs_mtd(entry: Any, trials: pd.DataFrame, score: str = "avg", by: Sequence[str] | None = None,
+                 mtd_source: str = "formula", size: str = DEFAULT_SIZE, per_batch: bool = False) -> Plot:
+    """MoCoSE Fig. 2: score vs MTD, a point per configuration of `by`, the fitted trend and the best MTD.
+    `per_batch` (Fig. 3): a series per batch size, each with a trend where it has >= 3 MTD values."""
+    name, xlabel = mtd_names(mtd_source)
+    trials = trials[trials["mtd"].notna() & trials[score].notna()]
+    if trials.empty:
+        raise ValueError("no MoCoSE trials with an MTD and a score to plot")
+    keys = series_columns(trials, ["batch_size"] if per_batch else (), by)
+    groups = ([(f"B={int(b)}", group) for b, group in trials.groupby("batch_size", sort=True)] if per_batch
+              else [("measured", trials)])
+    series, parts, stats = zip(*(mtd_group(group, score, label, i, keys, None if per_batch else "trend")
+                                 for i, (label, group) in enumerate(groups)))
+    stats = dict(zip((label for label, _ in groups), stats))
+    paper, lines, paper_data = paper_mtd(trials["mtd"], score, mtd_source == "measured", table3=not per_batch)
+    what, notes = f"{score_label(score)} vs {name}", []
+    if per_batch:
+        title, stats = entry.title(f"{what} per batch size"), {"score": score, "groups": stats}
+        counts = pd.concat(parts).query("series == 'measured'")["n"]
+        notes.append(f"a point per configuration: {spread_note(counts)}")
+        if any(points.trend is not None for points in series):
+            notes.append("lines: quadratic in log(MTD) over each batch size's trials")
+    else:
+        title, stats = entry.title(what), stats["measured"]
+        title += f"\nSpearman rho = {stats.get('spearman_rho', math.nan):.2f} over {len(trials)} trials"
+    notes += [] if paper_comparable(score) else [PAPER_LEFT_OUT]
+    panel = Panel((*series, *paper), wrap(title, panel_width(size), TITLE_PT), xlabel, ylabel(score_label(score), size),
+                  log_x=True, lines=lines)
+    return _plot((panel,), [*parts, paper_data], keys, stats, "\n".join(notes) or None)
+
+
+score_vs_mtd_by_batch = partial(score_vs_mtd, per_batch=True)
+
+
+def align_uniform_vs_mtd(entry: Any, trials: pd.DataFrame, by: Sequence[str] | None = None,
+                         mtd_source: str = "formula", size: str = DEFAULT_SIZE) -> Plot:
+    """MoCoSE Fig. 4: alignment and uniformity (lower is better) vs MTD, a panel each, a point per configuration."""
+    name, xlabel = mtd_names(mtd_source)
+    trials = trials[trials["mtd"].notna()]
+    keys = series_columns(trials, (), by)
+    panels, parts, stats = [], [], {}
+    for metric, quantity in (("align", "alignment"), ("uniform", "uniformity")):
+        points = mtd_points(trials, metric, keys).sort_values("x", kind="stable")
+        points = points.assign(series="measured", group=metric)
+        correlation = spearman(trials["mtd"], trials[metric])
+        stats[metric] = {"spearman_rho": correlation.rho, "spearman_p": correlation.pvalue, "n": correlation.n}
+        series = Series(f"a point per configuration: {spread_note(points['n'])}", 0, tuple(points["x"]),
+                        tuple(points["mean"]), tuple(points["std"]), tuple(points["n"]))
+        title = f"{quantity} vs {name} (Spearman rho = {correlation.rho:.2f})"
+        panels.append(Panel((series,), wrap(title, panel_width(size, 2), TITLE_PT), xlabel,
+                            ylabel(f"{quantity} (lower is better)", size), log_x=True))
+        parts.append(points)
+    splits = trials["align_uniform_split"].dropna().unique() if "align_uniform_split" in trials.columns else []
+    split = str(splits[0]).removeprefix("stsb-") if len(splits) == 1 else None  # stsb-dev / stsb-test (older: dev)
+    title = entry.title(f"Alignment and uniformity vs {name}") + (f", STS-B {split}" if split else "")
+    return _plot(tuple(panels), parts, keys, stats, None, wrap(title, SIZES[size], 8.5))
+
+
+def mtd_group(trials: pd.DataFrame, score: str, label: str, index: int, keys: Sequence[str],
+              fit_label: str | None) -> tuple[Series, pd.DataFrame, dict[str, Any]]:
+    """A point per configuration (`keys`) at its MTD and, where there are >= 3 MTD values, the trend and best MTD:
+    (the series, the data drawn, the statistics). `fit_label` None: points and best MTD labelled by `label`."""
+    points = mtd_points(trials, score, keys).assign(series="measured", group=label)
+    correlation = spearman(trials["mtd"], trials[score])
+    stats: dict[str, Any] = {"score": score, "spearman_rho": correlation.rho, "spearman_p": correlation.pvalue,
+                             "n_trials": correlation.n}
+    parts, trend = [points], None
+    if points["x"].nunique() >= 3:
+        fit = fit_peak(trials["mtd"], trials[score], log_x=True)
+        points["steps_from_best"] = points["x"] - fit.best_x
+        interval = (f"{fit.ci_level:.0%} Fieller CI {fit.ci_low:.1f}-{fit.ci_high:.1f}" if fit.located
+                    else f"not located: {fit.ci_level:.0%} Fieller CI the whole range")
+        trend = Trend(fit, f"{fit_label}: quadratic in log(MTD), all trials" if fit_label else None,
+                      f"{'best MTD' if fit_label else f'{label}: best MTD'} {fit.best_x:.1f} ({interval})")
+        parts += [pd.DataFrame({"series": "fit", "group": label, **dict(zip(("x", "mean"), fit.curve()))}),
+                  pd.DataFrame({"series": ["best MTD"], "group": [label], "x": [fit.best_x], "mean": [fit.best_y],
+                                "n": [fit.n], "lo": [fit.ci_low], "hi": [fit.ci_high]})]
+        stats.update({
+            "fit": "quadratic in log(MTD)", "coefficients": list(fit.coefficients),
+            "best_mtd": fit.best_x, "best_score": fit.best_y, "ci_low": fit.ci_low, "ci_high": fit.ci_high,
+            "ci_level": fit.ci_level, "ci_method": "Fieller, projected onto the MTD range",
+            "peak_located": fit.located, "mtd_range": [fit.x_min, fit.x_max]})
+    name = f"a point per configuration: {spread_note(points['n'])}" if fit_label else label
+    series = Series(name, index, tuple(points["x"]), tuple(points["mean"]), tuple(points["std"]),
+                    tuple(points["n"]), trend=trend)
+    return series, pd.concat(parts, ignore_index=True), stats
+
+
+def mtd_points(trials: pd.DataFrame, value: str, keys: Sequence[str] = ()) -> pd.DataFrame:
+    """Mean ± std of `value` over the seeds of each configuration (`keys`), at its MTD."""
+    keyed = trials.assign(_mtd=trials["mtd"].round(6))
+    return seed_summary(keyed, value, ["_mtd", *keys]).rename(columns={"_mtd": "x"})
+
+
+def paper_mtd(mtd: pd.Series, score: str, measured: bool, table3: bool = True
+              ) -> tuple[tuple[Series, ...], tuple[tuple[float, str], ...], pd.DataFrame]:
+    """The papers' marks near the study's MTD range (so they never rescale it), as (series, lines, data): Table 3's
+    scores beside the same score only; the best MTD (a line) always, saying what it is best by."""
+    low, high = float(mtd.min()) / 1.5, float(mtd.max()) * 1.5
+    formula = ", by eq. 4" if measured else ""
+    rows, table, best = [], (), ()
+    points = {x: y for x, y in paper_values.mocose_table3_as_mtd().items() if low <= x <= high}
+    if table3 and paper_comparable(score) and points:
+        label = f"paper (Table 3 eta sweep, K=512, B=64{formula})"
+        table = (Series(label, -1, tuple(points), tuple(points.values())),)
+        rows += [{"series": "paper", "group": "MoCoSE Table 3", "x": x, "mean": y} for x, y in points.items()]
+    where = paper_values.BEST_MTD["bert-base"]
+    if low <= where <= high:
+        by = "" if paper_comparable(score) else ", by the seven-task average"
+        best = ((where, f"paper best MTD {where} (bert-base{by}{formula})"),)
+        rows.append({"series": "paper best MTD", "group": "MoCoSE section 5.7", "x": where, "mean": math.nan})
+    return table, best, pd.DataFrame(rows, columns=MTD_COLUMNS)
+
+
+def _plot(panels: tuple[Panel, ...], parts: list[pd.DataFrame], keys: list[str], stats: dict[str, Any],
+          note: str | None, suptitle: str | None = None) -> Plot:
+    frame = pd.DataFrame(pd.concat(parts, ignore_index=True), columns=MTD_COLUMNS + keys)
+    frame.attrs["stats"] = stats
+    return Plot(panels, frame, note, suptitle)
 

@@ -1,15 +1,7 @@
-"""How every figure looks and where its legend goes: one style, two widths, one palette.
-
-Style (STYLE, rcParams): DejaVu Sans (shipped with matplotlib) at 7-8 pt; fonts embedded as TrueType in PDF and
-PS; number axes in plain decimals (no offset, no power of ten). Widths (SIZES): one journal column (3.5 in) or the
-page (7.2 in); several panels stand side by side at the double width and one above the other at the single
-width, and the height follows from the panels (PANEL_HEIGHT each). Colours: PALETTE (Okabe & Ito), each series
-with its own marker too so the figure reads in grey; heat maps in SEQUENTIAL (cividis).
-
-Texts come wrapped to their room from the data step (analysis.figure_data). `legend_below` wraps the legend to the
-canvas' width and sets it in as many columns as fit; `finish` lays the figure out on matplotlib's constrained
-layout, the legend hung in a strip under the panels (the layout's rect starts above it, so it covers no mark), and
-makes the figure as tall as its panels' height needs.
+"""How every figure looks and where its legend goes. STYLE: DejaVu Sans (shipped with matplotlib) at 7-8 pt, fonts
+embedded as TrueType in PDF and PS, number axes in plain decimals. PALETTE: Okabe & Ito, each series with its own
+marker too, so that a figure reads in grey; heat maps in SEQUENTIAL. The widths and panel heights are the data
+step's (analysis.figure_data.SIZES, PANEL_HEIGHT).
 """
 
 from __future__ import annotations
@@ -24,19 +16,18 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.font_manager import FontProperties
 
-from analysis.figure_data import DEFAULT_SIZE, PANEL_HEIGHT, SIZES, check_size, wrap_to
+from analysis.figure_data import DEFAULT_SIZE, LEGEND_PT, PANEL_HEIGHT, SIZES, check_size, wrap_to
 
 # Okabe & Ito: blue, vermillion, bluish green, reddish purple, orange, sky blue, black, yellow (the palest last)
 PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442")
-# 7 markers against 8 colours: the first 56 series all differ in colour or marker ("D" is the papers' values,
-# "*" the best MTD)
+# 7 markers against 8 colours: the first 56 series all differ ("D" is the papers' values, "*" the best MTD)
 MARKERS = ("o", "s", "^", "v", "P", "X", "h")
 SEQUENTIAL = "cividis"
 REFERENCE_GREY = "0.35"  # reference lines (the paper's best MTD)
 PNG_DPI = 300
 STYLE = {
     "font.family": "DejaVu Sans", "font.size": 8, "axes.titlesize": 8, "axes.labelsize": 8, "figure.titlesize": 8.5,
-    "xtick.labelsize": 7, "ytick.labelsize": 7, "legend.fontsize": 7, "legend.title_fontsize": 7,
+    "xtick.labelsize": 7, "ytick.labelsize": 7, "legend.fontsize": LEGEND_PT, "legend.title_fontsize": LEGEND_PT,
     "legend.frameon": False, "legend.handlelength": 1.6, "legend.columnspacing": 1.2, "legend.borderaxespad": 0.0,
     "axes.prop_cycle": cycler(color=list(PALETTE)), "axes.linewidth": 0.6, "axes.grid": True, "grid.alpha": 0.3,
     "grid.linewidth": 0.5, "axes.spines.top": False, "axes.spines.right": False,
@@ -52,14 +43,14 @@ STYLE = {
 PAD = 0.04  # in kept free at the canvas' edges
 PASSES = 4  # layout passes to bring the panels to their height
 
-
 # @styled: a figure function run under STYLE (rcParams are read as artists are made); a fresh context each call
 styled = matplotlib.rc_context(STYLE)
+_FOOTNOTE: contextvars.ContextVar[str | None] = contextvars.ContextVar("footnote", default=None)
 
 
 def new_figure(size: str = DEFAULT_SIZE, panels: int = 1) -> tuple[Figure, list]:
     """A figure of `size`'s width with `panels` axes (side by side at "double", stacked at "single"), on an
-    Agg canvas so savefig works with no pyplot and no display."""
+    Agg canvas, so that savefig needs no pyplot and no display."""
     rows, cols = (panels, 1) if check_size(size) == "single" else (1, panels)
     fig = Figure(figsize=(SIZES[size], PANEL_HEIGHT[size] * rows + 1.2), layout="constrained")
     FigureCanvasAgg(fig)
@@ -74,17 +65,9 @@ def series_style(i: int) -> dict[str, str]:
 def save_figure(fig: Figure, path: Any, file_format: str, dpi: float = PNG_DPI) -> None:
     """Write `fig` as PNG (at `dpi`), PDF (fonts embedded as Type 42) or SVG; PDF and SVG carry no date, so that
     the same figure gives the same bytes."""
+    metadata = {"pdf": {"CreationDate": None}, "svg": {"Date": None}}.get(file_format)
     with matplotlib.rc_context(STYLE):  # the Type 42 fonts, and the palette behind any "C0" colour
-        if file_format == "pdf":
-            fig.savefig(path, format="pdf", metadata={"CreationDate": None})
-        elif file_format == "svg":
-            fig.savefig(path, format="svg", metadata={"Date": None})
-        else:
-            fig.savefig(path, format=file_format, dpi=dpi)
-
-
-# ---- the legend ---------------------------------------------------------------------------------
-_FOOTNOTE: contextvars.ContextVar[str | None] = contextvars.ContextVar("footnote", default=None)
+        fig.savefig(path, format=file_format, dpi=dpi, metadata=metadata)
 
 
 @contextlib.contextmanager
@@ -98,19 +81,18 @@ def footnote(text: str | None) -> Iterator[None]:
 
 
 def legend_below(ax, handles: list | None = None, labels: list[str] | None = None, title: str | None = None):
-    """The figure's legend (one per figure), made on `ax` and kept out of the layout: `finish` hangs it in a
-    strip under the panels from the canvas' left edge. Its texts are wrapped to the canvas' width and set in
-    as many columns (up to four) as fit."""
+    """The figure's one legend, made on `ax` and kept out of the layout (`finish` hangs it under the panels from
+    the canvas' left edge): its texts wrapped to the canvas' width at the data step's character budget, in as many
+    columns (up to four) as fit."""
     if handles is None:
         handles, labels = ax.get_legend_handles_labels()
     if _FOOTNOTE.get():
-        title = f"{title}\nwarning: {_FOOTNOTE.get()}" if title else f"warning: {_FOOTNOTE.get()}"
+        title = "\n".join(filter(None, [title, f"warning: {_FOOTNOTE.get()}"]))
     fig, rc = ax.get_figure(), matplotlib.rcParams
     font = FontProperties(size=rc["legend.fontsize"])
-    em = font.get_size_in_points() / 72  # in
-    strip = fig.get_figwidth() - 2 * PAD  # the legend's box, its border pad in it
-    width = strip - 2 * rc["legend.borderpad"] * em
-    handle = (rc["legend.handlelength"] + rc["legend.handletextpad"]) * em
+    strip = fig.get_figwidth() - 2 * PAD  # in: the legend's box, its border pad in it
+    width = strip - 2 * rc["legend.borderpad"] * LEGEND_PT / 72
+    handle = (rc["legend.handlelength"] + rc["legend.handletextpad"]) * LEGEND_PT / 72
     labels = [_fit(label, width - handle, font, fig) for label in labels]
     title = _fit(title, width, font, fig) if title else None
     for columns in range(max(1, min(len(labels), 4)), 0, -1):  # the most columns that fit the canvas' width
@@ -153,8 +135,9 @@ def _hang_legends(fig: Figure) -> None:
 
 
 def finish(fig: Figure, axes: Sequence, size: str, panel_height: float | None = None) -> Figure:
-    """Lay `fig` out for print (see the module doc); `axes` are its plotting panels (not colour bars), each made
-    PANEL_HEIGHT[size] high, or `panel_height` inches where that is more (a panel of many labelled rows)."""
+    """`fig` laid out for print on matplotlib's constrained layout, its legend in a strip under the panels (it
+    covers no mark), and made as tall as its plotting panels `axes` (not colour bars) need to be PANEL_HEIGHT[size]
+    high each, or `panel_height` inches where that is more (a panel of many labelled rows)."""
     wanted = max(PANEL_HEIGHT[size], panel_height or 0.0)
     rows = max(ax.get_subplotspec().get_gridspec().nrows for ax in axes)
     for _ in range(PASSES):

@@ -1,34 +1,23 @@
-"""The knob figure (`knob_data`, the registry's "knob" entry): the score along any swept number key no paper figure
-is for and, in a second panel, each of its values against the study's reference, seed by seed, as the study's
-paired table states it (analysis.paired).
-
-The numbers are the paired table's own rows (`paired.paired_differences` over the whole study: every
-configuration of its declared keys, the same reference, the same family), those whose trials are the knob's. The
-reference is the study's `reference` (the interval: the paired t-interval; filled where Holm's p over the table's
-comparisons is below 0.05) or else the best mean (Hsu's MCB over the table's configurations, each one's difference
-to the best of the others; filled where MCB's p is below 0.05). A value with two shared seeds is a mean alone (no
-bar); one sharing fewer is left out and counted; no second panel (`knob_differences` None) where none shares two.
+"""The knob figure's data step (`knob_data`, the registry's "knob" entry): the score along any swept number key no
+paper figure is for and, in a second panel, each of its values against the study's reference, seed by seed: the
+rows of the study's paired table (analysis.paired: the same reference, interval, adjusted p and family) whose trials
+are the knob's. A value with two shared seeds is a mean alone; one sharing fewer is left out and counted.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import pandas as pd
-from matplotlib.lines import Line2D
 
 from analysis import figure_data as fd
 from analysis import paired
-from analysis.figure_marks import label_n
-from analysis.figure_style import series_style
 from analysis.registry import generic_knobs, knob_trials, varying_knobs
 
 SCORE_PANEL, DIFFERENCE_PANEL = "score", "paired difference"  # the knob figure's `panel` column
 COLUMNS = ["panel", "ci_low", "ci_high", "interval", "p_adjusted"]  # what the lower panel adds to the data
-GEQ = "\u2265"
-REFERENCE_MARK = dict(marker="x", markersize=5, markeredgewidth=1.2, color="black", linestyle="none", zorder=5)
 
 
 @dataclass(frozen=True)
@@ -52,30 +41,24 @@ class KnobDifferences:
 
 
 def knob_differences(table: pd.DataFrame, trials: pd.DataFrame, knob: str, by: Sequence[str], score: str,
-                     named: dict[str, Any] | None, x_format: Callable[[Any], str], series: Sequence[str]
-                     ) -> KnobDifferences | None:
-    """The paired table's comparison of `table` (configurations of `by`, against the study's reference `named`, or
-    the best mean; analysis.report does the same) located on the knob's axis: each row whose trials are among
-    `trials` (the knob figure's), at their x label (`x_format`) and series (the combination of `series`' values).
-    None where seeds do not allow it (no row of the knob's shares MIN_PAIRED seeds with the reference), where the
-    study's reference has no finished trial (the paired table warns of it), or where a row's trials stand at more
-    than one point of the figure."""
+                     named: dict[str, Any] | None, series: Sequence[str]) -> KnobDifferences | None:
+    """The paired table of `table` (configurations of `by`, against the study's reference `named` or the best mean,
+    as analysis.report makes it), its rows whose trials are among `trials` located at their x label and series
+    (the values of `series`). None where no such row shares MIN_PAIRED seeds with the reference, where
+    the reference has no finished trial, or where a row's trials stand at more than one point of the figure."""
     by = list(by)
     if not by or not paired.has_pairs(table, by, score):
         return None
+    scored = trials[trials[score].notna()]
     try:
         reference = paired.reference_configuration(table, by, score, named)
         if not paired.has_pairs(table, by, score, reference.configuration):
             return None
         comparison = paired.paired_differences(table, by, reference, score)
-    except ValueError:
-        return None
-    scored = trials[trials[score].notna()]
-    try:
         points = [Point(d, *at) for d in comparison.rows
-                  if (at := _located(scored, d.configuration, knob, x_format, series)) is not None]
-        reference_at = _located(scored, reference.configuration, knob, x_format, series)
-    except _Ambiguous:
+                  if (at := _located(scored, d.configuration, knob, series)) is not None]
+        reference_at = _located(scored, reference.configuration, knob, series)
+    except ValueError:
         return None
     places = [(p.x_label, p.series) for p in points] + ([reference_at[1:]] if reference_at else [])
     if not points or len(set(places)) != len(places):
@@ -85,36 +68,30 @@ def knob_differences(table: pd.DataFrame, trials: pd.DataFrame, knob: str, by: S
                            left_out=configurations - len(points) - (reference_at is not None))
 
 
-class _Ambiguous(Exception):
-    """A configuration's trials stand at more than one point of the figure."""
-
-
-def _located(scored: pd.DataFrame, configuration: dict[str, Any], knob: str, x_format: Callable[[Any], str],
-             series: Sequence[str]) -> tuple[Any, str, str] | None:
+def _located(scored: pd.DataFrame, configuration: dict[str, Any], knob: str, series: Sequence[str]
+             ) -> tuple[Any, str, str] | None:
+    """(x, x label, series) of a configuration's trials; None where it has none (another method's); ValueError
+    where they stand at more than one point."""
     rows = paired.configuration_trials(scored, configuration)
     if rows.empty:
-        return None  # not one of the knob's trials (another method's, the reference of a method without the knob)
-    labels = {x_format(value) for value in rows[knob]}
+        return None
+    labels = {fd.format_number(value) for value in rows[knob]}
     # (not rows[[]].itertuples(): a frame without columns yields no rows under pandas < 2.2)
     names = ({fd.series_label(series, tuple(key)) for key in rows[list(series)].itertuples(index=False)} if series
              else {"this study"})
     if len(labels) != 1 or len(names) != 1:
-        raise _Ambiguous
+        raise ValueError(f"{configuration} stands at more than one point")
     return rows[knob].iloc[0], labels.pop(), names.pop()
 
 
 def knob_data(entry: Any, trials: pd.DataFrame, score: str = "avg", by: Sequence[str] | None = None,
               size: str = fd.DEFAULT_SIZE, reference: dict[str, Any] | None = None) -> fd.Plot:
-    """Any swept number key no paper figure is for (analysis.registry.generic_knobs), a plugin's own knob included:
-    the score along its values (null: the knob's default), over the trials of the methods that read it, one series
-    per combination of the other swept keys; the first such key when a study sweeps several (else the first that
-    varies among the trials: a key `analysis: {knobs}` names, set through an expr).
-
-    Where the knob's values share seeds with the study's reference (`reference`, the study's; None: the best mean),
-    a second panel (beneath at the single width, beside at the double) gives each value's paired difference to
-    it, with the interval and adjusted p of the study's paired table; elsewhere the figure is the one panel. The
-    data's `panel` column says which panel a row is drawn on ("score" or "paired difference"), with the
-    difference's ci_low, ci_high, interval (its procedure) and p_adjusted."""
+    """The score along a swept number key no paper figure is for (registry.generic_knobs; the first of `by`, else
+    the first that varies), over the trials of the methods that read it (null: the knob's default), one series per
+    combination of the other swept keys. Where its values share seeds with the reference (`reference`, the
+    study's; None: the best mean), a second panel (beneath at "single", beside at "double") gives each value's
+    paired difference to it; the data's `panel` column says where a row is drawn ("score" or "paired
+    difference"), the lower panel's rows with their ci_low, ci_high, interval (procedure) and p_adjusted."""
     table = trials  # the entry's: every trial, whose paired table the second panel reads
     knobs = [key for key in generic_knobs(by or []) if key in table.columns] or varying_knobs(table)
     if not knobs:
@@ -122,9 +99,8 @@ def knob_data(entry: Any, trials: pd.DataFrame, score: str = "avg", by: Sequence
     knob = knobs[0]
     others = [key for key in (by or []) if key != knob]  # the method too, where several read the knob
     trials = knob_trials(table, knob)
-    series = fd.ablation_series(trials, knob, score, others)
-    found = knob_differences(table, trials, knob, list(by) if by else [knob], score, reference, fd.format_number,
-                             series)
+    series = fd.series_columns(trials[trials[score].notna()], [knob], others)
+    found = knob_differences(table, trials, knob, list(by) if by else [knob], score, reference, series)
     plot = fd.ablation_data(trials, knob, score, title=entry.title(knob), xlabel=knob, x_format=fd.format_number,
                          size=size, panels=1 if found is None else 2, by=others)
     parts = [plot.frame.assign(panel=SCORE_PANEL)]
@@ -152,46 +128,6 @@ def _rows(found: KnobDifferences, series: Sequence[str]) -> pd.DataFrame:
         x, x_label, _ = found.reference_at
         rows.append({"series": "reference", "x": x, "x_label": x_label, "mean": 0.0, "interval": ""})
     return pd.DataFrame(rows).assign(panel=DIFFERENCE_PANEL)
-
-
-def draw_differences(ax, plot: fd.Plot) -> dict[str, Any]:
-    """The knob figure's paired differences (`plot.differences`) on `ax`, at the score panel's x positions, series
-    offsets and styles; their legend entries (label: handle)."""
-    found, at = plot.differences, {s.label: s.style for s in plot.panels[0].series}
-    comparison = found.comparison
-    adjusted = paired.adjusted_p_label(comparison)
-    low_end, high_end = paired.drawn_ends([p.difference for p in found.points])
-    ns = {p.difference.n for p in found.points}
-    kinds: set[bool] = set()  # True: the difference stands at 0.05; False: it does not
-    for p in found.points:
-        d, style = p.difference, series_style(at[p.series])
-        x = plot.position[p.x_label] + plot.offset[p.series]
-        if d.ci_low is None:  # n = 2: the mean alone
-            ax.plot([x], [d.mean], linestyle="none", marker=style["marker"], color=style["color"],
-                    markerfacecolor="white", zorder=4)
-        else:
-            stands = d.p_adjusted < 0.05
-            kinds.add(stands)
-            low, high = max(d.ci_low, low_end), min(d.ci_high, high_end)
-            ax.errorbar([x], [d.mean], yerr=[[max(0.0, d.mean - low)], [max(0.0, high - d.mean)]],
-                        fmt=style["marker"], color=style["color"], elinewidth=0.8, zorder=4,
-                        markerfacecolor=style["color"] if stands else "white")
-        if len(ns) > 1:
-            label_n(ax, [x], [d.mean], [d.n], style["color"])
-    reference = comparison.reference
-    handles = {f"\u0394 = 0: the reference, {paired.configuration_text(reference.configuration)} ({reference.how})":
-               ax.axhline(0.0, color="0.4", linewidth=0.8, linestyle=":", zorder=0)}
-    if found.reference_at is not None:  # the reference is one of the knob's values: its own point, at 0
-        _, x_label, name = found.reference_at
-        handles["the reference itself"] = ax.plot([plot.position[x_label] + plot.offset[name]], [0.0],
-                                                  **REFERENCE_MARK)[0]
-    one = len({p.series for p in found.points}) == 1
-    style = series_style(at[found.points[0].series]) if one else {"color": "black", "marker": "o"}
-    for stands in sorted(kinds, reverse=True):
-        handles[f"\u0394 and its interval, {adjusted} {'<' if stands else GEQ} 0.05"] = Line2D(
-            [], [], linestyle="none", marker=style["marker"], color=style["color"],
-            markerfacecolor=style["color"] if stands else "white")
-    return handles
 
 
 def _note(found: KnobDifferences, where: str) -> str:

@@ -1,31 +1,19 @@
-"""Every figure `sweep analyze` draws for a study's knobs, in one place: its name, what in the papers it reproduces,
-the knobs that call for it, the methods whose trials it draws, the data it needs and its data step
-(analysis.figures.draw draws it). (The one figure no knob calls for, paired_differences, is drawn wherever
-configurations share seeds: analysis.paired.)
-
-A study calls for a figure when it varies, for every group of the entry's `knobs`, one key of that group (in its
-`parameters`, or named under `analysis: {knobs: [...]}`); a key that differs between trials only as a side effect
-(a method's or a variant's default, e.g. fgsm.eps under `method: [simcse, mocose]`) calls for nothing. A figure
-called for is drawn when the results hold what it needs (`FigureEntry.applies`). This module is light (no pandas,
-no matplotlib): the study schema checks a study's `analysis: {knobs: [...]}` against KNOWN_KNOBS, and a data
-step is imported only when its figure is drawn.
-
-    >>> figures_called_for(["ema.decay", "queue.slices"])
-    ['score_vs_mtd', 'align_uniform_vs_mtd', 'queue_slices', 'ema_decay']
-    >>> figures_called_for(["method", "variant"])
-    []
+"""Every figure `sweep analyze` draws for a study's knobs, declared once (paired_differences, drawn wherever
+configurations share seeds, is analysis.paired's). A study calls for a figure when it varies a key of each group of
+the entry's `knobs` (in its `parameters`, or named under `analysis: {knobs: [...]}`; a key that differs only as a
+side effect, a method's default, calls for nothing); it is drawn where the results hold what it needs (`applies`).
+Light (no pandas, no matplotlib): the study schema reads KNOWN_KNOBS; a data step is imported only when drawn.
 """
 
 from __future__ import annotations
 
 import importlib
-import types
-import typing
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Callable, Iterable
 
 from analysis import paper_values
-from trainer.config import RunConfig, method_of_key, section_model
+from trainer.config import method_of_key, number_key
 from trainer.method_rules import DISTANCE_METHODS
 from trainer.vocabulary import GS_INFONCE, MIXCSE, MOCOSE, SIMCSE
 
@@ -38,29 +26,25 @@ MTD_KNOBS = (
 MIN_MTD_VALUES = 3  # distinct distances an MTD figure needs (a trend through fewer says nothing)
 
 
-def _enough_distances(*columns: str, batches: int = 1) -> Callable[[Any, str], bool]:
+def _enough_distances(trials: Any, score: str, columns: tuple[str, ...] = (), batches: int = 1) -> bool:
     """An MTD figure's `needs`: MIN_MTD_VALUES distances among the trials with a value in every one of `columns`
     (none named: the score), over `batches` batch sizes."""
-
-    def needs(trials: Any, score: str) -> bool:
-        wanted = list(columns or (score,))
-        if any(column not in trials.columns for column in wanted):
-            return False
-        traced = trials.dropna(subset=["mtd", *wanted])
-        enough = traced["mtd"].round(6).nunique() >= MIN_MTD_VALUES
-        return enough and (batches < 2 or traced["batch_size"].nunique() >= batches)
-
-    return needs
+    wanted = list(columns or (score,))
+    if any(column not in trials.columns for column in wanted):
+        return False
+    traced = trials.dropna(subset=["mtd", *wanted])
+    enough = traced["mtd"].round(6).nunique() >= MIN_MTD_VALUES
+    return enough and (batches < 2 or traced["batch_size"].nunique() >= batches)
 
 
 @dataclass(frozen=True)
 class Axis:
     """A figure of one knob on a categorical x axis (analysis.figure_data.axis_data): the results column (made of
-    `parts`, keys with their defaults, as "p/q", where given), what the title names, the x label, how a value reads
-    (`ticks`: a name in analysis.figure_data.TICKS) and in what order (`order`: a name in its ORDERS; None: by
-    value), the paper's values by the knob's value and their legend label, drawn only where every trial has
-    `paper_where`'s (column, value) when given (else `other_label`, where given, names the x axis); `ordered`: a
-    line joins the values (else a dot plot); `exclude`: keys that never set series apart; `note`: the title's."""
+    `parts`, keys with their defaults, as "p/q"), what the title names, the x label, how a value reads (`ticks`, a
+    name in figure_data.TICKS) and in what order (`order`, in ORDERS; None: by value), the paper's values and their
+    label, drawn only where every trial has `paper_where`'s (column, value) (else `other_label` names the x axis);
+    `ordered`: a line joins the values (else a dot plot); `exclude`: keys that never set series apart; `note`: the
+    title's."""
 
     column: str
     what: str
@@ -79,12 +63,10 @@ class Axis:
 
 @dataclass(frozen=True)
 class FigureEntry:
-    """One figure. `knobs`: groups of config keys, every group of which the study must vary (one key of it);
-    `methods`: the trials it draws (None: every trial); `present`: the methods one of which must have trials
-    for it to be drawn (default `methods`; None: none needed); `needs(trials, score)`: what else its trials
-    (`trials(table)`) must hold; `step`: "module.function" of its data step, (entry, trials, score, by, size, ...)
-    -> analysis.figure_data.Plot or Heatmap (default: the knob's `axis` on a categorical axis); `against_mtd`: its
-    x is the traceable distance."""
+    """One figure. `knobs`: groups of config keys the study must vary (a key of each); `methods`: the trials it
+    draws (None: all); `present`: methods one of which must have trials (default `methods`); `needs(trials,
+    score)`: what else its trials must hold; `step`: "module.function" of its data step, (entry, trials, score,
+    by, size, ...) -> figure_data.Plot or Heatmap; `against_mtd`: its x is the traceable distance."""
 
     name: str
     source: str
@@ -98,15 +80,13 @@ class FigureEntry:
     axis: Axis | None = None
 
     def title(self, what: str, note: str = "") -> str:
-        """The figure's title: what it shows, then its source in the papers (and a note), e.g.
-        "EMA decay (MoCoSE Table 3 / Fig. 8)"."""
+        """What the figure shows, then its source (and a note): "EMA decay (MoCoSE Table 3 / Fig. 8)"."""
         return f"{what} ({self.source}{'; ' + note if note else ''})"
 
     def called_for(self, knobs: Iterable[str]) -> bool:
-        knobs = set(knobs)
         if self.any_knob:
             return bool(generic_knobs(knobs))
-        return all(knobs & set(group) for group in self.knobs)
+        return all(set(knobs) & set(group) for group in self.knobs)
 
     def trials(self, table: Any) -> Any:
         """The rows of a results table this figure draws."""
@@ -128,13 +108,14 @@ class FigureEntry:
 _SLICES = paper_values.MOCOSE_TABLE8_SETTING
 _DEPTH_KEYS = ("heads.projection_layers", "heads.predictor_layers")
 FIGURES: tuple[FigureEntry, ...] = (  # in the order `sweep analyze` draws them
-    FigureEntry("score_vs_mtd", "MoCoSE Fig. 2", (MTD_KNOBS,), "analysis.mtd_figures.score_vs_mtd",
-                methods=DISTANCE_METHODS, needs=_enough_distances(), against_mtd=True),
+    FigureEntry("score_vs_mtd", "MoCoSE Fig. 2", (MTD_KNOBS,), "analysis.figure_data.score_vs_mtd",
+                methods=DISTANCE_METHODS, needs=_enough_distances, against_mtd=True),
     FigureEntry("score_vs_mtd_by_batch", "MoCoSE Fig. 3", (("batch_size",), MTD_KNOBS),
-                "analysis.mtd_figures.score_vs_mtd_by_batch", methods=DISTANCE_METHODS,
-                needs=_enough_distances(batches=2), against_mtd=True),
-    FigureEntry("align_uniform_vs_mtd", "MoCoSE Fig. 4", (MTD_KNOBS,), "analysis.mtd_figures.align_uniform_vs_mtd",
-                methods=DISTANCE_METHODS, needs=_enough_distances("align", "uniform"), against_mtd=True),
+                "analysis.figure_data.score_vs_mtd_by_batch", methods=DISTANCE_METHODS,
+                needs=partial(_enough_distances, batches=2), against_mtd=True),
+    FigureEntry("align_uniform_vs_mtd", "MoCoSE Fig. 4", (MTD_KNOBS,), "analysis.figure_data.align_uniform_vs_mtd",
+                methods=DISTANCE_METHODS, needs=partial(_enough_distances, columns=("align", "uniform")),
+                against_mtd=True),
     FigureEntry("queue_slices", "MoCoSE Table 8", (("queue.slices",),), methods=(MOCOSE,), axis=Axis(
         "queue.slices", "Queue slices used by the loss", "queue positions used (0 = newest key)", "text", "slices",
         paper_values.MOCOSE_TABLE8_QUEUE_SLICES, ordered=False, paper_label=(
@@ -177,26 +158,8 @@ KNOWN_KNOBS = tuple(dict.fromkeys(key for entry in FIGURES for group in entry.kn
 
 
 def generic_knobs(knobs: Iterable[str]) -> list[str]:
-    """The swept keys no specific figure is for whose values are numbers (number_key): RunConfig's
-    or a registered method's own (`dcl.sigma`), in the order given."""
+    """The swept keys no specific figure is for that hold numbers (RunConfig's or a method's own: `dcl.sigma`)."""
     return [key for key in knobs if key not in (*KNOWN_KNOBS, *MTD_KNOBS, "seed") and number_key(key)]
-
-
-def number_key(key: str) -> bool:
-    """Whether a dotted config key (RunConfig's or a registered method's own) holds a number (int or float, nullable
-    or not): what the analysis draws a knob's figure along."""
-    *section, last = key.split(".")
-    model = section_model(section[0]) if section else RunConfig
-    if model is None or last not in model.model_fields or len(section) > 1:
-        return False
-    hint = model.model_fields[last].annotation
-    options = typing.get_args(hint) if typing.get_origin(hint) in (typing.Union, types.UnionType) else (hint,)
-    for option in options:
-        if typing.get_origin(option) is typing.Annotated:
-            option = typing.get_args(option)[0]
-        if option in (int, float):
-            return True
-    return False
 
 
 def varying_knobs(table: Any) -> list[str]:
@@ -211,7 +174,10 @@ def knob_trials(table: Any, knob: str) -> Any:
 
 
 def figures_called_for(knobs: Iterable[str]) -> list[str]:
-    """The figures that `knobs` (a study's swept keys and named analysis knobs) call for, before the data is
-    looked at (FigureEntry.applies)."""
+    """The figures that `knobs` (a study's swept keys and named analysis knobs) call for, before the data is read.
+
+    >>> figures_called_for(["ema.decay", "queue.slices"])
+    ['score_vs_mtd', 'align_uniform_vs_mtd', 'queue_slices', 'ema_decay']
+    """
     knobs = set(knobs)
     return [entry.name for entry in FIGURES if entry.called_for(knobs)]

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from scipy import stats as scipy_stats
 
-from analysis import figures, mtd_figures, paper_values
+from analysis import figures, paper_values
 from analysis.figure_data import DEFAULT_SIZE, SIZES
 from analysis.load import ResultsError, load_results, slices_label
 from analysis.report import analyze
@@ -134,7 +134,7 @@ def test_fit_peak_finds_a_known_vertex_and_clips_to_the_range():
 
 # ---- MoCoSE Fig. 2 ------------------------------------------------------------------------------
 def test_score_vs_mtd_points_fit_and_paper_overlay(mtd_table):
-    fig, data = mtd_figures.figure_score_vs_mtd(mtd_table)
+    fig, data = figures.figure_score_vs_mtd(mtd_table)
     assert fig.axes[0].get_xlabel().startswith("MTD (steps)")
     measured = data[data["series"] == "measured"].sort_values("x")
     # one point per distinct MTD; mean and error bar (sample std) recomputed with numpy
@@ -176,7 +176,7 @@ def test_score_vs_mtd_per_batch_size(tmp_path):
             config = fx.base_config(batch_size=batch, ema={"decay": eta})
             trials += [fx.make_trial(config, seed, fx.mtd_score(mtd) + 0.01 * seed) for seed in (0, 1)]
     table = load_results(fx.write_results(tmp_path / "batch", trials, ["ema.decay", "batch_size"]))
-    _, data = mtd_figures.figure_score_vs_mtd_by_batch(table)
+    _, data = figures.figure_score_vs_mtd_by_batch(table)
     assert set(data.loc[data["series"] == "measured", "group"]) == {"B=64", "B=128"}
     assert set(data.loc[data["series"] == "best MTD", "group"]) == {"B=64", "B=128"}
     b128 = data[(data["series"] == "measured") & (data["group"] == "B=128")]
@@ -185,7 +185,7 @@ def test_score_vs_mtd_per_batch_size(tmp_path):
 
 
 def test_align_uniform_vs_mtd(mtd_table):
-    _, data = mtd_figures.figure_align_uniform_vs_mtd(mtd_table)
+    _, data = figures.figure_align_uniform_vs_mtd(mtd_table)
     for metric in ("align", "uniform"):
         rows = data[data["group"] == metric].sort_values("x")
         first = mtd_table.loc[np.isclose(mtd_table["mtd"], rows["x"].iloc[0]), metric]

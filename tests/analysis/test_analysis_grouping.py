@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from matplotlib.container import ErrorbarContainer
 
-from analysis import figures, mtd_figures
+from analysis import figures
 from analysis.load import load_results
 from analysis.report import analyze
 from tests import synthetic_results as fx
@@ -106,7 +106,7 @@ def test_single_seed_points_have_no_error_bars_and_say_so(tmp_path):
     assert data.loc[data["series"] == "this study", "n"].tolist() == [1, 1, 1]
     assert not [t for t in ax.texts if t.get_text().startswith("n=")]  # n is the same everywhere
 
-    fig, _ = mtd_figures.figure_score_vs_mtd(table.assign(mtd=[4.0, 7.0, 12.0]))
+    fig, _ = figures.figure_score_vs_mtd(table.assign(mtd=[4.0, 7.0, 12.0]))
     assert not [c for c in _errorbars(fig.axes[0]) if c.has_yerr]  # the best-MTD star has an x interval only
     labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert any("single runs" in label for label in labels)

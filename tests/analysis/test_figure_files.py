@@ -124,16 +124,16 @@ def test_measured_mtd_figures_are_named_and_attached_apart_from_the_formula_ones
 
 
 def test_measured_mtd_figures_say_measured_in_title_and_axis(tmp_path):
-    from analysis import mtd_figures
+    from analysis import figures
 
     table = load_results(fx.mtd_study(tmp_path / "mtd"), mtd_source="measured")
-    fig, _ = mtd_figures.figure_score_vs_mtd(table, mtd_source="measured")
+    fig, _ = figures.figure_score_vs_mtd(table, mtd_source="measured")
     assert "vs measured MTD" in fig.axes[0].get_title().replace("\n", " ")
     assert fig.axes[0].get_xlabel() == "measured MTD (steps), log scale"
     legend = " ".join(t.get_text() for t in fig.axes[0].get_legend().get_texts()).replace("\n", " ")
     assert "paper best MTD 14.67 (bert-base, by eq. 4)" in legend  # the paper's mark is eq. 4's distance
-    fig, _ = mtd_figures.figure_align_uniform_vs_mtd(table, mtd_source="measured")
+    fig, _ = figures.figure_align_uniform_vs_mtd(table, mtd_source="measured")
     assert "measured MTD" in fig.get_suptitle().replace("\n", " ")
     assert [ax.get_xlabel() for ax in fig.axes] == ["measured MTD (steps), log scale"] * 2
     with pytest.raises(ValueError, match="mtd_source"):
-        mtd_figures.figure_score_vs_mtd(table, mtd_source="guessed")
+        figures.figure_score_vs_mtd(table, mtd_source="guessed")

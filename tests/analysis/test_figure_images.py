@@ -24,7 +24,7 @@ import matplotlib
 import pytest
 from matplotlib.testing.compare import compare_images
 
-from analysis import figures, mtd_figures
+from analysis import figures
 from analysis.figure_style import save_figure
 from analysis.load import load_results
 from tests import synthetic_results as fx
@@ -53,14 +53,14 @@ def _mixed_seeds(folder: Path):
 
 FIGURES: dict[str, tuple[Callable[[Path], Any], Callable[..., Any], dict[str, Any]]] = {
     # baseline name: (results, figure function, its arguments)
-    "score_vs_mtd": (_mtd, mtd_figures.figure_score_vs_mtd, {"by": ["ema.decay", "queue.size"]}),
-    "align_uniform_vs_mtd": (_mtd, mtd_figures.figure_align_uniform_vs_mtd, {"by": ["ema.decay", "queue.size"]}),
+    "score_vs_mtd": (_mtd, figures.figure_score_vs_mtd, {"by": ["ema.decay", "queue.size"]}),
+    "align_uniform_vs_mtd": (_mtd, figures.figure_align_uniform_vs_mtd, {"by": ["ema.decay", "queue.size"]}),
     "ema_decay_series": (_mtd, figures.figure_ema_decay, {"by": ["ema.decay", "queue.size"]}),
     "ema_decay_mixed_seeds": (_mixed_seeds, figures.figure_ema_decay, {}),
     "queue_slices": (lambda f: load_results(fx.slices_study(f / "slices")), figures.figure_queue_slices, {}),
     "queue_heatmap": (lambda f: load_results(fx.heatmap_study(f / "heat")), figures.figure_queue_heatmap, {}),
     "score_vs_mtd_one_task_double": (lambda f: load_results(fx.one_task_study(f / "one")),
-                                     mtd_figures.figure_score_vs_mtd,
+                                     figures.figure_score_vs_mtd,
                                      {"score": "STSBenchmark", "by": ["ema.decay", "queue.size"],
                                       "size": "double"}),
 }

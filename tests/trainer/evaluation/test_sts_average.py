@@ -16,7 +16,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from analysis import figure_marks, figures, mtd_figures, report, tables
+from analysis import figure_data, figures, report, tables
 from analysis.load import load_results
 from sweep.commands.status import seven_task_average
 from tests import fake_train
@@ -153,16 +153,16 @@ def test_one_task_figures_name_the_score_and_draw_no_paper_average(one_task_dir)
             continue  # alignment and uniformity: no score, no paper values
         score_axis = fig.axes[-1] if name == "queue_heatmap" else fig.axes[0]  # the heat map's colour bar
         assert score_axis.get_ylabel() == "STS-B test Spearman x100", name
-        assert any(figure_marks.PAPER_LEFT_OUT in t for t in texts["labels"] + texts["legends"]), name
+        assert any(figure_data.PAPER_LEFT_OUT in t for t in texts["labels"] + texts["legends"]), name
         if name == "queue_heatmap":
             assert data["paper"].isna().all() and not any("paper" in t.get_text() for t in fig.axes[0].texts)
 
 
 def test_seven_task_figures_keep_the_average_and_the_paper_values(tmp_path):
     table = load_results(fx.mtd_study(tmp_path / "seven"))
-    for fig, data in (mtd_figures.figure_score_vs_mtd(table, by=PARAMS), figures.figure_ema_decay(table)):
+    for fig, data in (figures.figure_score_vs_mtd(table, by=PARAMS), figures.figure_ema_decay(table)):
         assert fig.axes[0].get_ylabel() == "STS avg Spearman x100" and "paper" in set(data["series"])
-        assert figure_marks.PAPER_LEFT_OUT not in str(figure_texts(fig))
+        assert figure_data.PAPER_LEFT_OUT not in str(figure_texts(fig))
 
 
 def test_analyze_writes_the_one_task_study_under_the_task_name(one_task_dir, tmp_path):
