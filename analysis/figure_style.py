@@ -82,14 +82,14 @@ def footnote(text: str | None) -> Iterator[None]:
 
 def legend_below(ax, handles: list | None = None, labels: list[str] | None = None, title: str | None = None):
     """The figure's one legend, made on `ax` and kept out of the layout (`finish` hangs it under the panels from
-    the canvas' left edge): its texts wrapped to the canvas' width at the data step's character budget, in as many
-    columns (up to four) as fit."""
+    the canvas' left edge): its texts wrapped to the canvas' width as measured, in as many columns (up to four) as
+    fit."""
     if handles is None:
         handles, labels = ax.get_legend_handles_labels()
     if _FOOTNOTE.get():
         title = "\n".join(filter(None, [title, f"warning: {_FOOTNOTE.get()}"]))
     fig, rc = ax.get_figure(), matplotlib.rcParams
-    font = FontProperties(size=rc["legend.fontsize"])
+    font = FontProperties(size=LEGEND_PT)
     strip = fig.get_figwidth() - 2 * PAD  # in: the legend's box, its border pad in it
     width = strip - 2 * rc["legend.borderpad"] * LEGEND_PT / 72
     handle = (rc["legend.handlelength"] + rc["legend.handletextpad"]) * LEGEND_PT / 72
@@ -145,8 +145,7 @@ def finish(fig: Figure, axes: Sequence, size: str, panel_height: float | None = 
         fig.draw_without_rendering()
         missing = wanted - min(ax.bbox.height for ax in axes) / fig.dpi
         if abs(missing) <= 0.02:
-            break
+            return fig
         fig.set_size_inches(fig.get_figwidth(), fig.get_figheight() + missing * rows)
-    else:
-        _hang_legends(fig)
+    _hang_legends(fig)
     return fig
