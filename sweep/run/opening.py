@@ -39,7 +39,7 @@ from sweep.run.plan import (
     planned_trials,
 )
 from sweep.run.progress import Progress
-from sweep.spec import StudySpec, Trial
+from sweep.spec import StudySpec, Trial, keep_expansion
 from sweep.text import hide_password, plural
 from trainer.methods.plugins import plugin_digests, plugin_sources
 from trainer.provenance import code_state, short_commit
@@ -76,6 +76,7 @@ def _open(spec: StudySpec, train_fn: str, rerun_changed: bool, rebuild: bool, ch
         record_change(folder, change, extend=bool(change.changed))
         note = f"study {spec.name} extended: {', '.join(change.added + change.changed)}"
     folder.write_study_yaml(spec)
+    keep_expansion(spec)  # the next run of this study reads its trials back (sweep.spec.expansion_file)
     _record_study_file(spec, folder, mirror)
     stale = mirror.fail_interrupted()
 

@@ -29,6 +29,7 @@ The study file's keys, distributions, expressions, expansion order and trial key
 from sweep.spec.expand import (
     expand,
     expansion,
+    keep_expansion,
     planning_config,
     trial_from_params,
 )
@@ -39,6 +40,6 @@ from sweep.spec.search import Grid, Random, SearchMethod, Tpe, search_method, se
 
 __all__ = [
     "LOWER_IS_BETTER", "Grid", "Metric", "Random", "Resources", "Scheduler", "SearchMethod", "StudySpec", "Tpe",
-    "Trial", "expand", "expansion", "load_study", "planning_config", "requested_fields", "search_method",
-    "search_space", "trial_from_params", "trial_key",
+    "Trial", "expand", "expansion", "keep_expansion", "load_study", "planning_config", "requested_fields",
+    "search_method", "search_space", "trial_from_params", "trial_key",
 ]

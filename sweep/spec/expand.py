@@ -14,6 +14,7 @@ from typing import Any, Iterator
 
 from pydantic import BaseModel
 
+from sweep.spec import expansion_file
 from sweep.spec.expressions import compile_expression, evaluate
 from sweep.spec.key_lines import KeyLines
 from sweep.spec.keys import FORMER_DEFAULTS, key_of_requested, requested_fields
@@ -96,13 +97,29 @@ class Expansion:
 
 def expansion(spec: StudySpec) -> Expansion:
     # Building a trainer config costs milliseconds, so expansions are kept (by the spec's content) and
-    # reused: load_study validates with one, the dry run prints it, the runner plans with it.
-    fingerprint = json.dumps([spec.to_dict(), default_config()], sort_keys=True, default=str)
+    # reused: load_study validates with one, the dry run prints it, the runner plans with it. A study that ran
+    # before keeps its expansion in its results folder (keep_expansion), read back when nothing it depends on
+    # changed (sweep.spec.expansion_file).
+    fingerprint = _content(spec)
     if fingerprint not in _EXPANSIONS:
         if len(_EXPANSIONS) >= 16:
             _EXPANSIONS.clear()
-        _EXPANSIONS[fingerprint] = _expand_uncached(spec)
+        stored = expansion_file.read(spec, expansion_file.digest(fingerprint)) if spec.search.expands else None
+        _EXPANSIONS[fingerprint] = Expansion(*stored) if stored is not None else _expand_uncached(spec)
     return _EXPANSIONS[fingerprint]
+
+
+def keep_expansion(spec: StudySpec) -> None:
+    """Keep a grid or random study's expansion in its results folder (which must exist) for its next load."""
+    if spec.search.expands:
+        built = expansion(spec)
+        expansion_file.write(spec, expansion_file.digest(_content(spec)), built.trials, built.configurations,
+                             built.dropped, built.duplicates)
+
+
+def _content(spec: StudySpec) -> str:
+    """What an expansion is of: the study's content and the trainer's defaults."""
+    return json.dumps([spec.to_dict(), default_config()], sort_keys=True, default=str)
 
 
 def _expand_uncached(spec: StudySpec) -> Expansion:
