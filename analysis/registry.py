@@ -8,12 +8,13 @@ Light (no pandas, no matplotlib): the study schema reads KNOWN_KNOBS; a data ste
 from __future__ import annotations
 
 import importlib
+import types
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Callable, Iterable
+from typing import Annotated, Any, Callable, Iterable, Union, get_args, get_origin
 
 from analysis import paper_values
-from trainer.config import method_of_key, number_key
+from trainer.config import RunConfig, method_of_key, section_model
 from trainer.method_rules import DISTANCE_METHODS
 from trainer.vocabulary import GS_INFONCE, MIXCSE, MOCOSE, SIMCSE
 
@@ -108,12 +109,12 @@ class FigureEntry:
 _SLICES = paper_values.MOCOSE_TABLE8_SETTING
 _DEPTH_KEYS = ("heads.projection_layers", "heads.predictor_layers")
 FIGURES: tuple[FigureEntry, ...] = (  # in the order `sweep analyze` draws them
-    FigureEntry("score_vs_mtd", "MoCoSE Fig. 2", (MTD_KNOBS,), "analysis.figure_data.score_vs_mtd",
+    FigureEntry("score_vs_mtd", "MoCoSE Fig. 2", (MTD_KNOBS,), "analysis.mtd_figures.score_vs_mtd",
                 methods=DISTANCE_METHODS, needs=_enough_distances, against_mtd=True),
     FigureEntry("score_vs_mtd_by_batch", "MoCoSE Fig. 3", (("batch_size",), MTD_KNOBS),
-                "analysis.figure_data.score_vs_mtd_by_batch", methods=DISTANCE_METHODS,
+                "analysis.mtd_figures.score_vs_mtd_by_batch", methods=DISTANCE_METHODS,
                 needs=partial(_enough_distances, batches=2), against_mtd=True),
-    FigureEntry("align_uniform_vs_mtd", "MoCoSE Fig. 4", (MTD_KNOBS,), "analysis.figure_data.align_uniform_vs_mtd",
+    FigureEntry("align_uniform_vs_mtd", "MoCoSE Fig. 4", (MTD_KNOBS,), "analysis.mtd_figures.align_uniform_vs_mtd",
                 methods=DISTANCE_METHODS, needs=partial(_enough_distances, columns=("align", "uniform")),
                 against_mtd=True),
     FigureEntry("queue_slices", "MoCoSE Table 8", (("queue.slices",),), methods=(MOCOSE,), axis=Axis(
@@ -160,6 +161,19 @@ KNOWN_KNOBS = tuple(dict.fromkeys(key for entry in FIGURES for group in entry.kn
 def generic_knobs(knobs: Iterable[str]) -> list[str]:
     """The swept keys no specific figure is for that hold numbers (RunConfig's or a method's own: `dcl.sigma`)."""
     return [key for key in knobs if key not in (*KNOWN_KNOBS, *MTD_KNOBS, "seed") and number_key(key)]
+
+
+def number_key(key: str) -> bool:
+    """Whether a dotted config key (RunConfig's or a registered method's own) holds a number: int or float,
+    nullable or not (what the analysis draws a knob's figure along)."""
+    *section, last = key.split(".")
+    model = section_model(section[0]) if section else RunConfig
+    if model is None or last not in model.model_fields or len(section) > 1:
+        return False
+    hint = model.model_fields[last].annotation
+    options = get_args(hint) if get_origin(hint) in (Union, types.UnionType) else (hint,)
+    return any((get_args(option)[0] if get_origin(option) is Annotated else option) in (int, float)
+               for option in options)
 
 
 def varying_knobs(table: Any) -> list[str]:

@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import os
 import re
-import types
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, Strict, ValidationError
@@ -428,19 +427,6 @@ def method_of_key(key: str) -> str | None:
     """The method whose own section holds the dotted `key` (`dcl.sigma` -> dcl), None for RunConfig's keys."""
     section = key.split(".", 1)[0] if "." in key else None
     return section if section is not None and section in method_sections() else None
-
-
-def number_key(key: str) -> bool:
-    """Whether a dotted config key (RunConfig's or a registered method's own) holds a number: int or float,
-    nullable or not (what the analysis draws a knob's figure along)."""
-    *section, last = key.split(".")
-    model = section_model(section[0]) if section else RunConfig
-    if model is None or last not in model.model_fields or len(section) > 1:
-        return False
-    hint = model.model_fields[last].annotation
-    options = get_args(hint) if get_origin(hint) in (Union, types.UnionType) else (hint,)
-    return any((get_args(option)[0] if get_origin(option) is Annotated else option) in (int, float)
-               for option in options)
 
 
 def scoped(data: dict[str, Any]) -> dict[str, Any]:

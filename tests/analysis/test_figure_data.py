@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import figure_data, paper_values
+from analysis import figure_data, mtd_figures, paper_values
 from analysis.registry import FIGURE
 from tests.helpers import REPO
 
@@ -107,13 +107,13 @@ def test_the_mtd_data_steps_give_series_trends_and_the_papers_marks():
              "avg": 76 - (np.log(mtd) - np.log(14)) ** 2 + 0.05 * seed}
             for mtd in (5.0, 10.0, 14.0, 20.0, 40.0) for batch in (32, 64) for seed in range(2)]
     table = pd.DataFrame(rows)
-    data = figure_data.score_vs_mtd(FIGURE["score_vs_mtd"], table, by=["mtd", "batch_size"])
+    data = mtd_figures.score_vs_mtd(FIGURE["score_vs_mtd"], table, by=["mtd", "batch_size"])
     (panel,) = data.panels
     points = panel.series[0]
     assert points.trend is not None and points.trend.fit.best_x == pytest.approx(14, rel=0.05)
     assert panel.log_x and panel.lines[0][0] == paper_values.BEST_MTD["bert-base"]
     assert panel.series[-1].style == -1 and data.frame.attrs["stats"]["best_mtd"] == points.trend.fit.best_x
-    by_batch = figure_data.score_vs_mtd_by_batch(FIGURE["score_vs_mtd_by_batch"], table)
+    by_batch = mtd_figures.score_vs_mtd_by_batch(FIGURE["score_vs_mtd_by_batch"], table)
     assert [s.label for s in by_batch.panels[0].series] == ["B=32", "B=64"] and "lines: quadratic" in by_batch.note
 
 
