@@ -25,7 +25,7 @@ import sys
 import threading
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Collection, Mapping
 
 import optuna
 import sqlalchemy
@@ -255,9 +255,15 @@ class OptunaMirror:
                 pass
         return stale
 
-    def trials_by_key(self) -> dict[str, list[FrozenTrial]]:
-        """Every Optuna trial of the study grouped by its `key` user attr, oldest first."""
-        return group_by_key(read_trials(self.storage, self._study_id()))
+    def trials_by_key(self, user_attrs: Collection[str] | None = None) -> dict[str, list[FrozenTrial]]:
+        """Every Optuna trial of the study grouped by its `key` user attr, oldest first. `user_attrs`: the user
+        attributes to read besides `key` (None: all; `full_user_attrs` reads one trial's all later)."""
+        wanted = None if user_attrs is None else {"key", *user_attrs}
+        return group_by_key(read_trials(self.storage, self._study_id(), user_attrs=wanted))
+
+    def full_user_attrs(self, frozen: FrozenTrial) -> dict[str, Any]:
+        """Every user attribute of one trial (of one read with only some: trials_by_key's `user_attrs`)."""
+        return dict(self.storage.get_trial(trial_id(frozen)).user_attrs)
 
     # ---- live trials ----------------------------------------------------------------------------
     def start(self, trial: Trial, attrs: dict[str, Any] | None = None) -> int:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import json
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from typing import Any
 
 import optuna
@@ -23,14 +23,16 @@ from sweep.records.optuna_private import rdb_models, trial_times_utc
 
 
 def read_trials(storage: optuna.storages.RDBStorage, study_id: int,
-                states: tuple[TrialState, ...] | None = None) -> list[FrozenTrial]:
+                states: tuple[TrialState, ...] | None = None,
+                user_attrs: Collection[str] | None = None) -> list[FrozenTrial]:
     """The study's trials (those in `states`, default all), in number order: what
     `storage.get_all_trials(study_id, deepcopy=False)` returns, read in five plain SELECTs over Optuna's own
     tables instead of one ORM object per row (bench/bookkeeping_scale.py measures both). Falls back to Optuna's
-    read if its tables change."""
+    read if its tables change. `user_attrs`: only these user attributes are read (a trial's full record, which
+    the mirror also keeps there, is most of what a read of every trial costs); None: all."""
     try:
         with _cyclic_gc_paused():
-            return _read_trials_core(storage, study_id, states)
+            return _read_trials_core(storage, study_id, states, user_attrs)
     except (ImportError, AttributeError):  # a later Optuna renamed its models: its own (slower) read
         trials = storage.get_all_trials(study_id, deepcopy=False, states=states)
         return sorted(trials, key=lambda t: t.number)
@@ -77,8 +79,8 @@ def first_distributions(storage: optuna.storages.RDBStorage, study_id: int) -> d
         return out
 
 
-def _read_trials_core(storage: optuna.storages.RDBStorage, study_id: int,
-                      states: tuple[TrialState, ...] | None) -> list[FrozenTrial]:
+def _read_trials_core(storage: optuna.storages.RDBStorage, study_id: int, states: tuple[TrialState, ...] | None,
+                      user_attrs: Collection[str] | None = None) -> list[FrozenTrial]:
     import datetime
 
     import sqlalchemy
@@ -96,8 +98,10 @@ def _read_trials_core(storage: optuna.storages.RDBStorage, study_id: int,
             return None
         return utc.replace(tzinfo=datetime.timezone.utc).astimezone().replace(tzinfo=None)
 
-    def children(model: Any, *columns: Any) -> list[Any]:
+    def children(model: Any, *columns: Any, keys: Collection[str] | None = None) -> list[Any]:
         query = sqlalchemy.select(model.trial_id, *columns).where(model.trial_id.in_(ids))
+        if keys is not None:
+            query = query.where(model.key.in_(list(keys)))
         return connection.execute(query.order_by(*[c for c in model.__table__.primary_key.columns])).all()
 
     with storage.engine.connect() as connection:
@@ -114,9 +118,9 @@ def _read_trials_core(storage: optuna.storages.RDBStorage, study_id: int,
             distribution = json_to_distribution(text)
             fields[trial_id]["distributions"][name] = distribution
             fields[trial_id]["params"][name] = distribution.to_external_repr(value)
-        for model, target in ((models.TrialUserAttributeModel, "user_attrs"),
-                              (models.TrialSystemAttributeModel, "system_attrs")):
-            attrs = children(model, model.key, model.value_json)
+        for model, target, keys in ((models.TrialUserAttributeModel, "user_attrs", user_attrs),
+                                    (models.TrialSystemAttributeModel, "system_attrs", None)):
+            attrs = children(model, model.key, model.value_json, keys=keys)
             for (trial_id, key, _), value in zip(attrs, _json_values([text for _, _, text in attrs])):
                 fields[trial_id][target][key] = value
         value_model = models.TrialValueModel

@@ -60,6 +60,7 @@ class StudyFolder:
 
     def __init__(self, path: str | Path):
         self.path = Path(path).resolve()
+        self._trials = self.path / "trials"
 
     @property
     def study_yaml(self) -> Path:
@@ -85,7 +86,7 @@ class StudyFolder:
         return f"sqlite:///{self.path / 'optuna.db'}"
 
     def trial_dir(self, key: str) -> Path:
-        return self.path / "trials" / key
+        return self._trials / key
 
     def summary_path(self, key: str) -> Path:
         return self.trial_dir(key) / "summary.json"
@@ -229,10 +230,9 @@ class TrialsTable:
         started = time.monotonic()
         columns = self.columns()
         buffer = io.StringIO()
-        writer = csv.DictWriter(buffer, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
-        writer.writeheader()
-        for row in self.rows.values():
-            writer.writerow({name: csv_cell(row.get(name)) for name in columns})
+        writer = csv.writer(buffer, lineterminator="\n")
+        writer.writerow(columns)
+        writer.writerows([csv_cell(row.get(name)) for name in columns] for row in self.rows.values())
         write_text_atomic(self.folder.trials_csv, buffer.getvalue())
         self.unwritten = False
         self._written_at = time.monotonic()
@@ -250,11 +250,12 @@ class TrialsTable:
             self.write()
 
 
-def weights_state(folder: StudyFolder, key: str, summary: Summary) -> str:
+def weights_state(folder: StudyFolder, key: str, summary: Summary, on_disk: bool | None = None) -> str:
     """kept (trials/<key>/model/ is there), deleted (the trainer saved it: save_model was set and the run
     ended with a best-dev state; a better trial's end removed it), none (never saved), or, on a cluster,
-    "lost with node <host>" / "not received from <host>" (the trial's files never reached the driver)."""
-    if folder.model_dir(key).is_dir():
+    "lost with node <host>" / "not received from <host>" (the trial's files never reached the driver).
+    `on_disk`: whether trials/<key>/model/ is there, when the caller knows (None: look)."""
+    if folder.model_dir(key).is_dir() if on_disk is None else on_disk:
         return "kept"
     files = summary.files  # on a cluster: whether the trial's files reached the driver (sweep.run.trial_files)
     if isinstance(files, dict) and files.get("arrived") is False:

@@ -33,12 +33,13 @@ class WeightKeeper:
         self.on_disk: dict[str, tuple[float | None, dict[str, Any]]] = {}
 
     def scan(self, ended: dict[str, dict[str, Any]]) -> dict[str, str]:
-        """Every ended trial at once ({key: summary}, in trial order): the weights column of each."""
-        for key, summary in ended.items():
-            self._note(key, summary)
+        """Every ended trial at once ({key: summary}, in trial order): the weights column of each (each trial's
+        model folder looked for once)."""
+        present = {key for key in ended if self._note(key, ended[key])}
         states = self._prune()
         for key, summary in ended.items():
-            states.setdefault(key, weights_state(self.folder, key, summary))
+            if key not in states:
+                states[key] = weights_state(self.folder, key, summary, on_disk=key in present)
         return states
 
     def trial_ended(self, key: str, summary: Mapping[str, Any]) -> dict[str, str]:
@@ -48,10 +49,13 @@ class WeightKeeper:
         states[key] = weights_state(self.folder, key, summary)
         return states
 
-    def _note(self, key: str, summary: Mapping[str, Any]) -> None:
-        if self.folder.model_dir(key).is_dir():
-            value = metric_value(summary, self.metric) if summary.status == OK else None
-            self.on_disk[key] = (value, summary)
+    def _note(self, key: str, summary: Mapping[str, Any]) -> bool:
+        """Note the trial's weights when they are on disk; whether they are."""
+        if not self.folder.model_dir(key).is_dir():
+            return False
+        value = metric_value(summary, self.metric) if summary.status == OK else None
+        self.on_disk[key] = (value, summary)
+        return True
 
     def _prune(self) -> dict[str, str]:
         """Delete the weights outside the top `keep` (on a tie the trial that ended first stays); their new states."""

@@ -20,7 +20,7 @@ from __future__ import annotations
 import gc
 import subprocess
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from sweep.records.history import keep_weights_changed, record_change
 from sweep.records.mirror import OptunaMirror, infer_distributions, rebuild_storage
@@ -45,6 +45,10 @@ from trainer.methods.plugins import plugin_digests, plugin_sources
 from trainer.provenance import code_state, short_commit
 from trainer.summary import Summary, summary_from_attrs
 from trainer.vocabulary import OK, TrialState
+
+# The user attributes of the study's Optuna trials that planning reads (sweep.records.resume.decide, the plan's tpe
+# asks, trials.csv's rows); a trial's full record is read where it is restored from Optuna (read_summaries).
+PLANNING_ATTRS = ("status", "reason", "asked")
 
 
 def open_study(spec: StudySpec, train_fn: str, rerun_changed: bool = False, rebuild: bool = False,
@@ -80,12 +84,12 @@ def _open(spec: StudySpec, train_fn: str, rerun_changed: bool, rebuild: bool, ch
     _record_study_file(spec, folder, mirror)
     stale = mirror.fail_interrupted()
 
-    attempts = mirror.trials_by_key()
+    attempts = mirror.trials_by_key(user_attrs=PLANNING_ATTRS)
     former = take_former_keys(folder, planned, attempts)  # moved to their keys first: recorded below
     configurations = [params for _, params in seed_means.asked()] if seed_means is not None else []
     if not spec.search.expands:
         planned = planned_trials(spec, attempts, configurations)
-    summaries = read_summaries(folder, planned, attempts)
+    summaries = read_summaries(folder, planned, attempts, mirror.full_user_attrs)
     plan = plan_study(spec, attempts, summaries, distributions=distributions, configurations=configurations,
                       stored_configs=_stored_configs(folder, planned, attempts, summaries),
                       weights=weights_on_disk(spec, folder, summaries, keep_changed, every_ok=rerun_changed),
@@ -146,22 +150,24 @@ def study_distributions(spec: StudySpec, planned: Sequence[Trial]) -> dict[str, 
     return space
 
 
-def read_summaries(folder: StudyFolder, planned: Sequence[Trial], attempts: Mapping[str, Sequence[Any]]
+def read_summaries(folder: StudyFolder, planned: Sequence[Trial], attempts: Mapping[str, Sequence[Any]],
+                   user_attrs: Callable[[Any], dict[str, Any]] = lambda attempt: dict(attempt.user_attrs)
                    ) -> dict[str, Summary | None]:
     """key -> each planned trial's summary.json (one read each), None where it has none. A damaged file is never
     read as "no result": with a final attempt in Optuna it is set aside and rebuilt from that attempt's user
-    attributes (the key stays done); without one, the trial's folder is set aside and the trial runs again. A
-    finished trial whose re-run was stopped (the re-run cleared its files) gets its summary back from Optuna."""
+    attributes (`user_attrs`: all of them, of an attempt read with only some), the key staying done; without one,
+    the trial's folder is set aside and the trial runs again. A finished trial whose re-run was stopped (the re-run
+    cleared its files) gets its summary back from Optuna."""
     summaries: dict[str, Summary | None] = {}
     for trial in planned:
         key = trial.key
         final = [a for a in attempts.get(key, ()) if is_final(a)]
         summary, problem = folder.read_summary_checked(key)
         if problem:
-            _damaged_summary(folder, key, problem, final[-1] if final else None)
+            _damaged_summary(folder, key, problem, final[-1] if final else None, user_attrs)
             summary = folder.read_summary(key)  # restored from Optuna, or set aside
         if summary is None and final and _rerun_was_stopped(folder, key):
-            summary = _summary_of_stopped_rerun(folder, key, final[-1])
+            summary = _summary_of_stopped_rerun(folder, key, final[-1], user_attrs)
         summaries[key] = summary
     return summaries
 
@@ -210,12 +216,13 @@ def _rerun_was_stopped(folder: StudyFolder, key: str) -> bool:
     return (trial_dir / WEIGHTS_WANTED).is_file() or any(trial_dir.glob(f"summary.json.{REPLACED}-*"))
 
 
-def _summary_of_stopped_rerun(folder: StudyFolder, key: str, final: Any) -> Summary | None:
+def _summary_of_stopped_rerun(folder: StudyFolder, key: str, final: Any,
+                              user_attrs: Callable[[Any], dict[str, Any]]) -> Summary | None:
     """A finished trial whose re-run was stopped: its summary.json back from the final Optuna attempt, so that
     it stays recorded as it was and runs again when asked."""
     if sweep_state(final.state) is not TrialState.COMPLETE:
         return None
-    folder.write_summary(key, summary_from_attrs(dict(final.user_attrs)))
+    folder.write_summary(key, summary_from_attrs(user_attrs(final)))
     if (folder.trial_dir(key) / WEIGHTS_WANTED).is_file():
         print(f"trial {key}: its re-run for its weights was stopped; results restored from Optuna trial "
               f"{final.number}, the re-run starts again", flush=True)
@@ -225,11 +232,12 @@ def _summary_of_stopped_rerun(folder: StudyFolder, key: str, final: Any) -> Summ
     return folder.read_summary(key)
 
 
-def _damaged_summary(folder: StudyFolder, key: str, problem: str, final: Any) -> None:
+def _damaged_summary(folder: StudyFolder, key: str, problem: str, final: Any,
+                     user_attrs: Callable[[Any], dict[str, Any]]) -> None:
     path = folder.summary_path(key)
     if final is not None:
         aside = folder.set_aside(path)
-        folder.write_summary(key, summary_from_attrs(dict(final.user_attrs)))
+        folder.write_summary(key, summary_from_attrs(user_attrs(final)))
         print(f"trial {key}: {path} {problem}; kept as {aside.name}, results restored from Optuna trial "
               f"{final.number}", flush=True)
     else:

@@ -207,3 +207,8 @@ def test_read_trials_gives_what_optunas_own_read_gives(tmp_path):
     live = (TrialState.RUNNING, TrialState.WAITING)
     assert ([fields(t) for t in sweep.records.optuna_reads.read_trials(storage, study_id, states=live)]
             == [fields(t) for t in optunas if t.state in live])
+    # only some user attributes (what planning reads): the same trials, those attributes alone
+    some = sweep.records.optuna_reads.read_trials(storage, study_id, user_attrs={"key", "absent"})
+    assert [t.user_attrs for t in some] == [{k: v for k, v in t.user_attrs.items() if k == "key"} for t in optunas]
+    assert ([fields(t)[:7] + fields(t)[8:] for t in some] == [fields(t)[:7] + fields(t)[8:] for t in optunas])
+    assert any(len(t.user_attrs) > 1 for t in optunas)
