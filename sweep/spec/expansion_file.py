@@ -32,7 +32,7 @@ def digest(fingerprint: str) -> str:
     from trainer.method_rules import registered
 
     methods = sorted((name, entry.origin, _file_digest(entry.source_file)) for name, entry in registered().items())
-    parts = [fingerprint, _code_digest(), json.dumps(methods), sys.version, VERSION]
+    parts = [fingerprint, code_digest(), json.dumps(methods), sys.version, VERSION]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
@@ -88,7 +88,7 @@ def read_digest(path: Path) -> str | None:
 
 
 @lru_cache(maxsize=1)
-def _code_digest() -> str:
+def code_digest() -> str:
     """sha256 over the source of the trainer and of sweep.spec, file by file in a fixed order."""
     hasher = hashlib.sha256()
     for package in _PACKAGES:

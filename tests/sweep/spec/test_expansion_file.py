@@ -1,92 +1,90 @@
-"""A study's expansion kept in its results folder (sweep.spec.expansion_file): read back only when it was made from
-the same study, trainer defaults, code and methods; anything else builds the expansion again."""
+"""A study's expansion kept in its results folder (sweep.spec.expansion_file): read back by the next process only
+when it was made from the same study, trainer defaults, code and methods; anything else builds the expansion
+again."""
 
 from __future__ import annotations
 
-import importlib
 import json
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
-from sweep.spec import expansion, expansion_file, keep_expansion, load_study
-from tests.helpers import fake_study
+from sweep.spec import Trial, expansion, expansion_file, keep_expansion, load_study
+from tests.helpers import REPO, fake_study
 
-expand_module = importlib.import_module("sweep.spec.expand")  # the package's `expand` is the function
-
-
-def _fresh(path: Path):
-    """The study loaded as a new process would: nothing in the in-memory cache."""
-    expand_module._EXPANSIONS.clear()
-    return load_study(path)
+SENTINEL = 12345.0  # an mtd no expansion computes: seen only when the stored file was read
 
 
-def _building_refused(monkeypatch) -> None:
-    def refuse(spec):
-        raise AssertionError("the expansion was built, not read back")
-
-    monkeypatch.setattr(expand_module, "_expand_uncached", refuse)
-
-
-def _as_rows(spec) -> list:
-    built = expansion(spec)
-    return [[t.key, t.seed, t.params, t.config, t.mtd, t.requested] for t in built.trials] + [
-        [built.configurations, built.dropped, built.duplicates]]
+def _loaded_in_a_new_process(path: Path) -> list:
+    """Each trial's (key, mtd) of the study's expansion as a new process loads it (nothing cached in memory)."""
+    code = ("import json, sys\nfrom sweep.spec import expansion, load_study\n"
+            "print(json.dumps([[t.key, t.mtd] for t in expansion(load_study(sys.argv[1])).trials]))")
+    done = subprocess.run([sys.executable, "-c", code, str(path)], cwd=REPO, capture_output=True, text=True,
+                          check=True)
+    return json.loads(done.stdout.splitlines()[-1])
 
 
-def test_a_kept_expansion_is_read_back_equal_to_the_built_one(tmp_path, shared_data_dir, monkeypatch):
+def _kept(path: Path) -> tuple[Path, list]:
+    spec = load_study(path)
+    Path(spec.study_dir).mkdir(parents=True, exist_ok=True)
+    keep_expansion(spec)
+    return Path(spec.study_dir) / expansion_file.EXPANSION_FILE, [[t.key, t.mtd] for t in expansion(spec).trials]
+
+
+def _marked(stored: Path) -> None:
+    """The stored first trial's mtd set to SENTINEL, the digest kept."""
+    data = json.loads(stored.read_text())
+    data["trials"][0][4] = SENTINEL
+    stored.write_text(json.dumps(data))
+
+
+def test_a_kept_expansion_is_read_back_by_the_next_process(tmp_path, shared_data_dir):
     path = fake_study(tmp_path, "kept", shared_data_dir, decays=(0.1, 0.2, 0.3), seeds=[1, 2])
-    spec = _fresh(path)
-    built = _as_rows(spec)
+    spec = load_study(path)
     keep_expansion(spec)  # no results folder yet: nothing kept
     assert not (Path(spec.study_dir) / expansion_file.EXPANSION_FILE).exists()
-    Path(spec.study_dir).mkdir(parents=True)
-    keep_expansion(spec)
-    assert (Path(spec.study_dir) / expansion_file.EXPANSION_FILE).is_file()
+    stored, built = _kept(path)
+    assert len(built) == 6 and stored.is_file()
+    data = json.loads(stored.read_text())
+    assert [[t[0], t[4]] for t in data["trials"]] == built
+    assert _loaded_in_a_new_process(path) == built
 
-    _building_refused(monkeypatch)
-    again = _fresh(path)
-    assert _as_rows(again) == built
-    assert len(built) == 7  # 3 decays x 2 seeds, and the counts
+    _marked(stored)
+    assert _loaded_in_a_new_process(path) == [[built[0][0], SENTINEL], *built[1:]]
 
 
-def test_another_study_content_or_code_builds_it_again(tmp_path, shared_data_dir, monkeypatch):
+def test_another_study_a_stale_digest_or_a_damaged_file_builds_it_again(tmp_path, shared_data_dir):
     path = fake_study(tmp_path, "changed", shared_data_dir, decays=(0.1, 0.2))
-    spec = _fresh(path)
-    Path(spec.study_dir).mkdir(parents=True)
-    keep_expansion(spec)
-    stored = Path(spec.study_dir) / expansion_file.EXPANSION_FILE
+    stored, built = _kept(path)
+    _marked(stored)
 
-    # another study content (a value added) under the same results folder
-    assert len(expansion(_fresh(fake_study(tmp_path, "changed", shared_data_dir, decays=(0.1, 0.2, 0.3)))).trials) == 3
+    # another study under the same results folder: its own trials
+    fake_study(tmp_path, "changed", shared_data_dir, decays=(0.1, 0.2, 0.3))
+    assert len(_loaded_in_a_new_process(path)) == 3
 
-    # the same study, the file made under another code digest: stale, built again
-    path = fake_study(tmp_path, "changed", shared_data_dir, decays=(0.1, 0.2))
-    spec = _fresh(path)
-    keep_expansion(spec)
+    # the same study, the file made under another digest: stale
+    fake_study(tmp_path, "changed", shared_data_dir, decays=(0.1, 0.2))
     text = stored.read_text()
-    digest = expansion_file.read_digest(stored)
-    stored.write_text(text.replace(digest, "0" * 64, 1))
-    calls = []
-    original = expand_module._expand_uncached
-    monkeypatch.setattr(expand_module, "_expand_uncached", lambda s: calls.append(1) or original(s))
-    assert len(expansion(_fresh(path)).trials) == 2 and calls == [1]
+    stored.write_text(text.replace(expansion_file.read_digest(stored), "0" * 64, 1))
+    assert _loaded_in_a_new_process(path) == built
 
     # a damaged file: built again, nothing raised
     stored.write_text(text[: len(text) // 2])
-    assert len(expansion(_fresh(path)).trials) == 2 and calls == [1, 1]
+    assert _loaded_in_a_new_process(path) == built
 
 
-def test_the_digest_covers_the_trainer_code_and_a_plugin_source(tmp_path, monkeypatch):
+def test_the_digest_covers_the_code_and_each_registered_methods_source(tmp_path, monkeypatch):
     before = expansion_file.digest("study")
     assert expansion_file.digest("another study") != before
-    monkeypatch.setattr(expansion_file, "_code_digest", lambda: "other code")
+    monkeypatch.setattr(expansion_file, "code_digest", lambda: "other code")
     assert expansion_file.digest("study") != before
     monkeypatch.undo()
+    assert expansion_file.digest("study") == before
 
-    # a registered method's source (a plugin file, an installed package's module)
     from trainer import method_rules
 
-    source = tmp_path / "my_method.py"
+    source = tmp_path / "my_method.py"  # a plugin file, an installed package's module
     source.write_text("class Mine: ...\n")
     entry = SimpleNamespace(origin=str(source), source_file=str(source))
     monkeypatch.setattr(method_rules, "registered", lambda: {"mine": entry})
@@ -97,30 +95,21 @@ def test_the_digest_covers_the_trainer_code_and_a_plugin_source(tmp_path, monkey
 
 
 def test_values_json_would_not_give_back_are_not_kept(tmp_path):
-    spec_dir = tmp_path / "results" / "s"
-    spec_dir.mkdir(parents=True)
-
-    class Spec:
-        study_dir = str(spec_dir)
-
-    from sweep.spec import Trial
-
-    trial = Trial(key="k", seed=1, params={"x": (1, 2)}, config={}, mtd=None)
-    expansion_file.write(Spec(), "d" * 64, [trial], 1, 0, 0)
-    assert not (spec_dir / expansion_file.EXPANSION_FILE).exists()
+    spec = SimpleNamespace(study_dir=str(tmp_path))
+    stored = tmp_path / expansion_file.EXPANSION_FILE
+    expansion_file.write(spec, "d" * 64, [Trial(key="k", seed=1, params={"x": (1, 2)}, config={}, mtd=None)], 1, 0, 0)
+    assert not stored.exists()
     trial = Trial(key="k", seed=1, params={"x": [1, 2]}, config={"a": 1.5}, mtd=2.0)
-    expansion_file.write(Spec(), "d" * 64, [trial], 1, 0, 0)
-    assert json.loads((spec_dir / expansion_file.EXPANSION_FILE).read_text())["trials"] == [
-        ["k", 1, {"x": [1, 2]}, {"a": 1.5}, 2.0, {}]]
-    assert expansion_file.read(Spec(), "d" * 64) == ([trial], 1, 0, 0)
-    assert expansion_file.read(Spec(), "e" * 64) is None
+    expansion_file.write(spec, "d" * 64, [trial], 1, 0, 0)
+    assert json.loads(stored.read_text())["trials"] == [["k", 1, {"x": [1, 2]}, {"a": 1.5}, 2.0, {}]]
+    assert expansion_file.read(spec, "d" * 64) == ([trial], 1, 0, 0)
+    assert expansion_file.read(spec, "e" * 64) is None
 
 
 def test_a_tpe_study_keeps_nothing(tmp_path, shared_data_dir):
-    path = fake_study(tmp_path, "asks", shared_data_dir,
-                      parameters={"ema.decay": {"distribution": "uniform", "low": 0.1, "high": 0.9}},
-                      method="tpe", budget=2)
-    spec = _fresh(path)
+    path = fake_study(tmp_path, "asks", shared_data_dir, method="tpe", budget=2,
+                      parameters={"ema.decay": {"distribution": "uniform", "low": 0.1, "high": 0.9}})
+    spec = load_study(path)
     Path(spec.study_dir).mkdir(parents=True)
     keep_expansion(spec)
     assert not (Path(spec.study_dir) / expansion_file.EXPANSION_FILE).exists()
