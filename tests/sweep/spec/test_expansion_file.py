@@ -10,26 +10,35 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
-from sweep.spec import Trial, expansion, expansion_file, keep_expansion, load_study
+from sweep.spec import Trial, expansion_file, keep_expansion, load_study
 from tests.helpers import REPO, fake_study
 
 SENTINEL = 12345.0  # an mtd no expansion computes: seen only when the stored file was read
 
 
-def _loaded_in_a_new_process(path: Path) -> list:
-    """Each trial's (key, mtd) of the study's expansion as a new process loads it (nothing cached in memory)."""
-    code = ("import json, sys\nfrom sweep.spec import expansion, load_study\n"
-            "print(json.dumps([[t.key, t.mtd] for t in expansion(load_study(sys.argv[1])).trials]))")
-    done = subprocess.run([sys.executable, "-c", code, str(path)], cwd=REPO, capture_output=True, text=True,
-                          check=True)
+# Both run in a process of their own, as `sweep run` does: nothing cached in memory, and only the methods a study
+# registers (a test process may hold others, which the digest counts).
+_LOADED = """import json, sys
+from pathlib import Path
+from sweep.spec import expansion, keep_expansion, load_study
+spec = load_study(sys.argv[1])
+if sys.argv[2] == "keep":
+    Path(spec.study_dir).mkdir(parents=True, exist_ok=True)
+    keep_expansion(spec)
+print(json.dumps([[t.key, t.mtd] for t in expansion(spec).trials]))
+"""
+
+
+def _loaded_in_a_new_process(path: Path, keep: bool = False) -> list:
+    """Each trial's (key, mtd) of the study's expansion as a new process loads it (`keep`: and keeps it)."""
+    done = subprocess.run([sys.executable, "-c", _LOADED, str(path), "keep" if keep else "load"], cwd=REPO,
+                          capture_output=True, text=True, check=True)
     return json.loads(done.stdout.splitlines()[-1])
 
 
 def _kept(path: Path) -> tuple[Path, list]:
-    spec = load_study(path)
-    Path(spec.study_dir).mkdir(parents=True, exist_ok=True)
-    keep_expansion(spec)
-    return Path(spec.study_dir) / expansion_file.EXPANSION_FILE, [[t.key, t.mtd] for t in expansion(spec).trials]
+    built = _loaded_in_a_new_process(path, keep=True)
+    return Path(load_study(path).study_dir) / expansion_file.EXPANSION_FILE, built
 
 
 def _marked(stored: Path) -> None:
