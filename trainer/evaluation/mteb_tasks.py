@@ -84,21 +84,11 @@ def check_tasks(names: Sequence[str], data_root: str | Path | None = None) -> No
     nothing to check (mteb need not be installed)."""
     if not names:
         return
-    mteb = require_mteb()
-    known = None
+    require_mteb()  # a local task is scored through mteb too
     for name in names:
         if name in LOCAL_TASKS:
             continue
-        if name.startswith(LOCAL_PREFIX):
-            raise UserError(f"eval.mteb: unknown local task {name!r}; the local ones are {', '.join(LOCAL_TASKS)}")
-        try:
-            task = mteb.get_task(name)
-        except (KeyError, ValueError):
-            known = known or [task.metadata.name for task in mteb.get_tasks(exclude_superseded=False)]
-            close = difflib.get_close_matches(name, known, n=1)
-            raise UserError(f"eval.mteb: mteb has no task {name!r}" + (f" (did you mean {close[0]!r}?)" if close
-                                                                       else "; `mteb available_tasks` lists them")
-                            ) from None
+        task = known_task(name)
         dataset = task.metadata.dataset
         if not _cached(dataset["path"], dataset.get("revision")) and not _hub_reachable():
             raise UserError(
@@ -106,6 +96,21 @@ def check_tasks(names: Sequence[str], data_root: str | Path | None = None) -> No
                 "is not in the local Hugging Face cache and the hub cannot be reached; on a machine that reaches "
                 f"it run `python -c \"import mteb; mteb.get_task('{name}').load_data()\"` and copy its "
                 "~/.cache/huggingface here (or evaluate local:STSBenchmark, which needs no hub)")
+
+
+def known_task(name: str) -> Any:
+    """mteb's task `name`; a UserError naming the closest known name where mteb (or the local tasks) has none."""
+    if name.startswith(LOCAL_PREFIX):
+        raise UserError(f"eval.mteb: unknown local task {name!r}; the local ones are {', '.join(LOCAL_TASKS)}")
+    mteb = require_mteb()
+    try:
+        return mteb.get_task(name)
+    except (KeyError, ValueError):
+        known = [task.metadata.name for task in mteb.get_tasks(exclude_superseded=False)]
+        close = difflib.get_close_matches(name, known, n=1)
+        raise UserError(f"eval.mteb: mteb has no task {name!r}" + (f" (did you mean {close[0]!r}?)" if close
+                                                                   else "; `mteb available_tasks` lists them")
+                        ) from None
 
 
 def _cached(repo: str, revision: str | None) -> bool:
@@ -199,13 +204,12 @@ def task_samples(names: Sequence[str]) -> dict[str, int | None]:
     (None where it states none); local:STSBenchmark's from the SentEval split. What the dry run counts."""
     from trainer.vocabulary import STS_TEST_PAIRS
 
-    mteb = require_mteb()
     sizes: dict[str, int | None] = {}
     for name in names:
         if name in LOCAL_TASKS:
             sizes[name] = STS_TEST_PAIRS[STS_BENCHMARK]
             continue
-        metadata = mteb.get_task(name).metadata
+        metadata = known_task(name).metadata
         counts = [(metadata.n_samples or {}).get(split) for split in metadata.eval_splits]
         sizes[name] = None if None in counts else sum(counts)
     return sizes

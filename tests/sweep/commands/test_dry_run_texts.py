@@ -177,3 +177,13 @@ def test_the_dry_run_counts_the_mteb_tasks_the_trials_score(tmp_path, capsys, sh
     assert text == (f"local:STSBenchmark ({pairs:,} test samples) after the final tasks of 2 trials, through mteb: "
                     f"{pairs:,} samples per trial to score (not in the device-hour estimate)")
     assert dry_run_lines(capsys, tiny_study(tmp_path, "without", shared_data_dir), "mteb") == []
+
+
+@needs_mteb
+def test_the_dry_run_names_an_mteb_task_mteb_does_not_know_with_the_closest_one(tmp_path, capsys, shared_data_dir):
+    path = tiny_study(tmp_path, "misspelt", shared_data_dir, eval={"mteb": ["STSBenchmar"]})
+    assert dry_run_lines(capsys, path, "mteb") == ["eval.mteb: mteb has no task 'STSBenchmar' (did you mean "
+                                                   "'STSBenchmark'?)"]
+    path = tiny_study(tmp_path, "not_a_task", shared_data_dir, eval={"mteb": ["embedded"]})
+    assert dry_run_lines(capsys, path, "mteb") == ["eval.mteb: mteb has no task 'embedded'; `mteb available_tasks` "
+                                                   "lists them"]
