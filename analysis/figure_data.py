@@ -27,6 +27,7 @@ AXIS_ROOM = 0.6  # in: what a panel's y label and y tick labels take of the figu
 TITLE_PT, LABEL_PT, TICK_PT, LEGEND_PT = 8.0, 8.0, 7.0, 7.0  # as figure_style.STYLE sets them
 MAX_TICKS = 12  # labels a categorical axis carries at most: more overlap (and each costs the layout a measure)
 NBSP = "\u00a0"  # a space inside brackets while wrapping: "(MoCoSE Fig. 2)" stays on one line
+PAIRED_TITLE = "Paired difference to the reference"  # the panel of paired differences, in either figure
 PAPER_LEFT_OUT = "paper values not drawn: they are seven-task STS averages"
 SCORE_LABELS = {
     "avg": "STS avg Spearman x100",  # the seven-task average (a trial without all seven has no avg)
@@ -312,6 +313,24 @@ def _sort_value(value: Any, sort_key: Callable[[Any], Any] | None) -> tuple:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return (1, 0)  # missing (the config default) last
     return (0, float(value)) if isinstance(value, (int, float, np.number)) else (0, str(value))
+
+
+# ---- one mark per row ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Rows:
+    """A figure of one mark per row, the first at the top (the paired differences figure): each row's label, mean
+    and, where it has an interval, its bar's extent below and above the mean and whether it stands at 0.05 (a
+    filled mark); the legend's label for each kind of mark (stands, does not, no interval), the x label, the
+    legend's title (`note`) and the data drawn."""
+
+    labels: tuple[str, ...]
+    means: tuple[float, ...]
+    bars: tuple[tuple[float, float] | None, ...]
+    stands: tuple[bool, ...]
+    kinds: tuple[str, str, str]
+    xlabel: str
+    note: str
+    frame: pd.DataFrame
 
 
 # ---- the queue heat map -----------------------------------------------------------------------------

@@ -19,8 +19,9 @@ from matplotlib.path import Path
 from matplotlib.ticker import FixedLocator, MaxNLocator, NullFormatter, ScalarFormatter
 
 from analysis import paired
-from analysis.figure_data import DEFAULT_SIZE, Heatmap, Panel, Plot, Series
+from analysis.figure_data import DEFAULT_SIZE, PAIRED_TITLE, Heatmap, Panel, Plot, Rows, Series
 from analysis.figure_style import REFERENCE_GREY, SEQUENTIAL, finish, legend_below, new_figure, series_style, styled
+from analysis.knob_differences import paired_rows
 from analysis.registry import FIGURE, FigureEntry
 
 Drawn = tuple[Figure, pd.DataFrame]
@@ -82,6 +83,34 @@ def draw_heatmap(data: Heatmap, size: str = DEFAULT_SIZE) -> Drawn:
     legend_below(axes[-1], [], [], title=data.note)
     fig.suptitle(data.suptitle)
     return finished(fig, axes, size), data.frame
+
+
+@styled
+def figure_paired_differences(table: pd.DataFrame, by: Sequence[str], reference: paired.Reference, score: str = "avg",
+                              size: str = DEFAULT_SIZE) -> Drawn:
+    """The paired table's figure (analysis.knob_differences.paired_rows), drawn."""
+    return draw_rows(paired_rows(table, by, reference, score), size)
+
+
+def draw_rows(data: Rows, size: str = DEFAULT_SIZE) -> Drawn:
+    """A Rows figure: each row's mean with its bar, filled where it stands and hollow where not (a legend entry
+    each), a square in the next colour where it has no bar; a line at 0; the panel as tall as its rows need."""
+    fig, (ax,) = new_figure(size)
+    ys, color = np.arange(len(data.labels))[::-1], series_style(0)["color"]
+    for stands, fill, label in ((True, color, data.kinds[0]), (False, "white", data.kinds[1])):
+        rows = [i for i, bar in enumerate(data.bars) if bar is not None and data.stands[i] == stands]
+        if rows:
+            ax.errorbar([data.means[i] for i in rows], ys[rows], xerr=np.transpose([data.bars[i] for i in rows]),
+                        fmt="o", capsize=3, color=color, markerfacecolor=fill, label=label)
+    alone = [i for i, bar in enumerate(data.bars) if bar is None]
+    if alone:
+        ax.plot([data.means[i] for i in alone], ys[alone], "s", color=series_style(1)["color"], label=data.kinds[2])
+    ax.axvline(0.0, color="0.4", linewidth=0.8, linestyle=":", zorder=0)
+    ax.set_yticks(ys, data.labels)
+    ax.set_ylim(-0.5, len(data.labels) - 0.5)
+    ax.set(xlabel=data.xlabel, title=PAIRED_TITLE)
+    legend_below(ax, title=data.note)
+    return finish(fig, [ax], size, panel_height=0.3 + 0.2 * len(data.labels)), data.frame
 
 
 def draw_panel(ax, panel: Panel) -> None:

@@ -1,12 +1,15 @@
-"""The knob figure's data step (`knob_data`, the registry's "knob" entry): the score along any swept number key no
-paper figure is for and, in a second panel, each of its values against the study's reference, seed by seed: the
-rows of the study's paired table (analysis.paired: the same reference, interval, adjusted p and family) whose trials
-are the knob's. A value with two shared seeds is a mean alone; one sharing fewer is left out and counted.
+"""The data steps of the figures of paired differences (analysis.paired). The paired table's own figure
+(`paired_rows`): a row per configuration. The knob figure (`knob_data`, the registry's "knob" entry): the score along
+any swept number key no paper figure is for and, in a second panel, each of its values against the study's
+reference, seed by seed: the rows of the study's paired table (the same reference, interval, adjusted p and family)
+whose trials are the knob's. A value with two shared seeds is a mean alone; one sharing fewer is left out and
+counted.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -107,13 +110,41 @@ def knob_data(entry: Any, trials: pd.DataFrame, score: str = "avg", by: Sequence
     if found is None:  # seeds do not allow it: the score alone
         return dataclasses.replace(plot, frame=parts[0].reindex(columns=[*plot.frame.columns, *COLUMNS]))
     (upper,) = plot.panels
-    lower = fd.Panel((), "Paired difference to the reference", upper.xlabel, f"\u0394 {fd.score_label(score)}",
+    lower = fd.Panel((), fd.PAIRED_TITLE, upper.xlabel, f"\u0394 {fd.score_label(score)}",
                      upper.ticks, upper.rotate)
     frame = pd.concat([*parts, _rows(found, series)], ignore_index=True)
     frame["n"] = frame["n"].astype("Int64")
     return dataclasses.replace(plot, panels=(upper, lower), frame=frame[[*plot.frame.columns, *COLUMNS]],
                                note=f"{plot.note}\n{_note(found, 'lower' if size == 'single' else 'right')}",
                                differences=found)
+
+
+def paired_rows(table: pd.DataFrame, by: Sequence[str], reference: paired.Reference, score: str = "avg") -> fd.Rows:
+    """The paired table of `table` (configurations of `by` against `reference`) as a row each, in its order: the
+    mean difference and, where it has one, its interval, ended one point past the others where unbounded
+    (paired.drawn_ends) and standing where its adjusted p is below 0.05; the legend's title names the rows' keys,
+    the reference, the seeds and what was left out."""
+    comparison = paired.paired_differences(table, by, reference, score)
+    rows = comparison.rows
+    if not rows:
+        raise ValueError("no configuration shares two seeds with the reference")
+    with_ci = [d for d in rows if d.ci_low is not None]
+    low_end, high_end = paired.drawn_ends(with_ci) if with_ci else (math.nan, math.nan)
+    bars = tuple(None if d.ci_low is None else
+                 (max(0.0, d.mean - max(d.ci_low, low_end)), max(0.0, min(d.ci_high, high_end) - d.mean)) for d in rows)
+    ns = sorted({d.n for d in rows})
+    seeds = f"{ns[0]} shared seeds" if len(ns) == 1 else f"{ns[0]}-{ns[-1]} shared seeds (n per row in the csv)"
+    note = (f"rows: {' / '.join(by)}; reference: {paired.values_text(reference.configuration, by)} "
+            f"({reference.how}); \u0394 = row - reference over {seeds}")
+    if comparison.procedure == paired.MCB:
+        note += "; intervals: row - best of the others, all rows at once"
+    if comparison.left_out:
+        note += f"; not compared (under {paired.MIN_PAIRED} shared seeds): {len(comparison.left_out)}"
+    marks = f"mean difference, {paired.interval_label(comparison)}; {paired.adjusted_p_label(comparison)}"
+    return fd.Rows(tuple(paired.values_text(d.configuration, by) for d in rows), tuple(d.mean for d in rows), bars,
+                   tuple(d.ci_low is not None and d.p_adjusted < 0.05 for d in rows),
+                   (f"{marks} < 0.05", f"{marks} >= 0.05", "mean difference, n = 2: no interval"),
+                   f"\u0394 {fd.score_label(score)}", note, paired.paired_frame(comparison))
 
 
 def _rows(found: KnobDifferences, series: Sequence[str]) -> pd.DataFrame:

@@ -43,7 +43,6 @@ import numpy as np
 import pandas as pd
 from scipy import stats as scipy_stats
 
-from analysis.figure_style import styled
 from analysis.intervals import holm, mcb_bounds, paired_t, sign_flip_p
 from analysis.seeds import Spread, default_spread, resolvable_difference, seed_lines, spread_of_differences
 from trainer.evaluation.sts_average import AVG
@@ -308,7 +307,7 @@ def _missing(value: Any) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value))
 
 
-def _values(configuration: dict[str, Any], by: Sequence[str]) -> str:
+def values_text(configuration: dict[str, Any], by: Sequence[str]) -> str:
     """A configuration by its values alone, in `by`'s order (a figure's row label; the keys go in its legend)."""
     return " / ".join(_cell(configuration.get(key)) for key in by)
 
@@ -446,54 +445,3 @@ def _signed(value: float) -> str:
         return "0"
     return "-inf" if value == -np.inf else "+inf" if value == np.inf else f"{value:+.2f}"
 
-
-@styled
-def figure_paired_differences(table: pd.DataFrame, by: Sequence[str], reference: Reference, score: str = AVG,
-                              size: str = "single"):
-    """Each configuration's mean paired difference to the reference with the interval of the paired table (a
-    point alone where n = 2), a zero line, the reference named in the legend; (figure, its data)."""
-    from analysis.figure_data import score_label
-    from analysis.figure_style import finish, legend_below, new_figure, series_style
-
-    comparison = paired_differences(table, by, reference, score)
-    differences = comparison.rows
-    if not differences:
-        raise ValueError("no configuration shares two seeds with the reference")
-    data = paired_frame(comparison)
-    fig, (ax,) = new_figure(size)
-    labels = [_values(d.configuration, by) for d in differences]
-    ys = np.arange(len(differences))[::-1]
-    style = series_style(0)
-    with_ci = [i for i, d in enumerate(differences) if d.ci_low is not None]
-    without = [i for i, d in enumerate(differences) if d.ci_low is None]
-    if with_ci:
-        low_end, high_end = drawn_ends([differences[i] for i in with_ci])
-        ends = {i: (max(differences[i].ci_low, low_end), min(differences[i].ci_high, high_end)) for i in with_ci}
-        adjusted = adjusted_p_label(comparison)
-        stands = [i for i in with_ci if differences[i].p_adjusted < 0.05]
-        for rows, fill, what in ((stands, style["color"], f"{adjusted} < 0.05"),
-                                 ([i for i in with_ci if i not in stands], "white", f"{adjusted} >= 0.05")):
-            if rows:  # filled where the difference stands for the family, hollow where it does not
-                ax.errorbar([differences[i].mean for i in rows], ys[rows],
-                            xerr=[[max(0.0, differences[i].mean - ends[i][0]) for i in rows],
-                                  [max(0.0, ends[i][1] - differences[i].mean) for i in rows]],
-                            fmt="o", capsize=3, color=style["color"], markerfacecolor=fill,
-                            label=f"mean difference, {interval_label(comparison)}; {what}")
-    if without:
-        ax.plot([differences[i].mean for i in without], ys[without], "s", color=series_style(1)["color"],
-                label="mean difference, n = 2: no interval")
-    ax.axvline(0.0, color="0.4", linewidth=0.8, linestyle=":", zorder=0)
-    ax.set_yticks(ys, labels)
-    ax.set_ylim(-0.5, len(differences) - 0.5)
-    ax.set_xlabel(f"\u0394 {score_label(score)}")
-    ax.set_title("Paired difference to the reference")
-    ns = sorted({d.n for d in differences})
-    seeds = f"{ns[0]} shared seeds" if len(ns) == 1 else f"{ns[0]}-{ns[-1]} shared seeds (n per row in the csv)"
-    title = (f"rows: {' / '.join(by)}; reference: {_values(reference.configuration, by)} ({reference.how}); "
-             f"\u0394 = row - reference over {seeds}")
-    if comparison.procedure == MCB:
-        title += "; intervals: row - best of the others, all rows at once"
-    if comparison.left_out:
-        title += f"; not compared (under {MIN_PAIRED} shared seeds): {len(comparison.left_out)}"
-    legend_below(ax, title=title)
-    return finish(fig, [ax], size, panel_height=0.3 + 0.2 * len(differences)), data  # a row per configuration

@@ -36,6 +36,7 @@ from analysis import paired, tables
 from analysis.figure_data import DEFAULT_SIZE, check_size
 from analysis.figure_style import footnote, save_figure
 from analysis.figures import draw as draw_figure
+from analysis.figures import figure_paired_differences
 from analysis.load import (
     SCORES,
     TRANSFER_SCORES,
@@ -293,7 +294,7 @@ def applicable_figures(
     if paired.has_pairs(table, params, score):  # configurations that share seeds: their paired differences
         chosen = _reference(table, params, score, reference)
         if chosen is not None and paired.has_pairs(table, params, score, chosen.configuration):
-            plans.append(("paired_differences", lambda: paired.figure_paired_differences(
+            plans.append(("paired_differences", lambda: figure_paired_differences(
                 table, params, chosen, score, size)))
     return plans
 

@@ -9,10 +9,12 @@ import sys
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats as scipy_stats
 
-from analysis import figure_data, mtd_figures, paper_values
+from analysis import figure_data, knob_differences, mtd_figures, paired, paper_values
 from analysis.registry import FIGURE
 from tests.helpers import REPO
+from tests.written_out import holm_written_out
 
 
 def _ablation_table() -> pd.DataFrame:
@@ -151,3 +153,36 @@ def test_the_drawn_knob_figure_sets_a_tick_only_where_its_data_step_put_a_label(
         labels = [label.get_text() for label in ax.get_xticklabels()]
         assert list(ax.get_xticks()) == at and labels == [figure_data.format_number((i + 1) * 1e-7) for i in at]
         assert ax.get_xlim() == (-0.5, count - 0.5)
+
+
+def test_every_data_step_and_the_statistics_behind_them_import_no_matplotlib():
+    modules = "analysis.figure_data, analysis.mtd_figures, analysis.knob_differences, analysis.paired"
+    code = f"import sys, {modules}; print('matplotlib' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    assert out.stdout.strip() == "False"
+
+
+def test_the_paired_figure_is_a_row_per_configuration_with_the_tables_interval_and_holm():
+    rng = np.random.default_rng(7)
+    seed_effect = rng.normal(0.0, 1.0, 4)
+    shifts = {0.5: 0.0, 0.8: 1.5, 0.9: 0.05}  # eta 0.5 is the named reference
+    table = pd.DataFrame([{"method": "mocose", "ema.decay": eta, "seed": seed,
+                           "avg": 76.0 + shift + seed_effect[seed] + rng.normal(0.0, 0.2)}
+                          for eta, shift in shifts.items() for seed in range(4)])
+    reference = paired.reference_configuration(table, ["ema.decay"], "avg", {"ema.decay": 0.5})
+    rows = knob_differences.paired_rows(table, ["ema.decay"], reference)
+
+    by_eta = {eta: table[table["ema.decay"] == eta].set_index("seed")["avg"].sort_index() for eta in shifts}
+    tests = {eta: scipy_stats.ttest_rel(by_eta[eta].to_numpy(), by_eta[0.5].to_numpy()) for eta in (0.8, 0.9)}
+    adjusted = dict(zip(tests, holm_written_out(np.array([tests[eta].pvalue for eta in tests]))))
+    assert adjusted[0.8] < 0.05 < adjusted[0.9]  # both kinds of mark
+    assert rows.labels == ("0.8", "0.9")
+    for label, mean, bar, stands in zip(rows.labels, rows.means, rows.bars, rows.stands):
+        eta = float(label)
+        interval = tests[eta].confidence_interval(0.95)
+        assert mean == pytest.approx((by_eta[eta] - by_eta[0.5]).mean())
+        assert (mean - bar[0], mean + bar[1]) == (pytest.approx(interval.low), pytest.approx(interval.high))
+        assert stands == (adjusted[eta] < 0.05)
+    assert rows.kinds[0] == "mean difference, 95% CI (paired t); p (Holm) < 0.05"
+    assert "reference: 0.5 (the study's reference)" in rows.note and "over 4 shared seeds" in rows.note
+    assert list(rows.frame["mean_difference"]) == pytest.approx(list(rows.means))
