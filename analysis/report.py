@@ -34,9 +34,6 @@ import pandas as pd
 
 from analysis import paired, tables
 from analysis.figure_data import DEFAULT_SIZE, check_size
-from analysis.figure_style import footnote, save_figure
-from analysis.figures import draw as draw_figure
-from analysis.figures import figure_paired_differences
 from analysis.load import (
     SCORES,
     TRANSFER_SCORES,
@@ -104,6 +101,8 @@ def analyze(
     score tables scores.md/.tex/.csv (and transfer.* when trials ran the transfer tasks).
     Raises analysis.load.ResultsError when the folder has no finished trials.
     """
+    from analysis.figure_style import footnote  # the drawing code: loaded where a figure is drawn
+
     check_size(size)
     formats = check_formats(formats)
     study_dir = Path(study_dir)
@@ -287,6 +286,9 @@ def applicable_figures(
     figure is drawn at `size`; `reference` (the study's) goes to the figures that state differences against it
     (the knob figure's paired panel), as to the paired table.
     """
+    from analysis.figures import draw as draw_figure
+    from analysis.figures import figure_paired_differences
+
     called = set(figures_called_for(params if knobs is None else knobs))
     arguments = {"score": score, "by": params, "mtd_source": mtd_source, "size": size, "reference": reference}
     plans: list[tuple[str, Callable]] = [(entry.name, functools.partial(draw_figure, entry, table, **arguments))
@@ -311,6 +313,7 @@ def check_formats(formats: Sequence[str]) -> tuple[str, ...]:
 
 
 def _write_figure(out_dir: Path, name: str, fig: Any, data: pd.DataFrame, formats: tuple[str, ...]) -> list[Path]:
+    from analysis.figure_style import save_figure
     from trainer.files import json_safe, write_atomic, write_text_atomic  # here: importing analysis stays light
 
     paths = [write_atomic(out_dir / f"{name}.{kind}", lambda tmp, kind=kind: save_figure(fig, tmp, kind))

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Mapping
 
 from sweep.commands.cost import TrialCost, run_device, study_cost_lines
 from sweep.spec.expand import expansion, planning_config
@@ -18,26 +19,31 @@ from trainer.method_rules import method_label, traces_distance
 from trainer.run_plan import RunPlan
 from trainer.vocabulary import STS_BENCHMARK, STS_TASKS, STS_TEST_PAIRS, TrialState
 
+if TYPE_CHECKING:
+    from trainer.summary import Summary
+
 # A training sentence costs a few encodings (two views forward, then backward), an evaluated one a single
 # forward pass: a final evaluation of EVALUATION_DOMINATES times the sentences a trial trains on is most of the trial.
 EVALUATION_DOMINATES = 20
 
 
-def read_trial_states(spec: StudySpec) -> dict[str, str] | None:
+def read_trial_states(spec: StudySpec, summaries: dict[str, Summary | None] | None = None) -> dict[str, str] | None:
     """key -> what `sweep run` would do with it (sweep.records.resume.trial_states: the trial folders and the
-    Optuna study, as the run decides); None when the study has not run here."""
+    Optuna study, as the run decides); None when the study has not run here. `summaries` gets the summaries read."""
     from sweep.records.resume import trial_states
 
     try:
-        return trial_states(spec)
+        return trial_states(spec, summaries=summaries)
     except UserError as exc:  # e.g. a PostgreSQL storage out of reach: the dry run still shows the trials
         print(f"note: trial states unknown: {exc}", file=sys.stderr)
         return None
 
 
-def weights_rerun(spec: StudySpec, trials: list[Trial], states: dict[str, str]) -> list[str]:
+def weights_rerun(spec: StudySpec, trials: list[Trial], states: dict[str, str],
+                  summaries: dict[str, Summary | None]) -> list[str]:
     """The finished trials `sweep run` runs again to save the weights the study now keeps
-    (sweep.run.plan.weights_to_restore), read from their summary.json, their folders and the recorded study.yaml."""
+    (sweep.run.plan.weights_to_restore), from their summaries (`summaries`, those read_trial_states read; a trial
+    folder's summary.json where it read none), their folders and the recorded study.yaml."""
     from sweep.records.history import keep_weights_changed
     from sweep.records.store import StudyFolder
     from sweep.run.opening import weights_on_disk
@@ -49,7 +55,7 @@ def weights_rerun(spec: StudySpec, trials: list[Trial], states: dict[str, str]) 
     ended = {}
     for trial in trials:
         if states.get(trial.key) in (TrialState.COMPLETE, "ended-not-in-optuna"):
-            summary = folder.read_summary(trial.key)
+            summary = summaries[trial.key] if trial.key in summaries else folder.read_summary(trial.key)
             if summary is not None:
                 ended[trial.key] = summary
     return weights_to_restore(spec, ended, weights_on_disk(spec, folder, ended, keep_weights_changed(spec)))
@@ -157,16 +163,17 @@ def _dry_run_text(spec: StudySpec) -> str:
                     "`sweep data fetch`, or set max_steps)")
     else:
         line("MTD", "- (no MoCoSE trials)")
-    states = read_trial_states(spec)
+    summaries: dict[str, Summary | None] = {}  # each trial's summary.json, read once
+    states = read_trial_states(spec, summaries)
     if states is not None:
-        restore = weights_rerun(spec, trials, states)
+        restore = weights_rerun(spec, trials, states, summaries)
         for key in restore:
             states[key] = "weights->rerun"
         if restore:
             keep = spec.to_dict()["keep_weights"]
             line("weights", f"`sweep run` runs {plural(len(restore), 'finished trial')} again to save the weights "
                             f"keep_weights: {keep} keeps (deleted when better trials ended, or never saved)")
-        for text in other_code_lines(spec, states):
+        for text in other_code_lines(spec, states, summaries):
             line("code", text)
         from sweep.records.resume import FORMER_MARK
 
@@ -190,13 +197,15 @@ def _dry_run_text(spec: StudySpec) -> str:
     return "\n".join(out)
 
 
-def other_code_lines(spec: StudySpec, states: dict[str, str]) -> list[str]:
-    """The finished trials that ran on another code state than this one (sweep.records.resume.other_code_states),
-    each marked in `states`, and one line saying what `sweep run` does with them."""
+def other_code_lines(spec: StudySpec, states: dict[str, str],
+                     summaries: Mapping[str, Summary | None] = MappingProxyType({})) -> list[str]:
+    """The finished trials that ran on another code state than this one (sweep.records.resume.other_code_states,
+    from `summaries` where read already), each marked in `states`, and one line saying what `sweep run` does with
+    them."""
     from sweep.records.resume import is_done, other_code_states
     from trainer.provenance import code_state, short_commit
 
-    other = other_code_states(spec, [key for key, state in states.items() if is_done(state)])
+    other = other_code_states(spec, [key for key, state in states.items() if is_done(state)], summaries)
     for key in other:
         states[key] = f"{states[key]} (other code)"
     if not other:

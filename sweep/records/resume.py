@@ -26,6 +26,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Callable, Iterable, Mapping
 
 # is_final lives in sweep.records.store, below both this module and sweep.records.mirror (which reads it
@@ -33,6 +34,7 @@ from typing import Any, Callable, Iterable, Mapping
 from sweep.records.store import StudyFolder, is_final, sweep_state
 from sweep.text import plural
 from trainer.provenance import other_code_state
+from trainer.summary import Summary
 from trainer.vocabulary import FINAL_FAIL_STATUSES, FINAL_STATUSES, TrialState
 
 __all__ = ["FINAL_FAIL_STATUSES", "FormerKeys", "decide", "former_keys", "is_done", "is_final", "optuna_attempts",
@@ -84,14 +86,17 @@ def optuna_trials(name: str, storage_url: str, way_out: str) -> list[Any] | None
 
 
 def trial_states(spec: Any, keys: list[str] | None = None, by_key: dict[str, list[Any]] | None = None,
-                 problems: dict[str, str] | None = None) -> dict[str, str] | None:
+                 problems: dict[str, str] | None = None,
+                 summaries: dict[str, Summary | None] | None = None) -> dict[str, str] | None:
     """key -> what `sweep run` would find, one word each (a table cell): the final Optuna state (skipped:
     COMPLETE, PRUNED, FAIL/diverged, FAIL/collapsed), "ended-not-in-optuna" (recorded on the next run),
     "FAIL->rerun" / "RUNNING->rerun" for an earlier attempt that runs again, "damaged" for a summary.json
     that does not parse; a trial that ended under its former key (former_keys) has its state there and FORMER_MARK.
     Keys never run are left out. None when the study has not run here (no Optuna
     study and no trial folders). `by_key`: the attempts (optuna_attempts) when the caller read them already.
-    `problems`, when given, gets key -> StudyFolder.summary_problem for each key whose summary.json is damaged."""
+    `problems`, when given, gets key -> StudyFolder.summary_problem for each key whose summary.json is damaged;
+    `summaries`, when given, the summary read from each trial folder (folder name -> Summary, None where unusable),
+    so that a caller reads none of them again."""
     folder = StudyFolder(spec.study_dir)
     if by_key is None:
         by_key = optuna_attempts(spec.name, spec.storage_url)
@@ -113,6 +118,8 @@ def trial_states(spec: Any, keys: list[str] | None = None, by_key: dict[str, lis
         summary, problem = folder.read_summary_checked(source)  # one read for both
         if problem and problems is not None:
             problems[key] = problem
+        if summaries is not None:
+            summaries[source] = summary
         action = decide(attempts, summary)
         if action == "skip":
             last = [a for a in attempts if is_final(a)][-1]
@@ -130,14 +137,16 @@ def trial_states(spec: Any, keys: list[str] | None = None, by_key: dict[str, lis
     return states
 
 
-def other_code_states(spec: Any, keys: list[str]) -> dict[str, str]:
+def other_code_states(spec: Any, keys: list[str], summaries: Mapping[str, Summary | None] = MappingProxyType({})
+                      ) -> dict[str, str]:
     """Finished key -> the code state (trainer.provenance.short_commit) it ran on, for each of `keys` whose recorded
     source beyond its commit (the packages' changes and untracked files, the plugins) differs from this process's:
-    what `sweep run` keeps, or re-runs with --rerun-changed, and `sweep analyze` analyses apart."""
+    what `sweep run` keeps, or re-runs with --rerun-changed, and `sweep analyze` analyses apart. `summaries`: those
+    trial_states read already (by folder name)."""
     folder = StudyFolder(spec.study_dir)
     found = {}
     for key in keys:
-        summary = folder.read_summary(key)
+        summary = summaries[key] if key in summaries else folder.read_summary(key)
         state = other_code_state(summary.provenance) if summary is not None else None
         if state is not None:
             found[key] = state

@@ -155,8 +155,9 @@ def test_the_drawn_knob_figure_sets_a_tick_only_where_its_data_step_put_a_label(
         assert ax.get_xlim() == (-0.5, count - 0.5)
 
 
-def test_every_data_step_and_the_statistics_behind_them_import_no_matplotlib():
-    modules = "analysis.figure_data, analysis.mtd_figures, analysis.knob_differences, analysis.paired"
+def test_every_data_step_the_statistics_and_the_report_import_no_matplotlib():
+    # analysis.report: the dry run reads the finished trials' seed spread through it, and draws nothing
+    modules = "analysis.figure_data, analysis.mtd_figures, analysis.knob_differences, analysis.paired, analysis.report"
     code = f"import sys, {modules}; print('matplotlib' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
     assert out.stdout.strip() == "False"
