@@ -228,10 +228,25 @@ class Panel:
 
 
 @dataclass(frozen=True)
+class Differences:
+    """Paired differences drawn at the places of a panel's points (the knob figure's lower panel): per mark its x,
+    mean, bar (its extent below and above the mean; None: no interval, the mean alone), whether it stands at 0.05
+    (filled), style (its series') and n; the zero line's legend label, the reference's own x (None where it is not
+    one of the panel's values), the legend's entry for each kind of interval drawn (label, style or None for black
+    circles, filled) and whether each mark labels its n."""
+
+    marks: tuple[tuple[float, float, tuple[float, float] | None, bool, int, int], ...]
+    zero_label: str
+    reference_x: float | None
+    kinds: tuple[tuple[str, int | None, bool], ...]
+    show_n: bool
+
+
+@dataclass(frozen=True)
 class Plot:
     """A figure of series panels: the data drawn (one row per point), the legend's title (`note`) and the
-    figure's; on a categorical axis each value's position and each series' sideways offset (by label); the knob
-    figure's paired comparison (analysis.knob_differences.KnobDifferences), drawn in its last panel."""
+    figure's; on a categorical axis each value's position and each series' sideways offset (by label); paired
+    differences drawn in its last panel."""
 
     panels: tuple[Panel, ...]
     frame: pd.DataFrame
@@ -239,7 +254,7 @@ class Plot:
     suptitle: str | None = None
     position: dict[str, int] = field(default_factory=dict)
     offset: dict[str, float] = field(default_factory=dict)
-    differences: Any = None
+    differences: Differences | None = None
 
 
 # ---- one parameter on a categorical axis ----------------------------------------------------------

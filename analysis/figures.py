@@ -19,7 +19,7 @@ from matplotlib.path import Path
 from matplotlib.ticker import FixedLocator, MaxNLocator, NullFormatter, ScalarFormatter
 
 from analysis import paired
-from analysis.figure_data import DEFAULT_SIZE, PAIRED_TITLE, Heatmap, Panel, Plot, Rows, Series
+from analysis.figure_data import DEFAULT_SIZE, PAIRED_TITLE, Differences, Heatmap, Panel, Plot, Rows, Series
 from analysis.figure_style import REFERENCE_GREY, SEQUENTIAL, finish, legend_below, new_figure, series_style, styled
 from analysis.knob_differences import paired_rows
 from analysis.registry import FIGURE, FigureEntry
@@ -28,7 +28,6 @@ Drawn = tuple[Figure, pd.DataFrame]
 PAPER_STYLE = dict(marker="D", markersize=5, markerfacecolor="white", markeredgecolor="black",
                    markeredgewidth=1.0, linestyle="none", zorder=6)
 REFERENCE_MARK = dict(marker="x", markersize=5, markeredgewidth=1.2, color="black", linestyle="none", zorder=5)
-GEQ = "\u2265"
 N_LABEL = "n_label"
 N_OFFSETS = (  # where an n label may go, in points from its point: (dx, dy, ha, va), first choice first
     (5, 0, "left", "center"), (-5, 0, "right", "center"), (4, 4, "left", "bottom"), (4, -4, "left", "top"),
@@ -58,7 +57,7 @@ def draw_plot(plot: Plot, size: str = DEFAULT_SIZE) -> Drawn:
         draw_panel(ax, panel)
         handles.update({label: handle for handle, label in zip(*ax.get_legend_handles_labels())})
     if plot.differences is not None:
-        handles.update(draw_differences(axes[-1], plot))
+        handles.update(draw_differences(axes[-1], plot.differences))
         for ax in axes:  # ticks that do not hang on the panel's size: the layout's passes agree on them
             ax.yaxis.set_major_locator(MaxNLocator(nbins=6, steps=[1, 2, 2.5, 5, 10]))
     legend_below(axes[-1], list(handles.values()), list(handles), title=plot.note)
@@ -169,39 +168,26 @@ def draw_series(ax, series: Series, show_n: bool | None = None) -> None:
                     elinewidth=1.2, zorder=3.8, label=series.trend.best_label)
 
 
-def draw_differences(ax, plot: Plot) -> dict[str, Any]:
-    """The knob figure's paired differences (`plot.differences`, analysis.knob_differences) on `ax` at the score
-    panel's positions and styles, each with its interval (none where n = 2), filled where its adjusted p is below
-    0.05; a line at 0 for the reference, a cross where it is one of the knob's values. Their legend (label: handle)."""
-    found, at = plot.differences, {s.label: s.style for s in plot.panels[0].series}
-    adjusted, reference = paired.adjusted_p_label(found.comparison), found.comparison.reference
-    low_end, high_end = paired.drawn_ends([p.difference for p in found.points])
-    several_n = len({p.difference.n for p in found.points}) > 1
-    kinds: set[bool] = set()  # for each interval drawn, whether its difference stands at 0.05
-    for p in found.points:
-        d, (color, marker) = p.difference, series_style(at[p.series]).values()
-        x = plot.position[p.x_label] + plot.offset[p.series]
-        if d.ci_low is None:  # n = 2: the mean alone
-            ax.plot([x], [d.mean], linestyle="none", marker=marker, color=color, markerfacecolor="white", zorder=4)
+def draw_differences(ax, found: Differences) -> dict[str, Any]:
+    """Paired differences (the knob figure's lower panel): each mark with its bar, filled where it stands, the mean
+    alone (hollow) where it has none; a line at 0 for the reference, a cross where it is one of the panel's values.
+    Their legend (label: handle)."""
+    for x, mean, bar, stands, style, n in found.marks:
+        color, marker = series_style(style).values()
+        if bar is None:  # n = 2: the mean alone
+            ax.plot([x], [mean], linestyle="none", marker=marker, color=color, markerfacecolor="white", zorder=4)
         else:
-            stands = d.p_adjusted < 0.05
-            kinds.add(stands)
-            yerr = [[max(0.0, d.mean - max(d.ci_low, low_end))], [max(0.0, min(d.ci_high, high_end) - d.mean)]]
-            ax.errorbar([x], [d.mean], yerr=yerr, fmt=marker, color=color, elinewidth=0.8, zorder=4,
+            ax.errorbar([x], [mean], yerr=[[bar[0]], [bar[1]]], fmt=marker, color=color, elinewidth=0.8, zorder=4,
                         markerfacecolor=color if stands else "white")
-        if several_n:
-            label_n(ax, [x], [d.mean], [d.n], color)
-    handles = {f"\u0394 = 0: the reference, {paired.configuration_text(reference.configuration)} ({reference.how})":
-               ax.axhline(0.0, color="0.4", linewidth=0.8, linestyle=":", zorder=0)}
-    if found.reference_at is not None:
-        _, x_label, name = found.reference_at
-        handles["the reference itself"] = ax.plot([plot.position[x_label] + plot.offset[name]], [0.0],
-                                                  **REFERENCE_MARK)[0]
-    one = len({p.series for p in found.points}) == 1
-    color, marker = series_style(at[found.points[0].series]).values() if one else ("black", "o")
-    for stands in sorted(kinds, reverse=True):
-        handles[f"\u0394 and its interval, {adjusted} {'<' if stands else GEQ} 0.05"] = Line2D(
-            [], [], linestyle="none", marker=marker, color=color, markerfacecolor=color if stands else "white")
+        if found.show_n:
+            label_n(ax, [x], [mean], [n], color)
+    handles = {found.zero_label: ax.axhline(0.0, color="0.4", linewidth=0.8, linestyle=":", zorder=0)}
+    if found.reference_x is not None:
+        handles["the reference itself"] = ax.plot([found.reference_x], [0.0], **REFERENCE_MARK)[0]
+    for label, style, stands in found.kinds:
+        color, marker = series_style(style).values() if style is not None else ("black", "o")
+        handles[label] = Line2D([], [], linestyle="none", marker=marker, color=color,
+                                markerfacecolor=color if stands else "white")
     return handles
 
 

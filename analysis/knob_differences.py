@@ -20,6 +20,7 @@ from analysis import paired
 from analysis.registry import generic_knobs, knob_trials, varying_knobs
 
 SCORE_PANEL, DIFFERENCE_PANEL = "score", "paired difference"  # the knob figure's `panel` column
+GEQ = "\u2265"
 COLUMNS = ["panel", "ci_low", "ci_high", "interval", "p_adjusted"]  # what the lower panel adds to the data
 
 
@@ -116,7 +117,35 @@ def knob_data(entry: Any, trials: pd.DataFrame, score: str = "avg", by: Sequence
     frame["n"] = frame["n"].astype("Int64")
     return dataclasses.replace(plot, panels=(upper, lower), frame=frame[[*plot.frame.columns, *COLUMNS]],
                                note=f"{plot.note}\n{_note(found, 'lower' if size == 'single' else 'right')}",
-                               differences=found)
+                               differences=_marks(found, plot))
+
+
+def _marks(found: KnobDifferences, plot: fd.Plot) -> fd.Differences:
+    """What the lower panel draws: each row at its value's position and its series' offset and style above, its
+    interval ended one point past the panel's other values where unbounded, filled where its adjusted p is below
+    0.05; a legend entry per kind of interval drawn, in the series' style where there is one series."""
+    styles, points = {s.label: s.style for s in plot.panels[0].series}, found.points
+    bars = _bars([p.difference for p in points], *paired.drawn_ends([p.difference for p in points]))
+    marks = tuple((plot.position[p.x_label] + plot.offset[p.series], p.difference.mean, bar,
+                   bar is not None and p.difference.p_adjusted < 0.05, styles[p.series], p.difference.n)
+                  for p, bar in zip(points, bars))
+    reference, adjusted = found.comparison.reference, paired.adjusted_p_label(found.comparison)
+    style = styles[points[0].series] if len({p.series for p in points}) == 1 else None
+    kinds = tuple((f"\u0394 and its interval, {adjusted} {'<' if stands else GEQ} 0.05", style, stands)
+                  for stands in sorted({m[3] for m in marks if m[2] is not None}, reverse=True))
+    at = found.reference_at
+    return fd.Differences(
+        marks, f"\u0394 = 0: the reference, {paired.configuration_text(reference.configuration)} ({reference.how})",
+        None if at is None else plot.position[at[1]] + plot.offset[at[2]], kinds, len({m[5] for m in marks}) > 1)
+
+
+def _bars(differences: Sequence[paired.PairedDifference], low_end: float, high_end: float
+          ) -> tuple[tuple[float, float] | None, ...]:
+    """Each difference's bar, its extent below and above the mean, an unbounded end (MCB's) drawn at `low_end` or
+    `high_end`; None without an interval (n = 2)."""
+    return tuple(None if d.ci_low is None else
+                 (max(0.0, d.mean - max(d.ci_low, low_end)), max(0.0, min(d.ci_high, high_end) - d.mean))
+                 for d in differences)
 
 
 def paired_rows(table: pd.DataFrame, by: Sequence[str], reference: paired.Reference, score: str = "avg") -> fd.Rows:
@@ -129,9 +158,7 @@ def paired_rows(table: pd.DataFrame, by: Sequence[str], reference: paired.Refere
     if not rows:
         raise ValueError("no configuration shares two seeds with the reference")
     with_ci = [d for d in rows if d.ci_low is not None]
-    low_end, high_end = paired.drawn_ends(with_ci) if with_ci else (math.nan, math.nan)
-    bars = tuple(None if d.ci_low is None else
-                 (max(0.0, d.mean - max(d.ci_low, low_end)), max(0.0, min(d.ci_high, high_end) - d.mean)) for d in rows)
+    bars = _bars(rows, *(paired.drawn_ends(with_ci) if with_ci else (math.nan, math.nan)))
     ns = sorted({d.n for d in rows})
     seeds = f"{ns[0]} shared seeds" if len(ns) == 1 else f"{ns[0]}-{ns[-1]} shared seeds (n per row in the csv)"
     note = (f"rows: {' / '.join(by)}; reference: {paired.values_text(reference.configuration, by)} "

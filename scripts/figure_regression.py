@@ -6,7 +6,8 @@
 
 `render` draws, for every study file in studies/, the figures of its stand-in results (tests.synthetic_results:
 the configurations the study expands to, scored by a known function) at 1, 2 and 5 seeds and at both widths,
-mtd_grid's also against the measured distance, plus the figures of tests/analysis/test_figure_images.py; it
+mtd_grid's also against the measured distance, plus the figures of tests/analysis/test_figure_images.py and the
+knob figure (which no study in studies/ calls for) with its paired panel in each of its kinds (KNOB_CASES); it
 saves each as PNG at 100 dpi and prints any layout problem tests/analysis/test_figure_layout.py would report.
 `compare` lists every figure whose pixels differ (RMS over 0-255 grey levels, or a different size) and exits 1
 when one does. The image tests check seven figures against committed baselines; this covers all of them.
@@ -15,6 +16,7 @@ when one does. The image tests check seven figures against committed baselines; 
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 import tempfile
 from pathlib import Path
@@ -23,10 +25,30 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 SEEDS = (1, 2, 5)
 DPI = 100
+# The knob figure's cases, along RunConfig's `temperature`: (methods, the reference, the seeds each skips)
+KNOB_CASES = {
+    "named-two-series": (("simcse", "gs"), {"method": "simcse", "temperature": 0.05}, {("gs", 0.2): {2}}),
+    "best-two-series": (("simcse", "gs"), None, {("gs", 0.2): {2}, ("simcse", 0.2): {1, 2}}),
+    "named-one-series": (("simcse",), {"method": "simcse", "temperature": 0.05}, {("simcse", 0.2): {2}}),
+}
+
+
+def knob_table(methods: tuple[str, ...], skipped: dict[tuple[str, float], set[int]]):
+    """Three seeds of each method at three temperatures, scored by a known function with seed-shared noise."""
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(7)
+    seed_effect = rng.normal(0.0, 1.0, 3)
+    return pd.DataFrame([{"method": method, "temperature": tau, "seed": seed,
+                          "avg": 76.0 + shift + 0.4 * (method == "gs") + seed_effect[seed] + rng.normal(0.0, 0.15)}
+                         for method in methods for tau, shift in ((0.05, 0.0), (0.1, 0.5), (0.2, -0.6))
+                         for seed in range(3) if seed not in skipped.get((method, tau), set())])
 
 
 def render(out: Path) -> int:
     from analysis.figure_style import save_figure
+    from analysis.figures import figure_knob
     from tests import synthetic_results as fx
     from tests.analysis import test_figure_images as images
     from tests.analysis.test_figure_layout import draw_study, layout_problems
@@ -46,6 +68,13 @@ def render(out: Path) -> int:
             save_figure(fig, out / f"{key}.png", "png", dpi=DPI)
             problems[key] = layout_problems(fig)
             count += 1
+    for (name, (methods, reference, skipped)), size in itertools.product(KNOB_CASES.items(), ("single", "double")):
+        fig, _ = figure_knob(knob_table(methods, skipped), "avg", by=["method", "temperature"], size=size,
+                             reference=reference)
+        key = f"knob-{name}-{size}"
+        save_figure(fig, out / f"{key}.png", "png", dpi=DPI)
+        problems[key] = layout_problems(fig)
+        count += 1
     for name, (results, draw, arguments) in images.FIGURES.items():
         fig, _ = draw(results(work / f"baseline-{name}"), **arguments)
         save_figure(fig, out / f"baseline-{name}.png", "png", dpi=DPI)
