@@ -1,6 +1,7 @@
-"""The drawing step of every figure of analysis.registry: `draw(entry, table)` (and `figure_<name>(table, ...)`,
-`draw` of the entry of that name) runs the entry's data step and draws the Plot or Heatmap it returns, as (a Figure
-on an Agg canvas, the data drawn). How the figures read: docs/running/analysis.md.
+"""The drawing step of every figure: `draw(entry, table)` (and `figure_<name>(table, ...)`, `draw` of the
+analysis.registry entry of that name) runs the entry's data step and draws the Plot or Heatmap it returns, as (a
+Figure on an Agg canvas, the data drawn); `figure_paired_differences` draws the paired table's Rows. How the figures
+read: docs/running/analysis.md.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Every figure `sweep analyze` draws for a study's knobs, declared once (paired_differences, drawn wherever
-configurations share seeds, is analysis.paired's). A study calls for a figure when it varies a key of each group of
-the entry's `knobs` (in its `parameters`, or named under `analysis: {knobs: [...]}`; a key that differs only as a
-side effect, a method's default, calls for nothing); it is drawn where the results hold what it needs (`applies`).
+configurations share seeds, is analysis.figures.figure_paired_differences). A study calls for a figure when it varies
+a key of each group of the entry's `knobs` (in its `parameters`, or named under `analysis: {knobs: [...]}`; a key
+that differs only as a side effect, a method's default, calls for nothing); it is drawn where the results hold what
+it needs (`applies`).
 Light (no pandas, no matplotlib): the study schema reads KNOWN_KNOBS; a data step is imported only when drawn.
 """
 

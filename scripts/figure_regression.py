@@ -7,7 +7,7 @@
 `render` draws, for every study file in studies/, the figures of its stand-in results (tests.synthetic_results:
 the configurations the study expands to, scored by a known function) at 1, 2 and 5 seeds and at both widths,
 mtd_grid's also against the measured distance, plus the figures of tests/analysis/test_figure_images.py and the
-knob figure (which no study in studies/ calls for) with its paired panel in each of its kinds (KNOB_CASES); it
+knob figure (which no study in studies/ calls for) with its paired panel in each of its kinds (knob_cases); it
 saves each as PNG at 100 dpi and prints any layout problem tests/analysis/test_figure_layout.py would report.
 `compare` lists every figure whose pixels differ (RMS over 0-255 grey levels, or a different size) and exits 1
 when one does. The image tests check seven figures against committed baselines; this covers all of them.
@@ -25,12 +25,17 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 SEEDS = (1, 2, 5)
 DPI = 100
-# The knob figure's cases, along RunConfig's `temperature`: (methods, the reference, the seeds each skips)
-KNOB_CASES = {
-    "named-two-series": (("simcse", "gs"), {"method": "simcse", "temperature": 0.05}, {("gs", 0.2): {2}}),
-    "best-two-series": (("simcse", "gs"), None, {("gs", 0.2): {2}, ("simcse", 0.2): {1, 2}}),
-    "named-one-series": (("simcse",), {"method": "simcse", "temperature": 0.05}, {("simcse", 0.2): {2}}),
-}
+
+
+def knob_cases() -> dict[str, tuple]:
+    """The knob figure's cases, along RunConfig's `temperature`: name -> (methods, the reference, the seeds each
+    (method, temperature) skips)."""
+    from trainer.vocabulary import GS_INFONCE as GS
+    from trainer.vocabulary import SIMCSE
+
+    return {"named-two-series": ((SIMCSE, GS), {"method": SIMCSE, "temperature": 0.05}, {(GS, 0.2): {2}}),
+            "best-two-series": ((SIMCSE, GS), None, {(GS, 0.2): {2}, (SIMCSE, 0.2): {1, 2}}),
+            "named-one-series": ((SIMCSE,), {"method": SIMCSE, "temperature": 0.05}, {(SIMCSE, 0.2): {2}})}
 
 
 def knob_table(methods: tuple[str, ...], skipped: dict[tuple[str, float], set[int]]):
@@ -38,10 +43,13 @@ def knob_table(methods: tuple[str, ...], skipped: dict[tuple[str, float], set[in
     import numpy as np
     import pandas as pd
 
+    from trainer.vocabulary import GS_INFONCE
+
     rng = np.random.default_rng(7)
     seed_effect = rng.normal(0.0, 1.0, 3)
     return pd.DataFrame([{"method": method, "temperature": tau, "seed": seed,
-                          "avg": 76.0 + shift + 0.4 * (method == "gs") + seed_effect[seed] + rng.normal(0.0, 0.15)}
+                          "avg": 76.0 + shift + 0.4 * (method == GS_INFONCE) + seed_effect[seed]
+                          + rng.normal(0.0, 0.15)}
                          for method in methods for tau, shift in ((0.05, 0.0), (0.1, 0.5), (0.2, -0.6))
                          for seed in range(3) if seed not in skipped.get((method, tau), set())])
 
@@ -68,7 +76,7 @@ def render(out: Path) -> int:
             save_figure(fig, out / f"{key}.png", "png", dpi=DPI)
             problems[key] = layout_problems(fig)
             count += 1
-    for (name, (methods, reference, skipped)), size in itertools.product(KNOB_CASES.items(), ("single", "double")):
+    for (name, (methods, reference, skipped)), size in itertools.product(knob_cases().items(), ("single", "double")):
         fig, _ = figure_knob(knob_table(methods, skipped), "avg", by=["method", "temperature"], size=size,
                              reference=reference)
         key = f"knob-{name}-{size}"
