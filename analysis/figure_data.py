@@ -229,17 +229,17 @@ class Panel:
 
 @dataclass(frozen=True)
 class Differences:
-    """Paired differences drawn at the places of a panel's points (the knob figure's lower panel): per mark its x,
-    mean, bar (its extent below and above the mean; None: no interval, the mean alone), whether it stands at 0.05
-    (filled), style (its series') and n; the zero line's legend label, the reference's own x (None where it is not
-    one of the panel's values), the legend's entry for each kind of interval drawn (label, style or None for black
-    circles, filled) and whether each mark labels its n."""
+    """Paired differences to a reference, a mark each at its place on a categorical axis (the knob figure's lower
+    panel; the paired figure's rows): per mark its place, mean, bar (its extent below and above the mean; None: no
+    interval, the mean alone, hollow), whether it stands at 0.05 (filled), style (its series') and n; the legend's
+    entry for each kind of interval drawn (label, style or None for black circles, filled), the zero line's legend
+    label, the reference's own place (None: not one of the places) and whether each mark labels its n."""
 
     marks: tuple[tuple[float, float, tuple[float, float] | None, bool, int, int], ...]
-    zero_label: str
-    reference_x: float | None
     kinds: tuple[tuple[str, int | None, bool], ...]
-    show_n: bool
+    zero_label: str | None = None
+    reference_x: float | None = None
+    show_n: bool = False
 
 
 @dataclass(frozen=True)
@@ -333,16 +333,11 @@ def _sort_value(value: Any, sort_key: Callable[[Any], Any] | None) -> tuple:
 # ---- one mark per row ------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Rows:
-    """A figure of one mark per row, the first at the top (the paired differences figure): each row's label, mean
-    and, where it has an interval, its bar's extent below and above the mean and whether it stands at 0.05 (a
-    filled mark); the legend's label for each kind of mark (stands, does not, no interval), the x label, the
-    legend's title (`note`) and the data drawn."""
+    """The paired figure: its differences a row each, the first at the top (places counting down to 0), with the
+    rows' labels, the x label, the legend's title (`note`) and the data drawn."""
 
+    differences: Differences
     labels: tuple[str, ...]
-    means: tuple[float, ...]
-    bars: tuple[tuple[float, float] | None, ...]
-    stands: tuple[bool, ...]
-    kinds: tuple[str, str, str]
     xlabel: str
     note: str
     frame: pd.DataFrame

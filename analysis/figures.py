@@ -93,23 +93,14 @@ def figure_paired_differences(table: pd.DataFrame, by: Sequence[str], reference:
 
 
 def draw_rows(data: Rows, size: str = DEFAULT_SIZE) -> Drawn:
-    """A Rows figure: each row's mean with its bar, filled where it stands and hollow where not (a legend entry
-    each), a square in the next colour where it has no bar; a line at 0; the panel as tall as its rows need."""
+    """The paired figure: its differences across, a row each, labelled on the y axis; the panel as tall as its rows
+    need."""
     fig, (ax,) = new_figure(size)
-    ys, color = np.arange(len(data.labels))[::-1], series_style(0)["color"]
-    for stands, fill, label in ((True, color, data.kinds[0]), (False, "white", data.kinds[1])):
-        rows = [i for i, bar in enumerate(data.bars) if bar is not None and data.stands[i] == stands]
-        if rows:
-            ax.errorbar([data.means[i] for i in rows], ys[rows], xerr=np.transpose([data.bars[i] for i in rows]),
-                        fmt="o", capsize=3, color=color, markerfacecolor=fill, label=label)
-    alone = [i for i, bar in enumerate(data.bars) if bar is None]
-    if alone:
-        ax.plot([data.means[i] for i in alone], ys[alone], "s", color=series_style(1)["color"], label=data.kinds[2])
-    ax.axvline(0.0, color="0.4", linewidth=0.8, linestyle=":", zorder=0)
-    ax.set_yticks(ys, data.labels)
+    legend = draw_differences(ax, data.differences, across=True)
+    ax.set_yticks([mark[0] for mark in data.differences.marks], data.labels)
     ax.set_ylim(-0.5, len(data.labels) - 0.5)
     ax.set(xlabel=data.xlabel, title=PAIRED_TITLE)
-    legend_below(ax, title=data.note)
+    legend_below(ax, list(legend.values()), list(legend), title=data.note)
     return finish(fig, [ax], size, panel_height=0.3 + 0.2 * len(data.labels)), data.frame
 
 
@@ -169,20 +160,22 @@ def draw_series(ax, series: Series, show_n: bool | None = None) -> None:
                     elinewidth=1.2, zorder=3.8, label=series.trend.best_label)
 
 
-def draw_differences(ax, found: Differences) -> dict[str, Any]:
-    """Paired differences (the knob figure's lower panel): each mark with its bar, filled where it stands, the mean
-    alone (hollow) where it has none; a line at 0 for the reference, a cross where it is one of the panel's values.
-    Their legend (label: handle)."""
-    for x, mean, bar, stands, style, n in found.marks:
+def draw_differences(ax, found: Differences, across: bool = False) -> dict[str, Any]:
+    """Paired differences, upright at their places or `across` (a row each): each mark with its bar, filled where it
+    stands, the mean alone (hollow) where it has none; a line at 0 for the reference, a cross at its own place. Their
+    legend (label: handle)."""
+    for place, mean, bar, stands, style, n in found.marks:
         color, marker = series_style(style).values()
+        at = ([mean], [place]) if across else ([place], [mean])
         if bar is None:  # n = 2: the mean alone
-            ax.plot([x], [mean], linestyle="none", marker=marker, color=color, markerfacecolor="white", zorder=4)
+            ax.plot(*at, linestyle="none", marker=marker, color=color, markerfacecolor="white", zorder=4)
         else:
-            ax.errorbar([x], [mean], yerr=[[bar[0]], [bar[1]]], fmt=marker, color=color, elinewidth=0.8, zorder=4,
-                        markerfacecolor=color if stands else "white")
+            ax.errorbar(*at, **{"xerr" if across else "yerr": [[bar[0]], [bar[1]]]}, fmt=marker, color=color,
+                        elinewidth=0.8, zorder=4, markerfacecolor=color if stands else "white")
         if found.show_n:
-            label_n(ax, [x], [mean], [n], color)
-    handles = {found.zero_label: ax.axhline(0.0, color="0.4", linewidth=0.8, linestyle=":", zorder=0)}
+            label_n(ax, *at, [n], color)
+    zero = (ax.axvline if across else ax.axhline)(0.0, color="0.4", linewidth=0.8, linestyle=":", zorder=0)
+    handles = {found.zero_label: zero} if found.zero_label else {}
     if found.reference_x is not None:
         handles["the reference itself"] = ax.plot([found.reference_x], [0.0], **REFERENCE_MARK)[0]
     for label, style, stands in found.kinds:

@@ -178,12 +178,14 @@ def test_the_paired_figure_is_a_row_per_configuration_with_the_tables_interval_a
     adjusted = dict(zip(tests, holm_written_out(np.array([tests[eta].pvalue for eta in tests]))))
     assert adjusted[0.8] < 0.05 < adjusted[0.9]  # both kinds of mark
     assert rows.labels == ("0.8", "0.9")
-    for label, mean, bar, stands in zip(rows.labels, rows.means, rows.bars, rows.stands):
+    marks = rows.differences.marks
+    assert [place for place, *_ in marks] == [1, 0]  # the first row at the top
+    for label, (_, mean, bar, stands, _, _) in zip(rows.labels, marks):
         eta = float(label)
         interval = tests[eta].confidence_interval(0.95)
         assert mean == pytest.approx((by_eta[eta] - by_eta[0.5]).mean())
         assert (mean - bar[0], mean + bar[1]) == (pytest.approx(interval.low), pytest.approx(interval.high))
         assert stands == (adjusted[eta] < 0.05)
-    assert rows.kinds[0] == "mean difference, 95% CI (paired t); p (Holm) < 0.05"
+    assert rows.differences.kinds[0][0] == "mean difference, 95% CI (paired t); p (Holm) < 0.05"
     assert "reference: 0.5 (the study's reference)" in rows.note and "over 4 shared seeds" in rows.note
-    assert list(rows.frame["mean_difference"]) == pytest.approx(list(rows.means))
+    assert list(rows.frame["mean_difference"]) == pytest.approx([mean for _, mean, *_ in marks])
