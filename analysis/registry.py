@@ -9,13 +9,12 @@ Light (no pandas, no matplotlib): the study schema reads KNOWN_KNOBS; a data ste
 from __future__ import annotations
 
 import importlib
-import types
 from dataclasses import dataclass
 from functools import partial
-from typing import Annotated, Any, Callable, Iterable, Union, get_args, get_origin
+from typing import Any, Callable, Iterable
 
 from analysis import paper_values
-from trainer.config import RunConfig, method_of_key, section_model
+from trainer.config import method_of_key, number_kind
 from trainer.method_rules import DISTANCE_METHODS
 from trainer.vocabulary import GS_INFONCE, MIXCSE, MOCOSE, SIMCSE
 
@@ -161,20 +160,7 @@ KNOWN_KNOBS = tuple(dict.fromkeys(key for entry in FIGURES for group in entry.kn
 
 def generic_knobs(knobs: Iterable[str]) -> list[str]:
     """The swept keys no specific figure is for that hold numbers (RunConfig's or a method's own: `dcl.sigma`)."""
-    return [key for key in knobs if key not in (*KNOWN_KNOBS, *MTD_KNOBS, "seed") and number_key(key)]
-
-
-def number_key(key: str) -> bool:
-    """Whether a dotted config key (RunConfig's or a registered method's own) holds a number: int or float,
-    nullable or not (what the analysis draws a knob's figure along)."""
-    *section, last = key.split(".")
-    model = section_model(section[0]) if section else RunConfig
-    if model is None or last not in model.model_fields or len(section) > 1:
-        return False
-    hint = model.model_fields[last].annotation
-    options = get_args(hint) if get_origin(hint) in (Union, types.UnionType) else (hint,)
-    return any((get_args(option)[0] if get_origin(option) is Annotated else option) in (int, float)
-               for option in options)
+    return [key for key in knobs if key not in (*KNOWN_KNOBS, *MTD_KNOBS, "seed") and number_kind(key)]
 
 
 def varying_knobs(table: Any) -> list[str]:

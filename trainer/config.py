@@ -12,16 +12,17 @@ Dotted overrides: `RunConfig().override(["queue.size=1024"])`.
 
 from __future__ import annotations
 
-import os
 import re
+import types
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import yaml
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, Strict, ValidationError
 
 from trainer.errors import ConfigError, UserError, config_error, excerpt
+from trainer.files import path_text
 from trainer.method_rules import method_entry, method_sections
 from trainer.slices import parse_slices
 from trainer.vocabulary import MOCOSE, POOLERS, STS_TASKS, TRANSFER_TASKS
@@ -64,30 +65,6 @@ def _int64(value: int) -> int:
     float arithmetic of the MTD (10**400 / 64 raises), and no run needs them."""
     if not -(2**63) <= value < 2**63:
         raise ValueError(f"expected an integer below 2**63 (9223372036854775808), got {excerpt(value)}")
-    return value
-
-
-def path_text(value: str) -> str:
-    """A path the OS can take: no NUL character, no part over NAME_MAX (255 bytes), at most PATH_MAX - 1 bytes
-    (4095). Otherwise opening it fails with 'File name too long' deep in a run instead of here."""
-    if "\0" in value:
-        raise ValueError(f"expected a path without NUL characters, got {excerpt(value)}")
-    try:
-        encoded = os.fsencode(value)
-    except UnicodeEncodeError:
-        raise ValueError(f"expected a path of valid characters, got {excerpt(value)}") from None
-    longest = max((len(part) for part in encoded.split(b"/")), default=0)
-    if longest > 255:
-        raise ValueError(f"expected a path whose every part is at most 255 bytes (one part has {longest}), "
-                         f"got {excerpt(value)}")
-    if len(encoded) > 4095:
-        raise ValueError(f"expected a path of at most 4095 bytes (this one has {len(encoded)}), got {excerpt(value)}")
-    if value.startswith("~"):
-        try:
-            Path(value).expanduser()
-        except RuntimeError:  # ~name of a user this machine does not know
-            raise ValueError(f"expected ~/..., ~user/... of a known user, or a path without ~, got {excerpt(value)}"
-                             ) from None
     return value
 
 
@@ -421,6 +398,18 @@ def section_model(name: str) -> type[BaseModel] | None:
         annotation = field.annotation
         return annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
     return method_sections().get(name)
+
+
+def number_kind(key: str) -> str | None:
+    """'int' or 'float' for a dotted key (RunConfig's or a registered method's own) that holds a number, optional
+    or not (a sampler's distribution, a figure's axis); None for any other key, or an unknown one."""
+    *section, last = key.split(".")
+    model = (section_model(section[0]) if len(section) == 1 else None) if section else RunConfig
+    hint = model.model_fields[last].annotation if model is not None and last in model.model_fields else None
+    if get_origin(hint) in (Union, types.UnionType):
+        hint = next(arg for arg in get_args(hint) if arg is not type(None))
+    hint = get_args(hint)[0] if get_origin(hint) is Annotated else hint
+    return {int: "int", float: "float"}.get(hint)
 
 
 def method_of_key(key: str) -> str | None:

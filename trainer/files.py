@@ -4,7 +4,8 @@ and reaching into nested records and configs by dotted key (`dotted_get`, `dotte
 
 The trainer (summary.json, metrics.jsonl), the orchestrator (`sweep.records.store`, `sweep.records.mirror`) and the
 analysis (figures, tables) all write through `write_atomic` / `write_text_atomic`: a reader (or a
-process killed mid-write) never sees a half-written file. `json_safe` makes any result plain JSON.
+process killed mid-write) never sees a half-written file. `json_safe` makes any result plain JSON; `path_text`
+checks that a path is one the OS can take.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
+
+from trainer.errors import excerpt
 
 
 def current_umask() -> int:
@@ -160,3 +163,27 @@ def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             out[prefix + key] = value
     return out
+
+
+def path_text(value: str) -> str:
+    """A path the OS can take: no NUL character, no part over NAME_MAX (255 bytes), at most PATH_MAX - 1 bytes
+    (4095). Otherwise opening it fails with 'File name too long' deep in a run instead of here."""
+    if "\0" in value:
+        raise ValueError(f"expected a path without NUL characters, got {excerpt(value)}")
+    try:
+        encoded = os.fsencode(value)
+    except UnicodeEncodeError:
+        raise ValueError(f"expected a path of valid characters, got {excerpt(value)}") from None
+    longest = max((len(part) for part in encoded.split(b"/")), default=0)
+    if longest > 255:
+        raise ValueError(f"expected a path whose every part is at most 255 bytes (one part has {longest}), "
+                         f"got {excerpt(value)}")
+    if len(encoded) > 4095:
+        raise ValueError(f"expected a path of at most 4095 bytes (this one has {len(encoded)}), got {excerpt(value)}")
+    if value.startswith("~"):
+        try:
+            Path(value).expanduser()
+        except RuntimeError:  # ~name of a user this machine does not know
+            raise ValueError(f"expected ~/..., ~user/... of a known user, or a path without ~, got {excerpt(value)}"
+                             ) from None
+    return value

@@ -29,9 +29,9 @@ from sweep.spec.key_lines import KeyLines
 from sweep.spec.limits import MANY_TRIALS_FLAG
 from sweep.spec.search import SEARCH_METHOD_NAMES, SearchMethod, search_method
 from sweep.text import count_text, suggestion
-from trainer.config import path_text
 from trainer.errors import excerpt
 from trainer.evaluation.sts_average import AVG
+from trainer.files import path_text
 from trainer.vocabulary import STS_TASKS
 
 METRIC_NAMES = ("dev_stsb", AVG, *STS_TASKS, "align", "uniform")

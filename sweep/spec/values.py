@@ -9,8 +9,6 @@ from __future__ import annotations
 import copy
 import functools
 import math
-import types
-import typing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +28,7 @@ from trainer.config import (
     check_value,
     field_names,
     method_of_key,
+    number_kind,
     own_section,
     scoped,
     section_model,
@@ -107,18 +106,6 @@ def _check_expression(text: Any, path: tuple, where: KeyLines) -> Any:
         return check_expression(text)
     except ValueError as exc:
         raise where.error(path, str(exc)) from None
-
-
-def _numeric_kind(key: str) -> str | None:
-    """'int' or 'float' for number-typed keys (optional or not), None for the rest."""
-    *section, last = key.split(".")
-    model = section_model(section[0]) if section else run_config.RunConfig
-    hint = model.model_fields[last].annotation
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        hint = next(arg for arg in typing.get_args(hint) if arg is not type(None))
-    if typing.get_origin(hint) is typing.Annotated:
-        hint = typing.get_args(hint)[0]
-    return {int: "int", float: "float"}.get(hint)
 
 
 def check_base(base: Any, swept: set[str], where: KeyLines) -> dict[str, Any]:
@@ -232,7 +219,7 @@ def _read_distribution(
     for name in spec_value:
         if name != "distribution" and name not in allowed:
             raise where.error(path + (name,), f"is not a key of a {kind} distribution; expected {', '.join(allowed)}")
-    numeric = _numeric_kind(key)
+    numeric = number_kind(key)
     if kind == "categorical":
         choices = spec_value.get("choices")
         if not isinstance(choices, list) or not choices:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from trainer.config import RunConfig, field_names
+from trainer.config import RunConfig, field_names, number_kind
 from trainer.errors import UserError
 from trainer.slices import parse_slices
 
@@ -215,3 +215,14 @@ def test_round_trip_through_dict_and_yaml():
 def test_an_unknown_key_gets_a_did_you_mean():
     with pytest.raises(UserError, match=r"config key 'queue.sizes' is unknown \(did you mean 'size'\?\)"):
         RunConfig.from_dict({"queue": {"sizes": 3}})
+
+
+@pytest.mark.parametrize("key, kind", [
+    ("batch_size", "int"), ("queue.size", "int"), ("temperature", "float"), ("dropout", "float"),
+    ("fgsm.eps", "float"), ("optim.algorithm", None), ("queue.slices", None), ("ema.hold_after_schedule", None),
+    ("model", None), ("queue.no_such_key", None), ("queue.size.more", None), ("no_section.size", None),
+])
+def test_number_kind_names_the_number_a_key_holds_optional_or_not(key, kind):
+    # batch_size and dropout are optional (null: the method's default), queue.size and temperature are not;
+    # a flag is a bool, not an int
+    assert number_kind(key) == kind
