@@ -2,7 +2,7 @@
 
     python scripts/figure_regression.py render OUT_DIR      # before a change (e.g. on a clean checkout of main)
     python scripts/figure_regression.py render NEW_DIR      # after it
-    python scripts/figure_regression.py compare OUT_DIR NEW_DIR
+    python scripts/figure_regression.py compare OUT_DIR NEW_DIR [--beside REVIEW_DIR]
 
 `render` draws, for every study file in studies/, the figures of its stand-in results (tests.synthetic_results:
 the configurations the study expands to, scored by a known function) at 1, 2 and 5 seeds and at both widths,
@@ -10,7 +10,8 @@ mtd_grid's also against the measured distance, plus the figures of tests/analysi
 knob figure (which no study in studies/ calls for) with its paired panel in each of its kinds (knob_cases); it
 saves each as PNG at 100 dpi and prints any layout problem tests/analysis/test_figure_layout.py would report.
 `compare` lists every figure whose pixels differ (RMS over 0-255 grey levels, or a different size) and exits 1
-when one does. The image tests check seven figures against committed baselines; this covers all of them.
+when one does; `--beside` writes each of them, old left and new right, into one image for review. The image
+tests check seven figures against committed baselines; this covers all of them.
 """
 
 from __future__ import annotations
@@ -94,7 +95,9 @@ def render(out: Path) -> int:
     return 1 if broken else 0
 
 
-def compare(before: Path, after: Path) -> int:
+def compare(before: Path, after: Path, beside: Path | None = None) -> int:
+    """Name every figure whose pixels differ; with `beside`, write each changed figure there as one image, the old
+    one left of the new, for review."""
     import numpy as np
     from matplotlib.image import imread
     from matplotlib.testing.compare import calculate_rms
@@ -111,10 +114,29 @@ def compare(before: Path, after: Path) -> int:
             differ.append(f"{name}: size {a.shape[1]}x{a.shape[0]} px, now {b.shape[1]}x{b.shape[0]} px")
         elif (rms := calculate_rms(a, b)) > 0:
             differ.append(f"{name}: RMS {rms:.3f}")
-    print(f"{len(names)} figures compared; {len(differ)} differ")
+        else:
+            continue
+        if beside is not None:
+            write_beside(imread(before / name)[..., :3], imread(after / name)[..., :3], beside / name)
+    print(f"{len(names)} figures compared; {len(differ)} differ"
+          + (f"; each changed figure beside its old one in {beside}" if beside is not None and differ else ""))
     for line in differ:
         print(f"  {line}")
     return 1 if differ else 0
+
+
+def write_beside(old, new, path: Path, gutter: int = 8) -> None:
+    """`old` and `new` (RGB arrays in 0-1) side by side on white, a red gutter between them, as one PNG at `path`."""
+    import numpy as np
+    from matplotlib.image import imsave
+
+    height = max(old.shape[0], new.shape[0])
+    canvas = np.ones((height, old.shape[1] + gutter + new.shape[1], 3))
+    canvas[:, old.shape[1]:old.shape[1] + gutter] = (1.0, 0.0, 0.0)
+    canvas[:old.shape[0], :old.shape[1]] = old
+    canvas[:new.shape[0], old.shape[1] + gutter:] = new
+    path.parent.mkdir(parents=True, exist_ok=True)
+    imsave(path, canvas)
 
 
 def main() -> int:
@@ -124,8 +146,9 @@ def main() -> int:
     pair = commands.add_parser("compare", help="list the figures whose pixels differ")
     pair.add_argument("before", type=Path)
     pair.add_argument("after", type=Path)
+    pair.add_argument("--beside", type=Path, metavar="DIR", help="write each changed figure beside its old one here")
     args = parser.parse_args()
-    return render(args.out) if args.command == "render" else compare(args.before, args.after)
+    return render(args.out) if args.command == "render" else compare(args.before, args.after, args.beside)
 
 
 if __name__ == "__main__":

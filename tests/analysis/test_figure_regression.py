@@ -5,7 +5,8 @@ from __future__ import annotations
 import runpy
 
 import numpy as np
-from matplotlib.image import imsave
+import pytest
+from matplotlib.image import imread, imsave
 
 from tests.helpers import REPO
 
@@ -35,3 +36,21 @@ def test_equal_renders_pass_and_every_difference_is_named(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "4 figures compared; 3 differ" in out
     assert "moved.png: RMS" in out and "taller.png: size 30x20 px, now 30x25 px" in out and "gone.png: only in" in out
+
+
+def test_each_changed_figure_is_written_beside_its_old_one(tmp_path, capsys):
+    before, after, review = tmp_path / "before", tmp_path / "after", tmp_path / "review"
+    before.mkdir(), after.mkdir()
+    _image(before / "same.png"), _image(after / "same.png")
+    _image(before / "taller.png", value=0.0)
+    _image(after / "taller.png", shape=(25, 30), value=0.5)
+    assert compare(before, after, review) == 1
+    assert f"each changed figure beside its old one in {review}" in capsys.readouterr().out
+    assert sorted(p.name for p in review.iterdir()) == ["taller.png"]  # the unchanged one is not written
+    pixels = imread(review / "taller.png")[..., :3]
+    gutter = 8
+    assert pixels.shape == (25, 30 + gutter + 30, 3)
+    assert pixels[7, 7] == pytest.approx([0.0, 0.0, 0.0])  # the old figure's dark square, on the left
+    assert pixels[7, 30 + gutter + 7] == pytest.approx([0.5, 0.5, 0.5], abs=0.01)  # the new one's, on the right
+    assert pixels[22, 7] == pytest.approx([1.0, 1.0, 1.0])  # white under the shorter old figure
+    assert pixels[0, 30] == pytest.approx([1.0, 0.0, 0.0])  # the gutter between them
