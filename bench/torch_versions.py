@@ -24,6 +24,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import table  # noqa: E402  (bench/table.py, beside this script)
 
+from trainer.vocabulary import TrialState  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 COUNTS = re.compile(r"(\d+) (passed|failed|skipped|errors?)")
 
@@ -51,7 +53,7 @@ def quickstart_row() -> dict:
         trials = Path(folder) / "results" / "quickstart" / "trials.csv"
         rows = list(csv.DictReader(trials.open())) if trials.is_file() else []
         figures = sorted(p.name for p in (Path(folder) / "results" / "quickstart" / "figures").glob("*.png"))
-    complete = [row for row in rows if row.get("state") == "COMPLETE"]
+    complete = [row for row in rows if row.get("state") == TrialState.COMPLETE]
     scores = sorted(float(row["STSBenchmark"]) for row in complete if row.get("STSBenchmark"))
     detail = (f"{len(complete)} of {len(rows)} trials COMPLETE; STS-B test {scores[0]:.2f}-{scores[-1]:.2f}; "
               f"figures {', '.join(figures)}" if scores else (run.stderr.strip().splitlines() or [""])[-1][:300])

@@ -139,7 +139,8 @@ STATE_LITERAL = re.compile(r'"(COMPLETE|PRUNED|FAIL|RUNNING|WAITING|PENDING)["/]
 
 def test_the_trial_states_are_spelled_out_in_the_enum_only():
     found = [(path.relative_to(REPO).as_posix(), line.strip())
-             for package in ("sweep", "trainer", "analysis") for path in sorted((REPO / package).rglob("*.py"))
+             for package in ("sweep", "trainer", "analysis", "bench", "scripts")
+             for path in sorted((REPO / package).rglob("*.py"))
              for line in path.read_text().splitlines() if STATE_LITERAL.search(line)]
     assert found == [(VOCABULARY, f'{state.name} = "{state.value}"') for state in TrialState]
 
