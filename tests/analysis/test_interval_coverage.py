@@ -35,7 +35,7 @@ def test_the_selection_aware_intervals_hold_every_truth_at_once_where_the_config
     assert measured.rate >= 0.93, measured
 
 
-@pytest.mark.slow  # ~20 s: holm_agrees calls statsmodels 200 times
+@pytest.mark.slow  # holm_agrees calls statsmodels 200 times
 def test_holms_family_wise_false_claims_against_a_named_reference_stay_under_five_percent():
     assert coverage.holm_agrees()  # the rule the simulation counts with is holm()'s own
     measured = coverage.named_reference(k=9, n=4, reps=2000)
