@@ -134,7 +134,7 @@ def paired_rows(table: pd.DataFrame, by: Sequence[str], reference: paired.Refere
     seeds = f"{ns[0]} shared seeds" if len(ns) == 1 else f"{ns[0]}-{ns[-1]} shared seeds (n per row in the csv)"
     note = (f"rows: {' / '.join(by)}; reference: {paired.values_text(reference.configuration, by)} "
             f"({reference.how}); \u0394 = row - reference over {seeds}")
-    if comparison.procedure == paired.MCB:
+    if comparison.procedure == paired.MCB and any(d.ci_low is not None for d in rows):
         note += "; intervals: row - best of the others, all rows at once"
     if any(d.ci_low is None for d in rows):
         note += f"; no bar: {paired.MIN_PAIRED} shared seeds, no interval"
@@ -163,14 +163,15 @@ def _note(found: KnobDifferences, where: str) -> str:
     comparison, adjusted = found.comparison, paired.adjusted_p_label(found.comparison)
     ns = {d.n for d, *_ in found.points}
     seeds = f"over {min(ns)} shared seeds" if len(ns) == 1 else "over the shared seeds (n at each point)"
-    text = f"{where} panel: \u0394 = value \u2212 reference, seed by seed, mean {seeds}; "
-    if comparison.procedure == paired.PAIRED_T:
-        text += (f"bar: its 95% CI (paired t); filled where {adjusted} < 0.05, Holm over the study's "
+    text = f"{where} panel: \u0394 = value \u2212 reference, seed by seed, mean {seeds}"
+    bars = [d.ci_low is not None for d, *_ in found.points]
+    if any(bars) and comparison.procedure == paired.PAIRED_T:
+        text += (f"; bar: its 95% CI (paired t); filled where {adjusted} < 0.05, Holm over the study's "
                  f"{comparison.family} comparisons")
-    else:
-        text += (f"bar: its simultaneous 95% CI (MCB, over the study's {comparison.family} configurations) on "
+    elif any(bars):
+        text += (f"; bar: its simultaneous 95% CI (MCB, over the study's {comparison.family} configurations) on "
                  f"value \u2212 the best of the others; filled where {adjusted} < 0.05")
-    if any(d.ci_low is None for d, *_ in found.points):
+    if not all(bars):
         text += f"; no bar: {paired.MIN_PAIRED} shared seeds, no interval"
     if found.left_out:
         text += (f"; not drawn: {found.left_out} of the knob's configurations, sharing fewer than "

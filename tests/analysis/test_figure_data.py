@@ -189,3 +189,16 @@ def test_the_paired_figure_is_a_row_per_configuration_with_the_tables_interval_a
     assert rows.differences.kinds[0][0] == "mean difference, 95% CI (paired t); p (Holm) < 0.05"
     assert "reference: 0.5 (the study's reference)" in rows.note and "over 4 shared seeds" in rows.note
     assert list(rows.frame["mean_difference"]) == pytest.approx([mean for _, mean, *_ in marks])
+
+
+def test_the_paired_figure_names_no_interval_where_no_row_has_one():
+    """Two seeds per configuration: every row is a mean alone; the note says so and names no interval, whether
+    the reference is named (paired t) or the best mean (MCB)."""
+    table = pd.DataFrame([{"method": "mocose", "ema.decay": eta, "seed": seed, "avg": 76.0 + shift + 0.1 * seed}
+                          for eta, shift in {0.5: 0.0, 0.8: 1.5, 0.9: 0.05}.items() for seed in range(2)])
+    for named in ({"ema.decay": 0.5}, None):
+        reference = paired.reference_configuration(table, ["ema.decay"], "avg", named)
+        rows = knob_differences.paired_rows(table, ["ema.decay"], reference)
+        assert all(bar is None for _, _, bar, *_ in rows.differences.marks) and rows.differences.kinds == ()
+        assert "no bar: 2 shared seeds, no interval" in rows.note
+        assert "interval" not in rows.note.replace("no interval", ""), rows.note

@@ -177,6 +177,16 @@ def test_two_shared_seeds_give_a_mean_without_a_bar_and_one_leaves_the_value_out
     assert "not drawn: 1 of the knob's configurations, sharing fewer than 2 seeds with the reference" in words
 
 
+@pytest.mark.parametrize("reference", [SIMCSE, None], ids=["named: paired t", "best mean: MCB"])
+def test_with_two_seeds_everywhere_no_interval_is_named_only_the_missing_bars(reference):
+    fig, data = figure_knob(dcl_table({None: 0.3, 0.5: 0.9, 1.0: -0.1}, seeds=2), "avg", by=BY, reference=reference)
+    rows = data[data["panel"] == "paired difference"]
+    assert rows["ci_low"].isna().all() and not rows.empty
+    words = figure_words(fig)
+    assert "no bar: 2 shared seeds, no interval" in words
+    assert not re.search(r"bar: its|95% CI|filled where|p \((Holm|MCB)\)", words), words
+
+
 @pytest.mark.parametrize("case", ["one seed each", "no seed shared", "one seed shared"])
 def test_without_two_shared_seeds_the_figure_is_the_score_panel_alone(case):
     if case == "one seed each":
