@@ -55,7 +55,8 @@ def knob_differences(table: pd.DataFrame, scored: pd.DataFrame, knob: str, by: S
         if paired.configuration_trials(scored, configuration).empty:  # another method's, or no score
             return None
         label = fd.series_label(series, tuple(configuration.get(key) for key in series)) if series else "this study"
-        return configuration.get(knob), fd.format_number(configuration.get(knob)), label
+        value = configuration.get(knob)
+        return value, fd.format_number(value), label
 
     points = [(d, *at) for d in comparison.rows if (at := point(d.configuration)) is not None]
     if not points:
@@ -117,7 +118,8 @@ def _differences(comparison: paired.PairedComparison, rows: Sequence[paired.Pair
     marks = tuple((place, d.mean, bar, bar is not None and d.p_adjusted < 0.05, style, d.n)
                   for d, place, style, bar in zip(rows, places, styles, bars))
     what = f"mean difference, {paired.interval_label(comparison)}; {paired.adjusted_p_label(comparison)}"
-    kinds = tuple((f"{what} {'<' if stands else GEQ} 0.05", styles[0] if len(set(styles)) == 1 else None, stands)
+    shared = styles[0] if len(set(styles)) == 1 else None  # the rows' one style, else black
+    kinds = tuple((f"{what} {'<' if stands else GEQ} 0.05", shared, stands)
                   for stands in sorted({m[3] for m in marks if m[2] is not None}, reverse=True))
     return fd.Differences(marks, kinds, **labels)
 
