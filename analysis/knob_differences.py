@@ -136,9 +136,10 @@ def paired_rows(table: pd.DataFrame, by: Sequence[str], reference: paired.Refere
     seeds = f"{ns[0]} shared seeds" if len(ns) == 1 else f"{ns[0]}-{ns[-1]} shared seeds (n per row in the csv)"
     note = (f"rows: {' / '.join(by)}; reference: {paired.values_text(reference.configuration, by)} "
             f"({reference.how}); \u0394 = row - reference over {seeds}")
-    if comparison.procedure == paired.MCB and any(d.ci_low is not None for d in rows):
+    bars = [d.ci_low is not None for d in rows]
+    if comparison.procedure == paired.MCB and any(bars):
         note += "; intervals: row - best of the others, all rows at once"
-    if any(d.ci_low is None for d in rows):
+    if not all(bars):
         note += f"; no bar: {paired.MIN_PAIRED} shared seeds, no interval"
     if comparison.left_out:
         note += f"; not compared (under {paired.MIN_PAIRED} shared seeds): {len(comparison.left_out)}"
